@@ -1,0 +1,212 @@
+"""Typed events: what a session did, for subscribers (CLI, console, tests, metrics).
+
+Events are facts already true when published (a ``RoundCommitted`` event follows the durable
+write). Subscribers are plain callables; one that raises is logged and dropped, never allowed to
+break the session that published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import structlog
+
+from ._records import Usage
+
+__all__ = [
+    "AssistantDelta",
+    "CompactionFailed",
+    "CompactionSkipped",
+    "Event",
+    "EventBus",
+    "HistoryCompacted",
+    "LogRepaired",
+    "Microcompacted",
+    "ProtectedChanged",
+    "RoundCommitted",
+    "RoundStarted",
+    "SessionFailedEvent",
+    "Subscriber",
+    "ToolFinished",
+    "ToolStarted",
+    "TurnFinished",
+]
+
+_log = structlog.get_logger("stowage.events")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundStarted:
+    """A model request is about to be sent."""
+
+    session_id: str
+    round: int
+    items: int
+    tokens: int | None
+    estimated: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantDelta:
+    """Streamed assistant text."""
+
+    session_id: str
+    round: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStarted:
+    """A tool call began (its function_call is already durable)."""
+
+    session_id: str
+    round: int
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFinished:
+    """A tool call ended; ``is_error`` when the output is an error the model will read."""
+
+    session_id: str
+    round: int
+    call_id: str
+    name: str
+    is_error: bool
+    output_chars: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundCommitted:
+    """A round is durable: outputs and the ``round_committed`` record are on disk."""
+
+    session_id: str
+    round: int
+    usage: Usage | None
+    calls: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnFinished:
+    """The model answered without tool calls."""
+
+    session_id: str
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryCompacted:
+    """History was replaced by a summary (``kind`` full, or fallback without a model call)."""
+
+    session_id: str
+    kind: str
+    tokens_before: int | None
+    tokens_after: int | None
+    estimated: bool
+    removed: int
+    retained: int
+    reason: str
+    summary: str
+    covers_through: int
+    round: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Microcompacted:
+    """Old tool outputs became stubs in the projection."""
+
+    session_id: str
+    stubbed: int
+    tokens_before: int | None
+    tokens_after: int | None
+    estimated: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionSkipped:
+    """A compaction was considered and not done, with why (e.g. a stale plan)."""
+
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionFailed:
+    """A compaction attempt failed; ``fallback`` says whether the no-model path took over."""
+
+    session_id: str
+    error: str
+    attempt: int
+    fallback: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedChanged:
+    """Protected state changed; ``source`` is ``user`` or ``summarizer``."""
+
+    session_id: str
+    source: str
+    ops: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogRepaired:
+    """A torn last line was cut off the log on open."""
+
+    session_id: str
+    path: str
+    line: int
+    bytes_removed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionFailedEvent:
+    """The session stopped on an error; other sessions go on."""
+
+    session_id: str
+    error: str
+
+
+Event: TypeAlias = (
+    RoundStarted
+    | AssistantDelta
+    | ToolStarted
+    | ToolFinished
+    | RoundCommitted
+    | TurnFinished
+    | HistoryCompacted
+    | Microcompacted
+    | CompactionSkipped
+    | CompactionFailed
+    | ProtectedChanged
+    | LogRepaired
+    | SessionFailedEvent
+)
+
+Subscriber: TypeAlias = Callable[[Event], None]
+
+
+@dataclass(eq=False)
+class EventBus:
+    """Fan-out of events to subscribers, synchronously, in publish order."""
+
+    _subscribers: list[Subscriber] = field(default_factory=list)
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Add a subscriber; returns a function that removes it."""
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+
+    def publish(self, event: Event) -> None:
+        """Deliver ``event`` to every subscriber; a subscriber that raises is logged and removed."""
+        for subscriber in tuple(self._subscribers):
+            try:
+                subscriber(event)
+            except Exception:  # a subscriber must never break the session that published
+                _log.exception("subscriber_failed", subscriber=repr(subscriber))
+                self._subscribers.remove(subscriber)

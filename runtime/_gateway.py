@@ -1,0 +1,99 @@
+"""The model boundary: what a request and a response are, and the gateway Protocol.
+
+The sampler streams (``stream``), the compactor asks once (``create``); both go through the same
+gateway so a summary request is subject to the same auth, limits and error mapping as a round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from ._items import AssistantMessage, FunctionCall, Item
+from ._records import Usage
+
+__all__ = [
+    "ModelGateway",
+    "ModelRequest",
+    "ModelResponse",
+    "ResponseDone",
+    "StreamEvent",
+    "TextDelta",
+    "ToolSpec",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as the model is told of it: name, description, JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One model call. ``input`` is a projection of history, never history itself."""
+
+    model: str
+    input: tuple[Item, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "none"] = "auto"
+    max_output_tokens: int | None = None
+    purpose: Literal["round", "summary"] = "round"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """What came back: text and tool calls in the order given, and usage if reported."""
+
+    items: tuple[AssistantMessage | FunctionCall, ...]
+    usage: Usage | None = None
+    model: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def text(self) -> str:
+        """All assistant text of the response, joined."""
+        return "".join(i.text for i in self.items if isinstance(i, AssistantMessage))
+
+    @property
+    def calls(self) -> tuple[FunctionCall, ...]:
+        """The tool calls of the response."""
+        return tuple(i for i in self.items if isinstance(i, FunctionCall))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of assistant text, as it streams."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseDone:
+    """The stream ended; the whole response."""
+
+    response: ModelResponse
+
+
+StreamEvent: TypeAlias = TextDelta | ResponseDone
+
+
+@runtime_checkable
+class ModelGateway(Protocol):
+    """A model endpoint. Implementations raise only ``ModelError`` subclasses."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one response: zero or more ``TextDelta``, then exactly one ``ResponseDone``."""
+        ...
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        """One non-streaming call (summaries use this)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...

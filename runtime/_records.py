@@ -1,0 +1,160 @@
+"""Log records: the durable, append-only source of truth of a session.
+
+History, protected state and every derived figure are folds over these records (see
+``runtime._replay``); nothing is ever rewritten or deleted. Each record carries its ``seq``
+(strictly increasing from 1 within a session) and a wall-clock ``ts`` that replay ignores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeAlias
+
+from ._items import HistoryEntry, Item
+
+__all__ = [
+    "CompactionKind",
+    "CompactionRecord",
+    "ErrorRecord",
+    "ItemRecord",
+    "MicrocompactRecord",
+    "ProtectedRecord",
+    "Record",
+    "RoundCommittedRecord",
+    "SessionRecord",
+    "TurnRecord",
+    "Usage",
+    "now_ts",
+]
+
+
+def now_ts() -> str:
+    """The current UTC time as an ISO-8601 string with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token usage a provider reported for one model call."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """Always seq 1: what the session was opened with."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    model: str
+    context_window: int | None = None
+    tools: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemRecord:
+    """One conversation item entering history."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    item: Item
+    round: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundCommittedRecord:
+    """Closes a round: every call of it has its output, and ``usage`` is what was reported."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    round: int
+    usage: Usage | None
+    first_seq: int
+    last_seq: int
+    interrupted: bool = False
+
+
+CompactionKind: TypeAlias = Literal["full", "fallback"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionRecord:
+    """History replaced: system + retained entries + summary, then every entry after
+    ``covers_through``.
+
+    ``retained`` holds the kept entries themselves (not only their seqs) so that resume can start
+    at this record and never read the log before ``covers_through``.
+    """
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    kind: CompactionKind = "full"
+    summary: str
+    covers_through: int
+    retained: tuple[HistoryEntry, ...]
+    reason: str
+    tokens_before: int | None
+    tokens_after: int | None
+    removed: int
+    round: int
+    protected: dict[str, Any] | None = None
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MicrocompactRecord:
+    """Outputs at ``stubbed`` seqs are shown as stubs in every later projection."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    stubbed: tuple[int, ...]
+    reason: str
+    tokens_before: int | None
+    tokens_after: int | None
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedRecord:
+    """A change to protected state; ``source`` is ``user`` or ``summarizer``."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    ops: tuple[dict[str, Any], ...]
+    source: Literal["user", "summarizer"] = "user"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    """A turn boundary: ``started`` after the user's input, ``finished`` on a final answer."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    turn: int
+    phase: Literal["started", "finished"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorRecord:
+    """Something went wrong and the session kept (or lost) its footing; for audit."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    kind: str
+    message: str
+
+
+Record: TypeAlias = (
+    SessionRecord
+    | ItemRecord
+    | RoundCommittedRecord
+    | CompactionRecord
+    | MicrocompactRecord
+    | ProtectedRecord
+    | TurnRecord
+    | ErrorRecord
+)
