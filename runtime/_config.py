@@ -58,6 +58,7 @@ class Settings:
     auto_compact: bool = True
     tool_timeout: float = 30.0
     max_rounds_per_turn: int = 50
+    max_output_tokens: int | None = None
     request_timeout: float = 120.0
     max_retries: int = 2
     stream: bool = True

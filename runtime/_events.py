@@ -200,7 +200,9 @@ class EventBus:
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Add a subscriber; returns a function that removes it."""
         self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+        return lambda: (
+            self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+        )
 
     def publish(self, event: Event) -> None:
         """Deliver ``event`` to every subscriber; a subscriber that raises is logged and removed."""

@@ -111,7 +111,12 @@ def item_to_dict(item: Item) -> dict[str, Any]:
                 out["pinned"] = True
             return out
         case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-            return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+            return {
+                "type": "function_call",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
+            }
         case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
             out = {"type": "function_call_output", "call_id": call_id, "output": output}
             if is_error:

@@ -101,6 +101,7 @@ class CompactionRecord:
     tokens_after: int | None
     removed: int
     round: int
+    turn: int = 0
     protected: dict[str, Any] | None = None
     estimated: bool = False
 

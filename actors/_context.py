@@ -1,0 +1,34 @@
+"""What every actor of one session shares: ids, settings, the gateway, limits, the bus."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from runtime._config import Settings
+from runtime._events import Event
+from runtime._gateway import ModelGateway
+from runtime._tools import ToolRegistry
+
+from ._messages import Append
+
+__all__ = ["SessionContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionContext:
+    """Wiring of one live session; built by the runtime, read by its actors."""
+
+    session_id: str
+    settings: Settings
+    gateway: ModelGateway
+    tools: ToolRegistry
+    publish: Callable[[Event], None]
+    persistence: MemoryObjectSendStream[Append]
+    model_limiter: anyio.CapacityLimiter | None = None
+    compaction_limiter: anyio.CapacityLimiter | None = None
+    tool_limiter: anyio.CapacityLimiter | None = None
+    write_timeout: float = 60.0

@@ -1,0 +1,113 @@
+"""The small base of every actor: bounded mailboxes, private replies and a coalescing slot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["Mailbox", "Reply", "Slot", "mailbox"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox(Generic[T]):
+    """Both ends of a bounded actor inbox."""
+
+    send: MemoryObjectSendStream[T]
+    receive: MemoryObjectReceiveStream[T]
+
+
+def mailbox(capacity: int, item_type: type[T]) -> Mailbox[T]:
+    """A bounded inbox: senders wait when it is full (back-pressure, never unbounded memory)."""
+    send, receive = anyio.create_memory_object_stream[T](capacity)
+    return Mailbox(send, receive)
+
+
+@dataclass(eq=False)
+class Reply(Generic[T]):
+    """A private one-shot answer to an ask: set once by the actor, awaited by the asker.
+
+    Same contract as a one-slot stream but without a stream pair per ask (appends are hot).
+    """
+
+    _event: anyio.Event = field(default_factory=anyio.Event)
+    _value: T | None = None
+    _error: BaseException | None = None
+
+    def set(self, value: T) -> None:
+        """Answer; a second answer is ignored."""
+        if not self._event.is_set():
+            self._value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Answer with an exception the asker will raise; a second answer is ignored."""
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    @property
+    def done(self) -> bool:
+        """Whether an answer was given."""
+        return self._event.is_set()
+
+    async def wait(self) -> T:
+        """The answer; raises the exception given to ``fail``."""
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+@dataclass(eq=False)
+class Slot(Generic[T]):
+    """A single coalescing slot: ``put`` never blocks and replaces an unread value.
+
+    Used for the edges where only the latest value matters (committed snapshots for the
+    compactor, plans for the sampler), so that these edges can never fill up and deadlock.
+    """
+
+    _value: T | None = None
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+    _closed: bool = False
+
+    def put(self, value: T) -> None:
+        """Store ``value``, replacing any unread one."""
+        self._value = value
+        self._changed.set()
+
+    def peek(self) -> T | None:
+        """The unread value, if any, without taking it."""
+        return self._value
+
+    def take(self) -> T | None:
+        """Remove and return the unread value, if any."""
+        value, self._value = self._value, None
+        return value
+
+    def close(self) -> None:
+        """Wake every waiter; ``get`` then raises ``anyio.EndOfStream`` when empty."""
+        self._closed = True
+        self._changed.set()
+
+    async def get(self) -> T:
+        """Wait for a value and take it. Raises ``anyio.EndOfStream`` once closed and empty."""
+        return await self.get_when(lambda _: True)
+
+    async def get_when(self, accept: Callable[[T], bool]) -> T:
+        """Wait for a value ``accept`` takes, and take it; values it refuses stay put."""
+        while True:
+            value = self._value
+            if value is not None and accept(value):
+                self._value = None
+                return value
+            if self._closed:
+                raise anyio.EndOfStream
+            if self._changed.is_set():
+                self._changed = anyio.Event()
+            await self._changed.wait()

@@ -1,0 +1,122 @@
+"""Typed messages between the actors of a session and the shared persistence actor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from runtime._items import FunctionCall, FunctionCallOutput, HistoryEntry
+from runtime._records import Record, Usage
+
+from ._mailbox import Reply, Slot
+
+__all__ = [
+    "Append",
+    "CompactNow",
+    "Plan",
+    "PlanFailed",
+    "PlanOutcome",
+    "RoundCommitted",
+    "RunTools",
+    "SamplerCommand",
+    "TurnResult",
+    "UserTurn",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundCommitted:
+    """A committed snapshot: the compactor's only input. Sent by persistence once durable.
+
+    ``manual`` marks a snapshot the sampler re-sent because the user asked to compact now;
+    it still describes the last committed round, never a half one.
+    """
+
+    session_id: str
+    round: int
+    history: tuple[HistoryEntry, ...]
+    usage: Usage | None
+    last_seq: int
+    last_compaction_seq: int
+    manual: bool = False
+    focus: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Append:
+    """Write ``records`` to the session's log as one batch; ``reply`` once durable.
+
+    ``committed``, when set, is put into ``notify`` after the write is durable.
+    """
+
+    session_id: str
+    records: tuple[Record, ...]
+    reply: Reply[None]
+    committed: RoundCommitted | None = None
+    notify: Slot[RoundCommitted] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTools:
+    """Run the calls of one round; their function_call records are already durable."""
+
+    round: int
+    calls: tuple[FunctionCall, ...]
+    reply: Reply[tuple[FunctionCallOutput, ...]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A compaction the sampler may apply at a round boundary.
+
+    Stale when ``based_on_compaction_seq`` is not the session's newest compaction any more.
+    """
+
+    round: int
+    summary: str
+    covers_through: int
+    reason: str
+    tokens_before: int | None
+    estimated: bool
+    based_on_compaction_seq: int
+    kind: str = "full"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanFailed:
+    """The compactor could not produce a plan for ``round``."""
+
+    round: int
+    error: str
+
+
+PlanOutcome: TypeAlias = Plan | PlanFailed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnResult:
+    """What a turn produced: the final text, how many rounds it took, and why it stopped."""
+
+    text: str
+    rounds: int
+    stopped: str = "answered"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserTurn:
+    """User input: run a turn."""
+
+    text: str
+    pinned: bool
+    reply: Reply[TurnResult]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactNow:
+    """Compact at once, on the last committed snapshot, with optional focus for the summary."""
+
+    focus: str | None
+    reply: Reply[bool]
+
+
+SamplerCommand: TypeAlias = UserTurn | CompactNow

@@ -1,0 +1,69 @@
+"""The persistence actor: the single writer of every log of one store.
+
+One per store, shared by all sessions of a process. It takes whatever appends are waiting,
+writes them as one group commit (one durability point for many sessions), and only then
+acknowledges each and hands committed snapshots to their compactors. Nothing is acknowledged
+before it is durable.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from runtime._errors import StoreError
+from runtime._records import Record
+from storage._protocol import LogStore
+
+from ._messages import Append
+
+__all__ = ["run_persistence"]
+
+_log = structlog.get_logger("stowage.persistence")
+
+
+async def run_persistence(
+    store: LogStore, inbox: MemoryObjectReceiveStream[Append], *, max_batch: int = 1024
+) -> None:
+    """Serve appends until every send end of ``inbox`` is closed, then drain and return."""
+    log = _log.bind(actor="persistence")
+    async with inbox:
+        while True:
+            try:
+                first = await inbox.receive()
+            except anyio.EndOfStream:
+                return
+            pending = [first]
+            while len(pending) < max_batch:
+                try:
+                    pending.append(inbox.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            await _commit(store, pending, log)
+
+
+async def _commit(store: LogStore, pending: list[Append], log: structlog.BoundLogger) -> None:
+    by_session: dict[str, list[Record]] = defaultdict(list)
+    for append in pending:
+        by_session[append.session_id].extend(append.records)
+    try:
+        await store.append_batches([(sid, records) for sid, records in by_session.items()])
+    except StoreError as exc:
+        log.error("append_failed", sessions=len(by_session), error=str(exc))
+        for append in pending:
+            append.reply.fail(exc)
+        return
+    except Exception as exc:  # an unexpected store failure must reach the askers, not vanish
+        log.exception("append_crashed", sessions=len(by_session))
+        error = StoreError(f"store failed: {exc!r}")
+        error.__cause__ = exc
+        for append in pending:
+            append.reply.fail(error)
+        return
+    for append in pending:
+        if append.committed is not None and append.notify is not None:
+            append.notify.put(append.committed)
+        append.reply.set(None)

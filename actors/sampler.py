@@ -1,0 +1,401 @@
+"""The sampler actor: owns one session's live state and runs its round loop.
+
+A round: project history, stream one response, write the assistant text and calls (durable
+before any tool runs), have the tool executor run the calls, write the outputs with a
+``round_committed`` record. Compaction plans are applied only here and only between rounds.
+State changes only by folding the records it has written (``SessionState.apply``), which is
+what replay does: live and replayed history cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from runtime._compaction import apply_compaction, estimate_tokens
+from runtime._config import Settings
+from runtime._errors import ModelError, SessionFailed
+from runtime._events import (
+    AssistantDelta,
+    CompactionSkipped,
+    HistoryCompacted,
+    RoundStarted,
+    TurnFinished,
+)
+from runtime._events import RoundCommitted as RoundCommittedEvent
+from runtime._gateway import ModelRequest, ModelResponse, ResponseDone, TextDelta
+from runtime._items import AssistantMessage, FunctionCallOutput, Item, UserMessage
+from runtime._projection import build_projection
+from runtime._records import (
+    CompactionRecord,
+    ItemRecord,
+    Record,
+    RoundCommittedRecord,
+    TurnRecord,
+)
+from runtime._replay import SessionState
+from runtime._retry import call_with_retries
+
+from ._context import SessionContext
+from ._mailbox import Reply, Slot
+from ._messages import (
+    Append,
+    CompactNow,
+    Plan,
+    PlanFailed,
+    PlanOutcome,
+    RoundCommitted,
+    RunTools,
+    SamplerCommand,
+    TurnResult,
+    UserTurn,
+)
+from .compactor import decide_for
+
+__all__ = ["Sampler", "interrupted_output"]
+
+_log = structlog.get_logger("stowage.sampler")
+T = TypeVar("T")
+
+INTERRUPTED = (
+    "interrupted: the session stopped before this call finished; it may or may not have run"
+)
+
+
+def interrupted_output(call_id: str) -> FunctionCallOutput:
+    """The synthetic output given on resume to a call whose real output was never logged."""
+    return FunctionCallOutput(call_id=call_id, output=INTERRUPTED, is_error=True)
+
+
+@dataclass(eq=False)
+class Sampler:
+    """One session's round loop. Create it with replayed state; ``run`` serves commands."""
+
+    ctx: SessionContext
+    state: SessionState
+    tools: MemoryObjectSendStream[RunTools]
+    committed: Slot[RoundCommitted]
+    plans: Slot[PlanOutcome]
+
+    def __post_init__(self) -> None:
+        self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
+
+    @property
+    def settings(self) -> Settings:
+        return self.ctx.settings
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, commands: MemoryObjectReceiveStream[SamplerCommand]) -> None:
+        """Serve commands until the command stream closes; then stop the other actors."""
+        try:
+            async with commands, self.tools:
+                await self.recover()
+                async for command in commands:
+                    await self._serve(command)
+        finally:
+            self.committed.close()
+
+    async def recover(self) -> None:
+        """Close a round the log left open: every logged call without an output gets the
+        synthetic "interrupted" output, so no orphan call ever reaches a model."""
+        if not self.state.open_calls:
+            return
+        round_ = self.state.open_round or self.state.round + 1
+        first = self.state.last_seq + 1
+        records: list[Record] = [
+            ItemRecord(seq=first + i, item=interrupted_output(call_id), round=round_)
+            for i, call_id in enumerate(self.state.open_calls)
+        ]
+        records.append(
+            self._commit_record(round_, None, first, interrupted=True, offset=len(records))
+        )
+        self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
+        await self._persist(records)
+
+    async def _serve(self, command: SamplerCommand) -> None:
+        match command:
+            case UserTurn():
+                await self._answer(command.reply, self._turn(command.text, command.pinned))
+            case CompactNow():
+                await self._answer(command.reply, self._compact_now(command.focus))
+
+    async def _answer(self, reply: Reply[T], work: Awaitable[T]) -> None:
+        try:
+            reply.set(await work)
+        except ModelError as exc:
+            # the model failing a turn leaves the log consistent: nothing of it was written
+            self._log.warning("turn_failed", error=str(exc))
+            reply.fail(exc)
+        except BaseException as exc:
+            failed = SessionFailed(f"session {self.ctx.session_id} failed: {exc!r}")
+            failed.__cause__ = exc
+            reply.fail(failed)
+            raise
+
+    # -- turns and rounds ----------------------------------------------------------------
+
+    async def _turn(self, text: str, pinned: bool) -> TurnResult:
+        turn = self.state.turn + 1
+        seq = self.state.last_seq
+        await self._persist(
+            [
+                ItemRecord(seq=seq + 1, item=UserMessage(text=text, pinned=pinned)),
+                TurnRecord(seq=seq + 2, turn=turn, phase="started"),
+            ]
+        )
+        for rounds in range(1, self.settings.max_rounds_per_turn + 1):
+            await self._apply_ready_plan()
+            answer = await self._round(turn)
+            if answer is not None:
+                return TurnResult(text=answer, rounds=rounds)
+        self._log.warning("turn_round_limit", turn=turn, rounds=self.settings.max_rounds_per_turn)
+        return TurnResult(text="", rounds=self.settings.max_rounds_per_turn, stopped="round_limit")
+
+    async def _round(self, turn: int) -> str | None:
+        """One round; returns the answer text when the model made no tool calls."""
+        round_ = self.state.round + 1
+        log = self._log.bind(round=round_)
+        projection = self._projection()
+        request = ModelRequest(
+            model=self.settings.model,
+            input=projection,
+            tools=self.ctx.tools.specs(),
+            max_output_tokens=self.settings.max_output_tokens,
+        )
+        self.ctx.publish(
+            RoundStarted(
+                session_id=self.ctx.session_id,
+                round=round_,
+                items=len(projection),
+                tokens=estimate_tokens(projection),
+                estimated=True,
+            )
+        )
+        response = await self._sample(request, round_)
+        seq = self.state.last_seq
+        sampled: list[Record] = [
+            ItemRecord(seq=seq + 1 + i, item=item, round=round_)
+            for i, item in enumerate(response.items)
+            if not (isinstance(item, AssistantMessage) and not item.text)
+        ]
+        calls = response.calls
+        if not calls:
+            commit = self._commit_record(round_, response, seq + 1, offset=len(sampled))
+            finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
+            await self._commit(round_, [*sampled, commit, finished], response, calls=0)
+            log.info("turn_finished", turn=turn)
+            self.ctx.publish(
+                TurnFinished(session_id=self.ctx.session_id, turn=turn, text=response.text)
+            )
+            return response.text
+        # write-ahead: the calls are durable before any tool runs
+        await self._persist(sampled)
+        reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
+        await self.tools.send(RunTools(round=round_, calls=calls, reply=reply))
+        outputs = await reply.wait()
+        first = self.state.last_seq + 1
+        committed: list[Record] = [
+            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
+        ]
+        committed.append(self._commit_record(round_, response, first, offset=len(committed)))
+        await self._commit(round_, committed, response, calls=len(calls))
+        return None
+
+    async def _sample(self, request: ModelRequest, round_: int) -> ModelResponse:
+        async def attempt() -> ModelResponse:
+            if not self.settings.stream:
+                return await self.ctx.gateway.create(request)
+            done: ModelResponse | None = None
+            async for event in self.ctx.gateway.stream(request):
+                if isinstance(event, TextDelta):
+                    self.ctx.publish(
+                        AssistantDelta(
+                            session_id=self.ctx.session_id, round=round_, text=event.text
+                        )
+                    )
+                elif isinstance(event, ResponseDone):
+                    done = event.response
+            if done is None:
+                raise ModelError("the model stream ended without a final response")
+            return done
+
+        async def limited() -> ModelResponse:
+            if self.ctx.model_limiter is None:
+                return await attempt()
+            async with self.ctx.model_limiter:
+                return await attempt()
+
+        return await call_with_retries(
+            limited, attempts=self.settings.max_retries + 1, log=self._log, what="model_call"
+        )
+
+    def _commit_record(
+        self,
+        round_: int,
+        response: ModelResponse | None,
+        first_seq: int,
+        *,
+        offset: int,
+        interrupted: bool = False,
+    ) -> RoundCommittedRecord:
+        seq = first_seq + offset
+        return RoundCommittedRecord(
+            seq=seq,
+            round=round_,
+            usage=response.usage if response is not None else None,
+            first_seq=first_seq,
+            last_seq=seq,
+            interrupted=interrupted,
+        )
+
+    async def _commit(
+        self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
+    ) -> None:
+        """Write the committed batch; persistence hands the snapshot to the compactor once it
+        is durable. In threshold mode a due compaction is waited for before the next round."""
+        await self._persist(records, snapshot=True)
+        snapshot = self._snapshot()
+        self.ctx.publish(
+            RoundCommittedEvent(
+                session_id=self.ctx.session_id, round=round_, usage=response.usage, calls=calls
+            )
+        )
+        if decide_for(snapshot, self.settings).compact:
+            outcome = await self.plans.get_when(lambda o: o.round >= round_)
+            await self._apply_outcome(outcome)
+
+    # -- compaction ----------------------------------------------------------------------
+
+    async def _compact_now(self, focus: str | None) -> bool:
+        """Manual compaction on the last committed snapshot; True when history was compacted."""
+        await self._apply_ready_plan()
+        snapshot = self._snapshot(manual=True, focus=focus)
+        if not decide_for(snapshot, self.settings).compact:
+            return False
+        self.committed.put(snapshot)
+        outcome = await self.plans.get_when(lambda o: o.round >= snapshot.round)
+        return await self._apply_outcome(outcome)
+
+    async def _apply_ready_plan(self) -> None:
+        outcome = self.plans.take()
+        if outcome is not None:
+            await self._apply_outcome(outcome)
+
+    async def _apply_outcome(self, outcome: PlanOutcome) -> bool:
+        if isinstance(outcome, PlanFailed):
+            self._log.warning("compaction_unavailable", round=outcome.round, error=outcome.error)
+            return False
+        return await self._apply_plan(outcome)
+
+    async def _apply_plan(self, plan: Plan) -> bool:
+        state = self.state
+        if plan.based_on_compaction_seq != state.last_compaction_seq:
+            reason = f"stale plan for round {plan.round}: history was compacted since"
+            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
+            return False
+        seq = state.last_seq + 1
+        result = apply_compaction(
+            state.history,
+            summary=plan.summary,
+            summary_seq=seq,
+            covers_through=plan.covers_through,
+            user_budget_chars=self.settings.user_budget_chars,
+        )
+        tokens_after = estimate_tokens(
+            build_projection(
+                result.history, stubbed=state.stubbed, protected_text=self._protected_text()
+            )
+        )
+        record = CompactionRecord(
+            seq=seq,
+            kind="full" if plan.kind == "full" else "fallback",
+            summary=plan.summary,
+            covers_through=plan.covers_through,
+            retained=result.retained,
+            reason=plan.reason,
+            tokens_before=plan.tokens_before,
+            tokens_after=tokens_after,
+            removed=result.removed,
+            round=state.round,
+            turn=state.turn,
+            estimated=plan.estimated,
+        )
+        await self._persist([record])
+        self._log.info(
+            "history_compacted",
+            tokens_before=plan.tokens_before,
+            tokens_after=tokens_after,
+            removed=result.removed,
+            retained=len(result.retained),
+            reason=plan.reason,
+        )
+        self.ctx.publish(
+            HistoryCompacted(
+                session_id=self.ctx.session_id,
+                kind=record.kind,
+                tokens_before=plan.tokens_before,
+                tokens_after=tokens_after,
+                estimated=plan.estimated,
+                removed=result.removed,
+                retained=len(result.retained),
+                reason=plan.reason,
+                summary=plan.summary,
+                covers_through=plan.covers_through,
+                round=state.round,
+            )
+        )
+        return True
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _protected_text(self) -> str | None:
+        return None
+
+    def _projection(self) -> tuple[Item, ...]:
+        return build_projection(
+            self.state.history, stubbed=self.state.stubbed, protected_text=self._protected_text()
+        )
+
+    def _snapshot(self, *, manual: bool = False, focus: str | None = None) -> RoundCommitted:
+        state = self.state
+        return RoundCommitted(
+            session_id=self.ctx.session_id,
+            round=state.round,
+            history=tuple(state.history),
+            usage=state.round_usage,
+            last_seq=state.last_seq,
+            last_compaction_seq=state.last_compaction_seq,
+            manual=manual,
+            focus=focus,
+        )
+
+    async def _persist(self, records: Sequence[Record], *, snapshot: bool = False) -> None:
+        """Fold one batch into the state and wait until it is durable.
+
+        Folding first lets the committed snapshot include the batch; if the write fails the
+        session fails with it, so no caller ever sees state that is not on disk. With
+        ``snapshot``, persistence hands the compactor that snapshot once the batch is durable.
+        """
+        if not records:
+            return
+        for record in records:
+            self.state.apply(record)
+        reply: Reply[None] = Reply()
+        await self.ctx.persistence.send(
+            Append(
+                session_id=self.ctx.session_id,
+                records=tuple(records),
+                reply=reply,
+                committed=self._snapshot() if snapshot else None,
+                notify=self.committed if snapshot else None,
+            )
+        )
+        with anyio.fail_after(self.ctx.write_timeout, shield=True):
+            # a write already sent must be answered before this task may be cancelled
+            await reply.wait()

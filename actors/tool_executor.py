@@ -1,0 +1,85 @@
+"""The tool executor actor: runs one round's calls concurrently, never crashes on a tool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from runtime._events import Event, ToolFinished, ToolStarted
+from runtime._items import FunctionCall, FunctionCallOutput
+from runtime._tools import ToolRegistry, execute_call
+
+from ._messages import RunTools
+
+__all__ = ["run_tool_executor"]
+
+_log = structlog.get_logger("stowage.tools")
+
+
+async def run_tool_executor(
+    session_id: str,
+    registry: ToolRegistry,
+    inbox: MemoryObjectReceiveStream[RunTools],
+    publish: Callable[[Event], None],
+    *,
+    default_timeout: float,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> None:
+    """Serve ``RunTools`` until the inbox closes. Every call gets exactly one output, in call
+    order: a tool's exception, timeout, unknown name or bad arguments become error outputs."""
+    log = _log.bind(session=session_id, actor="tool_executor")
+    async with inbox:
+        async for request in inbox:
+            outputs: list[FunctionCallOutput] = [
+                FunctionCallOutput(call_id=c.call_id, output="", is_error=True)
+                for c in request.calls
+            ]
+            async with anyio.create_task_group() as tg:
+                for index, call in enumerate(request.calls):
+                    tg.start_soon(
+                        _run_one,
+                        session_id,
+                        registry,
+                        call,
+                        request.round,
+                        outputs,
+                        index,
+                        publish,
+                        default_timeout,
+                        limiter,
+                    )
+            log.debug("tools_done", round=request.round, calls=len(outputs))
+            request.reply.set(tuple(outputs))
+
+
+async def _run_one(
+    session_id: str,
+    registry: ToolRegistry,
+    call: FunctionCall,
+    round_: int,
+    outputs: list[FunctionCallOutput],
+    index: int,
+    publish: Callable[[Event], None],
+    default_timeout: float,
+    limiter: anyio.CapacityLimiter | None,
+) -> None:
+    publish(ToolStarted(session_id=session_id, round=round_, call_id=call.call_id, name=call.name))
+    if limiter is None:
+        output = await execute_call(registry, call, default_timeout=default_timeout)
+    else:
+        async with limiter:
+            output = await execute_call(registry, call, default_timeout=default_timeout)
+    outputs[index] = output
+    publish(
+        ToolFinished(
+            session_id=session_id,
+            round=round_,
+            call_id=call.call_id,
+            name=call.name,
+            is_error=output.is_error,
+            output_chars=len(output.output),
+        )
+    )

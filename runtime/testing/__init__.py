@@ -1,0 +1,16 @@
+"""Test doubles shipped for users: an offline scripted model and a fake OpenAI server."""
+
+from ._brain import ScriptedBrain, is_summary_request, scripted_usage
+from ._fake_server import FakeOpenAIServer, Fault, FaultWhen
+from ._scripted import Brain, ScriptedModel
+
+__all__ = [
+    "Brain",
+    "FakeOpenAIServer",
+    "Fault",
+    "FaultWhen",
+    "ScriptedBrain",
+    "ScriptedModel",
+    "is_summary_request",
+    "scripted_usage",
+]

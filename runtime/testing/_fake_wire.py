@@ -1,0 +1,338 @@
+"""The fake server's side of the wire: bodies back into requests, responses into real formats.
+
+The inverse of ``runtime._openai_wire``, pure, so the fake server is a thin HTTP shell. The
+bodies and stream events follow the shapes the real API sends (ids, ``object`` fields, usage
+details, sequence numbers) closely enough for the official SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from .._gateway import ModelRequest, ModelResponse, ToolSpec
+from .._items import (
+    AssistantMessage,
+    CompactionSummary,
+    FunctionCall,
+    FunctionCallOutput,
+    Item,
+    SystemMessage,
+    UserMessage,
+)
+from .._openai_wire import SUMMARY_PREFIX
+
+__all__ = [
+    "chat_completion",
+    "chat_chunks",
+    "request_from_chat",
+    "request_from_responses",
+    "responses_events",
+    "responses_object",
+]
+
+_PIECE = 16
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _message(role: str, text: str) -> Item:
+    if role in ("system", "developer"):
+        return SystemMessage(text=text)
+    if role == "assistant":
+        return AssistantMessage(text=text)
+    if text.startswith(SUMMARY_PREFIX):
+        return CompactionSummary(text=text[len(SUMMARY_PREFIX) :])
+    return UserMessage(text=text)
+
+
+def _request(
+    body: dict[str, Any], items: list[Item], tools: list[ToolSpec], purpose: str | None
+) -> ModelRequest:
+    summary = purpose == "summary" if purpose in ("round", "summary") else not tools
+    max_tokens = body.get("max_tokens", body.get("max_output_tokens"))
+    return ModelRequest(
+        model=str(body.get("model", "")),
+        input=tuple(items),
+        tools=tuple(tools),
+        tool_choice="none" if summary or body.get("tool_choice") == "none" else "auto",
+        max_output_tokens=int(max_tokens) if max_tokens is not None else None,
+        purpose="summary" if summary else "round",
+    )
+
+
+def request_from_chat(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
+    """The ``ModelRequest`` a Chat Completions body stands for.
+
+    ``purpose`` comes from the gateway's purpose header; without it a request with no tools is
+    taken for a summary. Raises ``KeyError``/``TypeError`` on a malformed body.
+    """
+    items: list[Item] = []
+    for message in body["messages"]:
+        role = message["role"]
+        if role == "tool":
+            items.append(
+                FunctionCallOutput(
+                    call_id=message["tool_call_id"], output=_text(message.get("content"))
+                )
+            )
+            continue
+        text = _text(message.get("content"))
+        if text or role != "assistant":
+            items.append(_message(role, text))
+        for call in message.get("tool_calls") or ():
+            function = call["function"]
+            items.append(
+                FunctionCall(
+                    call_id=call["id"], name=function["name"], arguments=function["arguments"]
+                )
+            )
+    tools = [
+        ToolSpec(
+            name=t["function"]["name"],
+            description=t["function"].get("description", ""),
+            parameters=t["function"].get("parameters") or {},
+        )
+        for t in body.get("tools") or ()
+    ]
+    return _request(body, items, tools, purpose)
+
+
+def request_from_responses(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
+    """The ``ModelRequest`` a Responses API body stands for (see ``request_from_chat``)."""
+    raw = body.get("input", [])
+    entries = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
+    items: list[Item] = []
+    if body.get("instructions"):
+        items.append(SystemMessage(text=str(body["instructions"])))
+    for entry in entries:
+        kind = entry.get("type", "message")
+        if kind == "function_call":
+            items.append(
+                FunctionCall(
+                    call_id=entry["call_id"], name=entry["name"], arguments=entry["arguments"]
+                )
+            )
+        elif kind == "function_call_output":
+            items.append(
+                FunctionCallOutput(call_id=entry["call_id"], output=_text(entry["output"]))
+            )
+        else:
+            items.append(_message(entry["role"], _text(entry.get("content"))))
+    tools = [
+        ToolSpec(
+            name=t["name"],
+            description=t.get("description") or "",
+            parameters=t.get("parameters") or {},
+        )
+        for t in body.get("tools") or ()
+        if t.get("type") == "function"
+    ]
+    return _request(body, items, tools, purpose)
+
+
+def _id(prefix: str, *parts: object) -> str:
+    return prefix + hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:24]
+
+
+def _pieces(text: str) -> Iterator[str]:
+    for start in range(0, len(text), _PIECE):
+        yield text[start : start + _PIECE]
+
+
+def _chat_usage(response: ModelResponse) -> dict[str, Any] | None:
+    u = response.usage
+    if u is None:
+        return None
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def chat_completion(response: ModelResponse, *, model: str, serial: int) -> dict[str, Any]:
+    """A ``chat.completion`` body for ``response``."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": response.text or None,
+        "refusal": None,
+    }
+    if response.calls:
+        message["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in response.calls
+        ]
+    return {
+        "id": _id("chatcmpl-", serial, model),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if response.calls else "stop",
+            }
+        ],
+        "usage": _chat_usage(response),
+    }
+
+
+def chat_chunks(
+    response: ModelResponse, *, model: str, serial: int, include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` dicts that stream ``response``."""
+    base = {
+        "id": _id("chatcmpl-", serial, model),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [choice], **extra}
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in _pieces(response.text):
+        yield chunk({"content": piece})
+    for index, call in enumerate(response.calls):
+        head = {"index": index, "id": call.call_id, "type": "function"}
+        yield chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
+        for piece in _pieces(call.arguments):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, "tool_calls" if response.calls else "stop")
+    if include_usage:
+        yield {**base, "choices": [], "usage": _chat_usage(response)}
+
+
+def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
+    output: list[dict[str, Any]] = []
+    for index, item in enumerate(response.items):
+        if isinstance(item, AssistantMessage):
+            output.append(
+                {
+                    "type": "message",
+                    "id": _id("msg_", serial, index),
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "output_text",
+                            "text": item.text,
+                            "annotations": [],
+                            "logprobs": [],
+                        }
+                    ],
+                }
+            )
+        else:
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": _id("fc_", serial, index),
+                    "call_id": item.call_id,
+                    "name": item.name,
+                    "arguments": item.arguments,
+                    "status": "completed",
+                }
+            )
+    return output
+
+
+def responses_object(
+    response: ModelResponse, *, model: str, serial: int, status: str = "completed"
+) -> dict[str, Any]:
+    """A Responses API ``response`` object for ``response``."""
+    u = response.usage
+    usage = (
+        {
+            "input_tokens": u.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.total_tokens,
+        }
+        if u is not None and status == "completed"
+        else None
+    )
+    return {
+        "id": _id("resp_", serial, model),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": _output_items(response, serial) if status == "completed" else [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+
+
+def responses_events(
+    response: ModelResponse, *, model: str, serial: int
+) -> Iterator[dict[str, Any]]:
+    """The Responses API stream events for ``response``, ``response.created`` to ``completed``."""
+    sequence = 0
+
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        nonlocal sequence
+        sequence += 1
+        return {"type": kind, "sequence_number": sequence - 1, **fields}
+
+    yield event(
+        "response.created",
+        response=responses_object(response, model=model, serial=serial, status="in_progress"),
+    )
+    for index, item in enumerate(_output_items(response, serial)):
+        at = {"output_index": index, "item_id": item["id"]}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            yield event("response.content_part.added", **at, content_index=0, part=part)
+            for piece in _pieces(text):
+                yield event(
+                    "response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[]
+                )
+            yield event("response.output_text.done", **at, content_index=0, text=text, logprobs=[])
+            yield event(
+                "response.content_part.done", **at, content_index=0, part=item["content"][0]
+            )
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            for piece in _pieces(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **at, delta=piece)
+            yield event("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event(
+        "response.completed", response=responses_object(response, model=model, serial=serial)
+    )

@@ -1,0 +1,58 @@
+"""Run the fake OpenAI server: ``python -m runtime.testing.fake_server --port 0``.
+
+The first stdout line is ``listening http://HOST:PORT/v1``; it serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import anyio
+
+from ._brain import ScriptedBrain
+from ._fake_server import FakeOpenAIServer
+
+__all__ = ["main"]
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runtime.testing.fake_server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--record", type=Path, default=None, help="append request bodies (JSONL)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added per request")
+    parser.add_argument("--tool-rounds", type=int, default=2)
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = FakeOpenAIServer(
+        brain=ScriptedBrain(tool_rounds=args.tool_rounds),
+        host=args.host,
+        port=args.port,
+        latency=args.latency,
+        record=args.record,
+    )
+    await server.serve(lambda line: print(line, flush=True))
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """uvicorn re-raises the signal it shut down on; by then there is nothing left to do."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGTERM or SIGINT; returns the exit status."""
+    args = _parse(argv)
+    # uvicorn restores the handlers it found and re-raises the signal: make that a no-op.
+    signal.signal(signal.SIGTERM, _ignore)
+    signal.signal(signal.SIGINT, _ignore)
+    anyio.run(_serve, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Durable session logs behind one Protocol, and the codec that gives every store one format.
+
+``open_store`` picks a store from a spec: a plain path is a JSONL directory (the default),
+``sqlite:///path`` a SQLite file, ``postgresql://...`` a PostgreSQL database.
+"""
+
+from __future__ import annotations
+
+from ._codec import decode_record, encode_record
+from ._jsonl import JsonlStore
+from ._open import open_store
+from ._postgres import PostgresStore
+from ._protocol import LogRead, LogStore, TornTail
+from ._sqlite import SqliteStore
+
+__all__ = [
+    "JsonlStore",
+    "LogRead",
+    "LogStore",
+    "PostgresStore",
+    "SqliteStore",
+    "TornTail",
+    "decode_record",
+    "encode_record",
+    "open_store",
+]

@@ -1,0 +1,357 @@
+"""The record codec: one record, one JSON line.
+
+Every store writes the same line format (JSONL holds it verbatim, SQLite and PostgreSQL keep it
+as the row body), so a log can move between stores byte for byte. The codec is on the hot path
+of every append and every resume, hence orjson and hand-written field mapping, no validation
+framework: a line is checked just enough that a bad one fails with a message naming the record
+type and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from runtime._items import HistoryEntry, item_from_dict, item_to_dict
+from runtime._records import (
+    CompactionKind,
+    CompactionRecord,
+    ErrorRecord,
+    ItemRecord,
+    MicrocompactRecord,
+    ProtectedRecord,
+    Record,
+    RoundCommittedRecord,
+    SessionRecord,
+    TurnRecord,
+    Usage,
+)
+
+__all__ = ["FORMAT_VERSION", "decode_record", "encode_record"]
+
+FORMAT_VERSION = 1
+"""The ``v`` every line carries; a reader refuses any other."""
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def _usage_out(usage: Usage | None) -> dict[str, int] | None:
+    if usage is None:
+        return None
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _enc_session(r: SessionRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "session",
+        "model": r.model, "context_window": r.context_window,
+        "tools": list(r.tools), "settings": r.settings,
+    }  # fmt: skip
+
+
+def _enc_item(r: ItemRecord) -> dict[str, Any]:
+    out = {"v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "item"}
+    out["item"] = item_to_dict(r.item)
+    if r.round is not None:
+        out["round"] = r.round
+    return out
+
+
+def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "round_committed",
+        "round": r.round, "usage": _usage_out(r.usage),
+        "first_seq": r.first_seq, "last_seq": r.last_seq, "interrupted": r.interrupted,
+    }  # fmt: skip
+
+
+def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "compaction",
+        "kind": r.kind, "summary": r.summary, "covers_through": r.covers_through,
+        "retained": [{"seq": e.seq, "item": item_to_dict(e.item)} for e in r.retained],
+        "reason": r.reason, "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
+        "removed": r.removed, "round": r.round, "turn": r.turn, "protected": r.protected,
+        "estimated": r.estimated,
+    }  # fmt: skip
+
+
+def _enc_microcompact(r: MicrocompactRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "microcompact",
+        "stubbed": list(r.stubbed), "reason": r.reason,
+        "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
+        "estimated": r.estimated,
+    }  # fmt: skip
+
+
+def _enc_protected(r: ProtectedRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "protected",
+        "ops": list(r.ops), "source": r.source,
+    }  # fmt: skip
+
+
+def _enc_turn(r: TurnRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "turn",
+        "turn": r.turn, "phase": r.phase,
+    }  # fmt: skip
+
+
+def _enc_error(r: ErrorRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "error",
+        "kind": r.kind, "message": r.message,
+    }  # fmt: skip
+
+
+_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
+    SessionRecord: _enc_session,
+    ItemRecord: _enc_item,
+    RoundCommittedRecord: _enc_round_committed,
+    CompactionRecord: _enc_compaction,
+    MicrocompactRecord: _enc_microcompact,
+    ProtectedRecord: _enc_protected,
+    TurnRecord: _enc_turn,
+    ErrorRecord: _enc_error,
+}
+
+
+def encode_record(record: Record) -> bytes:
+    """One JSON line for ``record``, ending in ``\\n``.
+
+    Raises ``TypeError`` when ``record`` is not a record, or holds a value JSON cannot carry
+    (``settings``, ``protected`` and ``ops`` must be JSON values with string keys; tuples inside
+    them come back as lists).
+    """
+    encoder = _ENCODERS.get(type(record))
+    if encoder is None:
+        raise TypeError(f"not a record: {record!r}")
+    return orjson.dumps(encoder(record), option=orjson.OPT_APPEND_NEWLINE)
+
+
+# -- decoding ---------------------------------------------------------------------------------
+# Field readers raise KeyError for a missing field and ValueError for a wrong type; the caller
+# turns both into one message naming the record type.
+
+
+def _int(d: dict[str, Any], key: str) -> int:
+    value = d[key]
+    if type(value) is not int:  # bool is an int subclass and not a seq
+        raise ValueError(f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _opt_int(d: dict[str, Any], key: str) -> int | None:
+    value = d.get(key)
+    return None if value is None else _int(d, key)
+
+
+def _str(d: dict[str, Any], key: str) -> str:
+    value = d[key]
+    if not isinstance(value, str):
+        raise ValueError(f"field {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _bool(d: dict[str, Any], key: str) -> bool:
+    value = d.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"field {key!r} must be a boolean, got {value!r}")
+    return value
+
+
+def _opt_dict(d: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"field {key!r} must be an object or null, got {value!r}")
+    return value
+
+
+def _list(d: dict[str, Any], key: str) -> list[Any]:
+    value = d[key]
+    if not isinstance(value, list):
+        raise ValueError(f"field {key!r} must be a list, got {value!r}")
+    return value
+
+
+def _ints(values: list[Any], key: str) -> tuple[int, ...]:
+    if any(type(v) is not int for v in values):
+        raise ValueError(f"field {key!r} must be a list of integers")
+    return tuple(values)
+
+
+def _item(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"an item must be an object, got {value!r}")
+    return item_from_dict(value)
+
+
+def _usage_in(d: dict[str, Any]) -> Usage | None:
+    value = d.get("usage")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'usage' must be an object or null, got {value!r}")
+    return Usage(
+        input_tokens=_int(value, "input_tokens"),
+        output_tokens=_int(value, "output_tokens"),
+        total_tokens=_int(value, "total_tokens"),
+    )
+
+
+def _kind(value: Any) -> CompactionKind:
+    if value == "full":
+        return "full"
+    if value == "fallback":
+        return "fallback"
+    raise ValueError(f"field 'kind' must be 'full' or 'fallback', got {value!r}")
+
+
+def _source(value: Any) -> Literal["user", "summarizer"]:
+    if value == "user":
+        return "user"
+    if value == "summarizer":
+        return "summarizer"
+    raise ValueError(f"field 'source' must be 'user' or 'summarizer', got {value!r}")
+
+
+def _phase(value: Any) -> Literal["started", "finished"]:
+    if value == "started":
+        return "started"
+    if value == "finished":
+        return "finished"
+    raise ValueError(f"field 'phase' must be 'started' or 'finished', got {value!r}")
+
+
+def _dec_session(d: dict[str, Any]) -> SessionRecord:
+    settings = _opt_dict(d, "settings")
+    return SessionRecord(
+        seq=_int(d, "seq"),
+        ts=_str(d, "ts"),
+        model=_str(d, "model"),
+        context_window=_opt_int(d, "context_window"),
+        tools=tuple(str(t) for t in d.get("tools", ())),
+        settings={} if settings is None else settings,
+    )
+
+
+def _dec_item(d: dict[str, Any]) -> ItemRecord:
+    return ItemRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), item=_item(d["item"]), round=_opt_int(d, "round")
+    )
+
+
+def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
+    return RoundCommittedRecord(
+        seq=_int(d, "seq"),
+        ts=_str(d, "ts"),
+        round=_int(d, "round"),
+        usage=_usage_in(d),
+        first_seq=_int(d, "first_seq"),
+        last_seq=_int(d, "last_seq"),
+        interrupted=_bool(d, "interrupted"),
+    )
+
+
+def _entry(value: Any) -> HistoryEntry:
+    if not isinstance(value, dict):
+        raise ValueError(f"a retained entry must be an object, got {value!r}")
+    return HistoryEntry(seq=_int(value, "seq"), item=_item(value["item"]))
+
+
+def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
+    return CompactionRecord(
+        seq=_int(d, "seq"),
+        ts=_str(d, "ts"),
+        kind=_kind(d.get("kind", "full")),
+        summary=_str(d, "summary"),
+        covers_through=_int(d, "covers_through"),
+        retained=tuple(_entry(e) for e in _list(d, "retained")),
+        reason=_str(d, "reason"),
+        tokens_before=_opt_int(d, "tokens_before"),
+        tokens_after=_opt_int(d, "tokens_after"),
+        removed=_int(d, "removed"),
+        round=_int(d, "round"),
+        turn=_int(d, "turn") if "turn" in d else 0,
+        protected=_opt_dict(d, "protected"),
+        estimated=_bool(d, "estimated"),
+    )
+
+
+def _dec_microcompact(d: dict[str, Any]) -> MicrocompactRecord:
+    return MicrocompactRecord(
+        seq=_int(d, "seq"),
+        ts=_str(d, "ts"),
+        stubbed=_ints(_list(d, "stubbed"), "stubbed"),
+        reason=_str(d, "reason"),
+        tokens_before=_opt_int(d, "tokens_before"),
+        tokens_after=_opt_int(d, "tokens_after"),
+        estimated=_bool(d, "estimated"),
+    )
+
+
+def _dec_protected(d: dict[str, Any]) -> ProtectedRecord:
+    ops = _list(d, "ops")
+    if not all(isinstance(op, dict) for op in ops):
+        raise ValueError("field 'ops' must be a list of objects")
+    source = _source(d.get("source", "user"))
+    return ProtectedRecord(seq=_int(d, "seq"), ts=_str(d, "ts"), ops=tuple(ops), source=source)
+
+
+def _dec_turn(d: dict[str, Any]) -> TurnRecord:
+    phase = _phase(d["phase"])
+    return TurnRecord(seq=_int(d, "seq"), ts=_str(d, "ts"), turn=_int(d, "turn"), phase=phase)
+
+
+def _dec_error(d: dict[str, Any]) -> ErrorRecord:
+    return ErrorRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), kind=_str(d, "kind"), message=_str(d, "message")
+    )
+
+
+_DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
+    "session": _dec_session,
+    "item": _dec_item,
+    "round_committed": _dec_round_committed,
+    "compaction": _dec_compaction,
+    "microcompact": _dec_microcompact,
+    "protected": _dec_protected,
+    "turn": _dec_turn,
+    "error": _dec_error,
+}
+
+
+def decode_record(line: bytes | str) -> Record:
+    """The record one line holds (a trailing newline is allowed).
+
+    Raises ``ValueError`` naming the problem: not JSON, not an object, an unknown ``v``, an
+    unknown ``type``, a missing field or a field of the wrong type.
+    """
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"record is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"record is not a JSON object: {data!r:.80}")
+    version = data.get("v")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise ValueError(f"unknown record version {version!r}; this build reads v={FORMAT_VERSION}")
+    kind = data.get("type")
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise ValueError(f"unknown record type {kind!r}")
+    try:
+        return decoder(data)
+    except KeyError as exc:
+        raise ValueError(f"{kind} record lacks field {exc.args[0]!r}") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{kind} record: {exc}") from None

@@ -1,0 +1,446 @@
+"""The default store: one append-only JSONL file per session.
+
+Line ``n`` of a log holds seq ``n``, so a reader can locate any record by counting newlines
+from a known one. Resume uses that: it scans backwards for the newest compaction line and
+decodes only what follows it, so its cost grows with the tail, not with the whole log.
+
+Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
+was given in that hop), because the persistence actor batches across many sessions and a hop per
+file would cost more than the writes. A failed write is cut back to where the file stood, so an
+acknowledged batch is whole and an unacknowledged one is absent (a crash can still leave a torn
+last line, which the next read cuts off and reports).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import aiofiles
+import aiofiles.os
+import anyio
+import anyio.to_thread
+import structlog
+
+from runtime._config import validate_session_id
+from runtime._errors import (
+    ConfigError,
+    InvalidSessionId,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+)
+from runtime._records import Record
+
+from ._codec import encode_record
+from ._fdcache import FdCache
+from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
+from ._protocol import LogRead, TornTail
+
+__all__ = ["JsonlStore"]
+
+log = structlog.get_logger("stowage.storage")
+
+_SUFFIX = ".jsonl"
+_PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loop
+_sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append needs
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    lock: anyio.Lock
+    users: int = 0
+
+
+class _SessionLocks:
+    """One lock per session id, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._slots: dict[str, _Slot] = {}
+
+    def known(self) -> list[str]:
+        return list(self._slots)
+
+    @asynccontextmanager
+    async def hold(self, session_ids: Iterable[str]) -> AsyncIterator[None]:
+        # Sorted order everywhere, so two group commits over overlapping sessions cannot
+        # deadlock; the user count (not lock state) decides removal, so a slot is never
+        # replaced while someone is about to acquire it.
+        slots: list[tuple[str, _Slot]] = []
+        for session_id in sorted(set(session_ids)):
+            slot = self._slots.get(session_id)
+            if slot is None:
+                slot = self._slots[session_id] = _Slot(anyio.Lock())
+            slot.users += 1
+            slots.append((session_id, slot))
+        held: list[_Slot] = []
+        try:
+            for _, slot in slots:
+                await slot.lock.acquire()
+                held.append(slot)
+            yield
+        finally:
+            for slot in reversed(held):
+                slot.lock.release()
+            for session_id, slot in slots:
+                slot.users -= 1
+                if slot.users == 0:
+                    del self._slots[session_id]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a regular file rarely writes short, but it is allowed to
+        view = view[os.write(fd, view) :]
+
+
+class JsonlStore:
+    """Session logs as ``<root>/<session_id>.jsonl``, one record per line.
+
+    ``durability="fsync"`` syncs every batch before acknowledging it; ``"none"`` leaves it to the
+    OS (fast, loses recent batches on a power cut, never corrupts the middle of a log).
+    Raises ``ConfigError`` for an unknown durability or a root that cannot be created.
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        durability: Literal["fsync", "none"] = "fsync",
+        max_open_files: int = 512,
+    ) -> None:
+        if durability not in ("fsync", "none"):
+            raise ConfigError(f"durability must be 'fsync' or 'none', got {durability!r}")
+        try:
+            Path(root).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create store root {str(root)!r}: {exc}") from exc
+        self._root = os.path.realpath(root)
+        self._fsync = durability == "fsync"
+        self._fds = FdCache(max_open_files)
+        self._locks = _SessionLocks()
+        self._last_seq: dict[str, int] = {}  # per session, while known; reloaded from the file
+        self._closed = False
+
+    def __repr__(self) -> str:
+        durability = "fsync" if self._fsync else "none"
+        return f"JsonlStore({self._root!r}, durability={durability!r})"
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the logs."""
+        return Path(self._root)
+
+    # -- LogStore ---------------------------------------------------------------------------
+
+    async def create(self, session_id: str, records: Sequence[Record]) -> None:
+        """Start a log holding ``records`` (seqs 1, 2, ...), atomically.
+
+        Raises ``InvalidSessionId``, ``SessionExists``, or ``StoreError`` for bad seqs or I/O.
+        """
+        path = self._path(session_id)
+        if records and records[0].seq != 1:
+            raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {records[0].seq}")
+        _check_dense(session_id, records)
+        data = _encode(session_id, records)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
+            self._last_seq[session_id] = records[-1].seq if records else 0
+
+    async def append(self, session_id: str, records: Sequence[Record]) -> None:
+        """Append one batch, written whole and synced before this returns.
+
+        Raises ``InvalidSessionId``, ``SessionNotFound``, ``StoreError`` when the seqs do not
+        continue the log exactly, or on I/O failure (then nothing of the batch remains).
+        """
+        await self.append_batches(((session_id, records),))
+
+    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
+        """Append several sessions' batches, then sync each file once (group commit).
+
+        All or nothing: if any batch is refused (``InvalidSessionId``, ``SessionNotFound``,
+        ``StoreError`` naming the session and seqs) or a write fails, no batch is kept.
+        """
+        planned: list[tuple[str, str, Sequence[Record], bytes]] = []
+        for session_id, records in batches:
+            path = self._path(session_id)
+            _check_dense(session_id, records)
+            planned.append((session_id, path, records, _encode(session_id, records)))
+        if not planned:
+            return
+        paths = {session_id: path for session_id, path, _, _ in planned}
+        async with self._locks.hold(paths):
+            self._check_open()
+            for session_id in sorted(paths):
+                if session_id not in self._last_seq:
+                    await self._load_last_seq(session_id, paths[session_id])
+            last = {session_id: self._last_seq[session_id] for session_id in paths}
+            chunks: dict[str, list[bytes]] = {}
+            for session_id, _, records, data in planned:
+                if not records:
+                    continue
+                first = records[0].seq
+                if first != last[session_id] + 1:
+                    problem = "gap" if first > last[session_id] + 1 else "regression"
+                    raise StoreError(
+                        f"session {session_id!r}: seq {problem}: batch starts at seq {first} "
+                        f"but the log ends at seq {last[session_id]} "
+                        f"(expected {last[session_id] + 1})"
+                    )
+                last[session_id] = records[-1].seq
+                chunks.setdefault(session_id, []).append(data)
+            if not chunks:
+                return
+            writes = [(sid, paths[sid], b"".join(parts)) for sid, parts in chunks.items()]
+            try:
+                await anyio.to_thread.run_sync(self._write_group, writes)
+            except BaseException:
+                for session_id in chunks:  # the file is the truth again; reload on next use
+                    self._last_seq.pop(session_id, None)
+                raise
+            self._last_seq.update(last)
+
+    async def read(self, session_id: str) -> LogRead:
+        """Every record, in seq order; a torn last line is cut off and reported.
+
+        Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError`` naming the file and
+        line of a bad record that is not the last, or of a seq out of place.
+        """
+        path = self._path(session_id)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            records, torn = await self._read_locked(session_id, path)
+            return LogRead(records=tuple(records), torn_tail=torn)
+
+    async def read_tail(self, session_id: str) -> LogRead:
+        """The session record, then every record from the newest compaction's
+        ``covers_through + 1`` on; reads backwards, so its cost grows with the tail only.
+
+        Raises like ``read``.
+        """
+        path = self._path(session_id)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            try:
+                end, records = await self._read_tail_locked(session_id, path)
+            except NeedFullScan:
+                full, torn = await self._read_locked(session_id, path)
+                return LogRead(records=tail_of(full), torn_tail=torn)
+            self._last_seq[session_id] = end.last.seq if end.last is not None else 0
+            return LogRead(records=records, torn_tail=await self._repair(session_id, path, end))
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a log exists for the id; raises ``InvalidSessionId``."""
+        path = self._path(session_id)
+        return await aiofiles.os.path.isfile(path)
+
+    async def list_sessions(self) -> list[str]:
+        """Ids of every log under the root, sorted; raises ``StoreError`` if it cannot list."""
+        try:
+            return await anyio.to_thread.run_sync(self._list_sync)
+        except OSError as exc:
+            raise StoreError(f"cannot list store root {self._root!r}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        """Wait for writes in flight, then close every open file; later calls raise."""
+        if self._closed:
+            return
+        async with self._locks.hold(self._locks.known()):
+            self._closed = True
+            self._fds.close_all()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def _read_locked(
+        self, session_id: str, path: str
+    ) -> tuple[list[Record], TornTail | None]:
+        try:
+            async with aiofiles.open(path, "rb") as file:
+                data = await file.read()
+        except FileNotFoundError:
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        if len(data) > _PARSE_IN_THREAD:
+            records, end = await anyio.to_thread.run_sync(parse_all, data, path)
+        else:
+            records, end = parse_all(data, path)
+        self._last_seq[session_id] = records[-1].seq if records else 0
+        return records, await self._repair(session_id, path, end)
+
+    async def _read_tail_locked(
+        self, session_id: str, path: str
+    ) -> tuple[LogEnd, tuple[Record, ...]]:
+        try:
+            async with aiofiles.open(path, "rb") as file:
+                sx = Suffix(file, await file.seek(0, os.SEEK_END))
+                end = await scan_end(sx)
+                records = () if end.last is None else await tail_records(sx, end)
+        except FileNotFoundError:
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        return end, records
+
+    async def _load_last_seq(self, session_id: str, path: str) -> None:
+        """Learn where a log ends before its first append, cutting a torn tail off first."""
+        try:
+            try:
+                async with aiofiles.open(path, "rb") as file:
+                    end = await scan_end(Suffix(file, await file.seek(0, os.SEEK_END)))
+            except NeedFullScan:
+                await self._read_locked(session_id, path)  # names the bad line, or repairs
+                return
+        except FileNotFoundError:
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        await self._repair(session_id, path, end)
+        self._last_seq[session_id] = end.last.seq if end.last is not None else 0
+
+    async def _repair(self, session_id: str, path: str, end: LogEnd) -> TornTail | None:
+        if not end.torn_bytes:
+            return None
+        await anyio.to_thread.run_sync(self._truncate_sync, path, end.good_end)
+        line = end.last.seq + 1 if end.last is not None else 1
+        log.warning(
+            "log_torn_tail_repaired",
+            session_id=session_id,
+            path=path,
+            line=line,
+            bytes_removed=end.torn_bytes,
+        )
+        return TornTail(path=path, line=line, bytes_removed=end.torn_bytes)
+
+    # -- blocking parts, run in a worker thread ---------------------------------------------
+
+    def _create_sync(self, session_id: str, path: str, data: bytes) -> None:
+        # Written under a temporary name and linked into place, so a crash never leaves a
+        # half-created log, and link() refuses an existing name atomically.
+        temp = os.path.join(self._root, f".{session_id}.{secrets.token_hex(4)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        try:
+            fd = os.open(temp, flags, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create a log for session {session_id!r}: {exc}") from exc
+        try:
+            try:
+                _write_all(fd, data)
+                if self._fsync:
+                    _sync_data(fd)
+                os.link(temp, path)
+            finally:
+                with suppress(OSError):
+                    os.unlink(temp)
+            if self._fsync:
+                self._sync_root()
+        except FileExistsError:
+            os.close(fd)
+            raise SessionExists(f"session {session_id!r} already has a log at {path}") from None
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(f"cannot create {path}: {exc}") from exc
+        self._fds.adopt(session_id, fd)  # the same inode, now named path
+
+    def _write_group(self, writes: list[tuple[str, str, bytes]]) -> None:
+        pinned: list[str] = []
+        written: list[tuple[int, int]] = []  # (fd, size before the write)
+        try:
+            for session_id, path, data in writes:
+                fd = self._fds.acquire(
+                    session_id, functools.partial(self._open_append, session_id, path)
+                )
+                pinned.append(session_id)
+                written.append((fd, os.fstat(fd).st_size))
+                _write_all(fd, data)
+            if self._fsync:
+                for fd, _ in written:
+                    _sync_data(fd)
+        except BaseException as exc:
+            # Cut every file back so no batch of the group survives half-acknowledged.
+            for fd, size in written:
+                with suppress(OSError):
+                    os.ftruncate(fd, size)
+            for session_id in pinned:
+                self._fds.discard(session_id)
+            if isinstance(exc, OSError):
+                sessions = ", ".join(repr(sid) for sid, _, _ in writes)
+                raise StoreError(f"cannot append to sessions {sessions}: {exc}") from exc
+            raise
+        finally:
+            for session_id in pinned:
+                self._fds.release(session_id)
+
+    def _list_sync(self) -> list[str]:
+        ids = []
+        with os.scandir(self._root) as entries:
+            for entry in entries:
+                if entry.name.endswith(_SUFFIX) and entry.is_file():
+                    with suppress(InvalidSessionId):
+                        ids.append(validate_session_id(entry.name[: -len(_SUFFIX)]))
+        return sorted(ids)
+
+    def _open_append(self, session_id: str, path: str) -> int:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
+
+    def _truncate_sync(self, path: str, size: int) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                if self._fsync:
+                    _sync_data(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot cut the torn tail of {path}: {exc}") from exc
+
+    def _sync_root(self) -> None:
+        # A new file's name is durable only once its directory is synced.
+        fd = os.open(self._root, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _path(self, session_id: str) -> str:
+        validate_session_id(session_id)
+        path = os.path.join(self._root, session_id + _SUFFIX)
+        # Defence in depth: the id pattern already rules out separators and dot names, but a
+        # symlink planted under the root must not lead a write elsewhere either.
+        if os.path.dirname(os.path.realpath(path)) != self._root:
+            raise InvalidSessionId(f"session id {session_id!r} resolves outside {self._root!r}")
+        return path
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed")
+
+
+def _check_dense(session_id: str, records: Sequence[Record]) -> None:
+    for previous, record in itertools.pairwise(records):
+        if record.seq != previous.seq + 1:
+            raise StoreError(
+                f"session {session_id!r}: seqs in a batch must be consecutive, "
+                f"got {previous.seq} then {record.seq}"
+            )
+
+
+def _encode(session_id: str, records: Sequence[Record]) -> bytes:
+    try:
+        return b"".join([encode_record(record) for record in records])
+    except TypeError as exc:
+        raise StoreError(f"session {session_id!r}: a record cannot be encoded: {exc}") from exc

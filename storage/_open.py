@@ -1,0 +1,44 @@
+"""Pick a log store from one string, so settings and the CLI name a store the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from runtime._errors import ConfigError
+
+from ._jsonl import JsonlStore
+from ._protocol import LogStore
+
+__all__ = ["open_store"]
+
+_FORMS = (
+    "a directory path (JSONL), 'sqlite:///relative/file.db' or 'sqlite:////absolute/file.db', "
+    "or 'postgresql://user@host:port/db'"
+)
+
+
+def open_store(spec: str | Path, *, durability: Literal["fsync", "none"] = "fsync") -> LogStore:
+    """The store ``spec`` names: a path is a ``JsonlStore`` directory, ``sqlite:///path`` a
+    ``SqliteStore``, ``postgresql://...`` (or ``postgres://``) a ``PostgresStore``.
+
+    Raises ``ConfigError`` naming the spec and the accepted forms when it is none of them.
+    """
+    if isinstance(spec, Path):
+        return JsonlStore(spec, durability=durability)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"store spec {spec!r} is empty or not a string; use {_FORMS}")
+    scheme, sep, rest = spec.partition("://")
+    if not sep:
+        return JsonlStore(spec, durability=durability)
+    if scheme == "sqlite":
+        if not rest.startswith("/") or rest == "/":
+            raise ConfigError(f"store spec {spec!r} names no file; use {_FORMS}")
+        from ._sqlite import SqliteStore
+
+        return SqliteStore(rest[1:], durability=durability)
+    if scheme in ("postgresql", "postgres"):
+        from ._postgres import PostgresStore
+
+        return PostgresStore(spec)
+    raise ConfigError(f"store spec {spec!r} has an unsupported scheme {scheme!r}; use {_FORMS}")

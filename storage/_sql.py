@@ -1,0 +1,99 @@
+"""What the SQL stores share: batch checks before a transaction, row decoding after a query.
+
+SQL stores keep each record's JSON line as its row body (the same bytes JSONL would hold) and a
+per-session row with ``last_seq`` and ``tail_from`` (the newest compaction's covers_through + 1),
+so ``read_tail`` is one indexed range query instead of a scan for the compaction.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from runtime._config import validate_session_id
+from runtime._errors import CorruptLogError, StoreError
+from runtime._records import CompactionRecord, Record
+
+from ._codec import decode_record, encode_record
+
+__all__ = ["PlannedBatch", "check_continues", "decode_rows", "plan_batch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedBatch:
+    """One session's batch, checked and encoded, ready for a transaction."""
+
+    session_id: str
+    rows: list[tuple[str, int, str]]  # (session_id, seq, body)
+    first_seq: int | None
+    last_seq: int | None
+    tail_from: int | None  # set when the batch holds a compaction
+
+
+def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = False) -> PlannedBatch:
+    """Check ids and seqs that need no database, and encode.
+
+    Raises ``InvalidSessionId``, or ``StoreError`` for seqs that are not consecutive (or do not
+    start at 1 when ``create``) and records that cannot be encoded.
+    """
+    validate_session_id(session_id)
+    seqs = [record.seq for record in records]
+    if create and seqs and seqs[0] != 1:
+        raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {seqs[0]}")
+    for previous, seq in itertools.pairwise(seqs):
+        if seq != previous + 1:
+            raise StoreError(
+                f"session {session_id!r}: seqs in a batch must be consecutive, "
+                f"got {previous} then {seq}"
+            )
+    try:
+        rows = [(session_id, r.seq, encode_record(r).decode()) for r in records]
+    except TypeError as exc:
+        raise StoreError(f"session {session_id!r}: a record cannot be encoded: {exc}") from exc
+    tail_from = None
+    for record in reversed(records):
+        if isinstance(record, CompactionRecord):
+            tail_from = record.covers_through + 1
+            break
+    return PlannedBatch(
+        session_id=session_id,
+        rows=rows,
+        first_seq=seqs[0] if seqs else None,
+        last_seq=seqs[-1] if seqs else None,
+        tail_from=tail_from,
+    )
+
+
+def check_continues(batch: PlannedBatch, last_seq: int) -> None:
+    """Raises ``StoreError`` naming the session and seqs unless the batch follows ``last_seq``."""
+    if batch.first_seq is None or batch.first_seq == last_seq + 1:
+        return
+    problem = "gap" if batch.first_seq > last_seq + 1 else "regression"
+    raise StoreError(
+        f"session {batch.session_id!r}: seq {problem}: batch starts at seq {batch.first_seq} "
+        f"but the log ends at seq {last_seq} (expected {last_seq + 1})"
+    )
+
+
+def decode_rows(
+    rows: Iterable[tuple[int, str | bytes]], *, where: str, tail_from: int = 1
+) -> tuple[Record, ...]:
+    """Decode ``(seq, body)`` rows in seq order: seq 1, then dense from ``max(tail_from, 2)``.
+
+    Raises ``CorruptLogError`` naming ``where`` and the seq of a bad row or a missing seq.
+    """
+    out: list[Record] = []
+    expected = 1
+    for seq, body in rows:
+        if seq != expected:
+            raise CorruptLogError(f"seq {seq} where {expected} was expected", path=where, line=seq)
+        try:
+            record = decode_record(body)
+        except ValueError as exc:
+            raise CorruptLogError(str(exc), path=where, line=seq) from None
+        if record.seq != seq:
+            raise CorruptLogError(f"row {seq} holds seq {record.seq}", path=where, line=seq)
+        out.append(record)
+        expected = max(tail_from, 2) if seq == 1 else seq + 1
+    return tuple(out)
