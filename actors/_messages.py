@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from runtime._items import FunctionCall, FunctionCallOutput, HistoryEntry
 from runtime._records import Record, Usage
@@ -16,12 +16,25 @@ __all__ = [
     "Plan",
     "PlanFailed",
     "PlanOutcome",
+    "PlanRequest",
+    "Protect",
     "RoundCommitted",
     "RunTools",
     "SamplerCommand",
     "TurnResult",
     "UserTurn",
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest:
+    """The sampler's watermark policy asks for a plan: why, on which figures, and whether it is
+    blocked waiting for it (``urgent``: a failed summary must fall back at once)."""
+
+    reason: str
+    tokens: int | None
+    estimated: bool
+    urgent: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +53,10 @@ class RoundCommitted:
     last_compaction_seq: int
     manual: bool = False
     focus: str | None = None
+    #: the rendered protected state, shown to the summarizer (None when there is none)
+    protected_text: str | None = None
+    #: set when the sampler re-sent this snapshot because its watermark policy wants a plan
+    request: PlanRequest | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +97,10 @@ class Plan:
     estimated: bool
     based_on_compaction_seq: int
     kind: str = "full"
+    #: protected-state ops the summarizer proposed; the sampler checks each before applying
+    protected_ops: tuple[dict[str, Any], ...] = ()
+    #: what was wrong with the summarizer's updates block (its ops were then dropped whole)
+    protected_problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,4 +140,12 @@ class CompactNow:
     reply: Reply[bool]
 
 
-SamplerCommand: TypeAlias = UserTurn | CompactNow
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Protect:
+    """The user changes protected state; serialized with turns, so never mid-round."""
+
+    ops: tuple[dict[str, Any], ...]
+    reply: Reply[None]
+
+
+SamplerCommand: TypeAlias = UserTurn | CompactNow | Protect

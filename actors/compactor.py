@@ -13,14 +13,17 @@ from collections.abc import Callable
 import anyio
 import structlog
 
+from runtime._budget import effective_threshold, summary_input_budget
 from runtime._compaction import CompactionDecision, build_summary_request, decide_compaction
 from runtime._config import Settings
-from runtime._errors import ModelError
-from runtime._events import CompactionFailed, Event
-from runtime._gateway import ModelGateway
+from runtime._events import Event
+from runtime._gateway import ModelGateway, ModelRequest
+from runtime._items import Item
+from runtime._protected_updates import parse_summary_updates
 
 from ._mailbox import Slot
 from ._messages import Plan, PlanFailed, PlanOutcome, RoundCommitted
+from ._summarizer import Breaker, summarize
 
 __all__ = ["decide_for", "run_compactor"]
 
@@ -35,10 +38,18 @@ def decide_for(snapshot: RoundCommitted, settings: Settings) -> CompactionDecisi
         if len(snapshot.history) < 2:
             return CompactionDecision(compact=False, reason="nothing to compact", tokens=tokens)
         return CompactionDecision(compact=True, reason="manual compaction requested", tokens=tokens)
-    if not settings.auto_compact or settings.compact_threshold is None:
+    if snapshot.request is not None:
+        # the sampler's watermark policy (or a context overflow) asked for this plan
+        request = snapshot.request
+        return CompactionDecision(compact=True, reason=request.reason, tokens=request.tokens)
+    if not settings.auto_compact:
         return CompactionDecision(compact=False, reason="auto compaction is off", tokens=tokens)
+    threshold = effective_threshold(settings)
+    if threshold is None:
+        # watermark mode: only the sampler knows stubs and calibration, so it asks explicitly
+        return CompactionDecision(compact=False, reason="no plan requested", tokens=tokens)
     return decide_compaction(
-        tokens=tokens, threshold=settings.compact_threshold, history_length=len(snapshot.history)
+        tokens=tokens, threshold=threshold, history_length=len(snapshot.history)
     )
 
 
@@ -54,6 +65,8 @@ async def run_compactor(
 ) -> None:
     """Plan compactions for committed snapshots until ``inbox`` is closed."""
     log = _log.bind(session=session_id, actor="compactor")
+    breaker = Breaker(threshold=settings.breaker_failures)
+    input_budget = summary_input_budget(settings)
     while True:
         try:
             snapshot = await inbox.get()
@@ -63,32 +76,49 @@ async def run_compactor(
         if not decision.compact:
             continue
         log.info("compaction_planning", round=snapshot.round, reason=decision.reason)
-        request = build_summary_request(
-            [entry.item for entry in snapshot.history],
-            model=settings.model,
-            focus=snapshot.focus,
-        )
-        try:
-            if limiter is None:
-                response = await gateway.create(request)
-            else:
-                async with limiter:
-                    response = await gateway.create(request)
-        except ModelError as exc:
-            log.warning("compaction_failed", round=snapshot.round, error=str(exc))
-            publish(
-                CompactionFailed(session_id=session_id, error=str(exc), attempt=1, fallback=False)
+
+        def build(items: list[Item], snapshot: RoundCommitted = snapshot) -> ModelRequest:
+            return build_summary_request(
+                items,
+                model=settings.compact_model or settings.model,
+                focus=snapshot.focus,
+                protected_text=snapshot.protected_text,
+                protected_updates=True,
             )
-            plans.put(PlanFailed(round=snapshot.round, error=str(exc)))
+
+        outcome = await summarize(
+            snapshot.history,
+            build=build,
+            gateway=gateway,
+            breaker=breaker,
+            urgent=snapshot.request is not None and snapshot.request.urgent,
+            attempts=settings.max_retries + 1,
+            input_budget=input_budget,
+            publish=publish,
+            session_id=session_id,
+            log=log.bind(round=snapshot.round),
+            limiter=limiter,
+        )
+        if outcome.kind == "failed":
+            plans.put(PlanFailed(round=snapshot.round, error=outcome.note))
             continue
+        # the updates block is cut out here; whether its ops may apply is the sampler's call
+        summary, protected_ops, problems = (
+            parse_summary_updates(outcome.text)
+            if outcome.kind == "full"
+            else (outcome.text, (), ())  # a digest proposes no protected updates
+        )
         plans.put(
             Plan(
                 round=snapshot.round,
-                summary=response.text.strip(),
+                summary=summary,
                 covers_through=snapshot.last_seq,
-                reason=decision.reason,
+                reason=decision.reason + outcome.note,
                 tokens_before=decision.tokens,
-                estimated=False,
+                estimated=snapshot.request is not None and snapshot.request.estimated,
                 based_on_compaction_seq=snapshot.last_compaction_seq,
+                kind=outcome.kind,
+                protected_ops=protected_ops,
+                protected_problems=problems,
             )
         )

@@ -10,7 +10,7 @@ what replay does: live and replayed history cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -19,11 +19,18 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from runtime._compaction import apply_compaction, estimate_tokens
 from runtime._config import Settings
-from runtime._errors import ModelError, SessionFailed
+from runtime._errors import (
+    ContextLengthExceeded,
+    ModelError,
+    ProtectedStateViolation,
+    SessionFailed,
+)
 from runtime._events import (
     AssistantDelta,
     CompactionSkipped,
     HistoryCompacted,
+    ProtectedChanged,
+    ProtectedRefused,
     RoundStarted,
     TurnFinished,
 )
@@ -31,9 +38,14 @@ from runtime._events import RoundCommitted as RoundCommittedEvent
 from runtime._gateway import ModelRequest, ModelResponse, ResponseDone, TextDelta
 from runtime._items import AssistantMessage, FunctionCallOutput, Item, UserMessage
 from runtime._projection import build_projection
+from runtime._protected import prepare_all, verify
+from runtime._protected import render as render_protected
+from runtime._protected_updates import UpdatesReview, review_updates
 from runtime._records import (
     CompactionRecord,
+    ErrorRecord,
     ItemRecord,
+    ProtectedRecord,
     Record,
     RoundCommittedRecord,
     TurnRecord,
@@ -49,12 +61,14 @@ from ._messages import (
     Plan,
     PlanFailed,
     PlanOutcome,
+    Protect,
     RoundCommitted,
     RunTools,
     SamplerCommand,
     TurnResult,
     UserTurn,
 )
+from ._pressure import Pressure
 from .compactor import decide_for
 
 __all__ = ["Sampler", "interrupted_output"]
@@ -84,6 +98,8 @@ class Sampler:
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
+        # the watermark policy's side of this actor (runtime._policy decides, this acts)
+        self._pressure = Pressure(self)
 
     @property
     def settings(self) -> Settings:
@@ -124,6 +140,8 @@ class Sampler:
                 await self._answer(command.reply, self._turn(command.text, command.pinned))
             case CompactNow():
                 await self._answer(command.reply, self._compact_now(command.focus))
+            case Protect():
+                await self._answer(command.reply, self._protect(command.ops))
 
     async def _answer(self, reply: Reply[T], work: Awaitable[T]) -> None:
         try:
@@ -131,6 +149,10 @@ class Sampler:
         except ModelError as exc:
             # the model failing a turn leaves the log consistent: nothing of it was written
             self._log.warning("turn_failed", error=str(exc))
+            reply.fail(exc)
+        except ProtectedStateViolation as exc:
+            # a refused user change is checked before anything is written: the session goes on
+            self._log.warning("protect_refused", error=str(exc))
             reply.fail(exc)
         except BaseException as exc:
             failed = SessionFailed(f"session {self.ctx.session_id} failed: {exc!r}")
@@ -149,6 +171,7 @@ class Sampler:
                 TurnRecord(seq=seq + 2, turn=turn, phase="started"),
             ]
         )
+        self._pressure.turn_started()
         for rounds in range(1, self.settings.max_rounds_per_turn + 1):
             await self._apply_ready_plan()
             answer = await self._round(turn)
@@ -161,6 +184,7 @@ class Sampler:
         """One round; returns the answer text when the model made no tool calls."""
         round_ = self.state.round + 1
         log = self._log.bind(round=round_)
+        await self._pressure.before_request()  # pre-turn and mid-turn: never over the hard mark
         projection = self._projection()
         request = ModelRequest(
             model=self.settings.model,
@@ -177,7 +201,13 @@ class Sampler:
                 estimated=True,
             )
         )
-        response = await self._sample(request, round_)
+        try:
+            response = await self._sample(request, round_)
+        except ContextLengthExceeded as exc:
+            # nothing of the round was written: compact, blocking, and send it once more
+            await self._pressure.recover_overflow(exc)
+            request = replace(request, input=self._projection())
+            response = await self._sample(request, round_)
         seq = self.state.last_seq
         sampled: list[Record] = [
             ItemRecord(seq=seq + 1 + i, item=item, round=round_)
@@ -259,7 +289,8 @@ class Sampler:
     ) -> None:
         """Write the committed batch; persistence hands the snapshot to the compactor once it
         is durable. In threshold mode a due compaction is waited for before the next round."""
-        await self._persist(records, snapshot=True)
+        # in watermark mode the sampler itself hands the compactor the snapshots it asks plans for
+        await self._persist(records, snapshot=self._pressure.threshold is not None)
         snapshot = self._snapshot()
         self.ctx.publish(
             RoundCommittedEvent(
@@ -269,6 +300,7 @@ class Sampler:
         if decide_for(snapshot, self.settings).compact:
             outcome = await self.plans.get_when(lambda o: o.round >= round_)
             await self._apply_outcome(outcome)
+        await self._pressure.after_commit()
 
     # -- compaction ----------------------------------------------------------------------
 
@@ -288,10 +320,14 @@ class Sampler:
             await self._apply_outcome(outcome)
 
     async def _apply_outcome(self, outcome: PlanOutcome) -> bool:
+        self._pressure.settled(outcome)
         if isinstance(outcome, PlanFailed):
             self._log.warning("compaction_unavailable", round=outcome.round, error=outcome.error)
             return False
-        return await self._apply_plan(outcome)
+        applied = await self._apply_plan(outcome)
+        if applied:
+            await self._pressure.after_compaction(outcome)
+        return applied
 
     async def _apply_plan(self, plan: Plan) -> bool:
         state = self.state
@@ -299,7 +335,9 @@ class Sampler:
             reason = f"stale plan for round {plan.round}: history was compacted since"
             self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
             return False
-        seq = state.last_seq + 1
+        review = review_updates(state.protected, plan.protected_ops)
+        protected_records = self._protected_records(plan, review)
+        seq = state.last_seq + 1 + len(protected_records)
         result = apply_compaction(
             state.history,
             summary=plan.summary,
@@ -307,10 +345,18 @@ class Sampler:
             covers_through=plan.covers_through,
             user_budget_chars=self.settings.user_budget_chars,
         )
-        tokens_after = estimate_tokens(
-            build_projection(
-                result.history, stubbed=state.stubbed, protected_text=self._protected_text()
-            )
+        projection = build_projection(
+            result.history,
+            stubbed=state.stubbed,
+            protected_text=render_protected(review.state) or None,
+        )
+        # the check the design promises: no compaction may lose a protected entry
+        lost = (*verify(state.protected, projection), *verify(review.state, projection))
+        if lost:
+            await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
+            return False
+        tokens_after = self._pressure.tool_tokens + estimate_tokens(
+            projection, self._pressure.ratio()
         )
         record = CompactionRecord(
             seq=seq,
@@ -324,9 +370,12 @@ class Sampler:
             removed=result.removed,
             round=state.round,
             turn=state.turn,
+            protected=review.state.snapshot(),
             estimated=plan.estimated,
+            chars_per_token=self._pressure.ratio(),
         )
-        await self._persist([record])
+        await self._persist([*protected_records, record])
+        self._publish_protected(plan, review, applied=True)
         self._log.info(
             "history_compacted",
             tokens_before=plan.tokens_before,
@@ -352,10 +401,92 @@ class Sampler:
         )
         return True
 
+    # -- protected state -----------------------------------------------------------------
+
+    async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
+        """The user's change: all or nothing, checked before anything is written.
+
+        Raises ``ProtectedStateViolation`` naming the entry when an op cannot apply.
+        """
+        _, canonical = prepare_all(self.state.protected, ops, "user")
+        if not canonical:
+            return  # every op repeats what is already there
+        await self._persist(
+            [ProtectedRecord(seq=self.state.last_seq + 1, ops=canonical, source="user")]
+        )
+        self._log.info("protected_changed", source="user", ops=len(canonical))
+        self.ctx.publish(
+            ProtectedChanged(session_id=self.ctx.session_id, source="user", ops=len(canonical))
+        )
+
+    def _protected_records(self, plan: Plan, review: UpdatesReview) -> list[Record]:
+        """Error records for the summarizer's refused or malformed updates, then the
+        ``protected`` record of the accepted ones; seqs follow the state's last one."""
+        first = self.state.last_seq + 1
+        notes = [("protected_updates_malformed", p) for p in plan.protected_problems]
+        notes += [("protected_refused", f"{r.entry}: {r.reason}") for r in review.refused]
+        records: list[Record] = [
+            ErrorRecord(seq=first + n, kind=kind, message=message)
+            for n, (kind, message) in enumerate(notes)
+        ]
+        if review.ops:
+            records.append(
+                ProtectedRecord(seq=first + len(records), ops=review.ops, source="summarizer")
+            )
+        return records
+
+    def _publish_protected(self, plan: Plan, review: UpdatesReview, *, applied: bool) -> None:
+        """Events for what the summarizer's updates did, once the records are durable."""
+        session_id = self.ctx.session_id
+        refusals = [("", problem) for problem in plan.protected_problems]
+        refusals += [(r.entry, r.reason) for r in review.refused]
+        for entry, reason in refusals:
+            self._log.warning("protected_refused", entry=entry, reason=reason)
+            self.ctx.publish(
+                ProtectedRefused(
+                    session_id=session_id, source="summarizer", entry=entry, reason=reason
+                )
+            )
+        if applied and review.ops:
+            self._log.info("protected_changed", source="summarizer", ops=len(review.ops))
+            self.ctx.publish(
+                ProtectedChanged(session_id=session_id, source="summarizer", ops=len(review.ops))
+            )
+
+    async def _refuse_plan(
+        self,
+        plan: Plan,
+        review: UpdatesReview,
+        protected_records: Sequence[Record],
+        missing: tuple[str, ...],
+    ) -> None:
+        """Keep the old history: log why (naming the entries) and tell subscribers."""
+        notes = [r for r in protected_records if isinstance(r, ErrorRecord)]
+        reason = (
+            f"compaction for round {plan.round} refused: it would lose protected "
+            f"{', '.join(missing)}"
+        )
+        refusal = ErrorRecord(
+            seq=self.state.last_seq + 1 + len(notes), kind="compaction_refused", message=reason
+        )
+        await self._persist([*notes, refusal])
+        self._publish_protected(plan, review, applied=False)
+        self._log.error("compaction_refused", entries=missing, round=plan.round)
+        for entry in missing:
+            self.ctx.publish(
+                ProtectedRefused(
+                    session_id=self.ctx.session_id,
+                    source="summarizer",
+                    entry=entry,
+                    reason=reason,
+                    plan_refused=True,
+                )
+            )
+
     # -- helpers -------------------------------------------------------------------------
 
     def _protected_text(self) -> str | None:
-        return None
+        return render_protected(self.state.protected) or None
 
     def _projection(self) -> tuple[Item, ...]:
         return build_projection(
@@ -373,6 +504,7 @@ class Sampler:
             last_compaction_seq=state.last_compaction_seq,
             manual=manual,
             focus=focus,
+            protected_text=self._protected_text(),
         )
 
     async def _persist(self, records: Sequence[Record], *, snapshot: bool = False) -> None:

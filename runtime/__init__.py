@@ -28,17 +28,22 @@ from ._errors import (
 )
 from ._events import (
     AssistantDelta,
+    CompactionDecided,
     CompactionFailed,
     CompactionSkipped,
+    CompactionWaited,
     Event,
     EventBus,
     HistoryCompacted,
     LogRepaired,
     Microcompacted,
     ProtectedChanged,
+    ProtectedRefused,
     RoundCommitted,
     RoundStarted,
     SessionFailedEvent,
+    SessionHibernated,
+    SessionRehydrated,
     ToolFinished,
     ToolStarted,
     TurnFinished,
@@ -55,6 +60,7 @@ from ._items import (
     UserMessage,
 )
 from ._logging import configure_logging
+from ._protected import ProtectedEntry, ProtectedState
 from ._records import Record, Usage
 from ._replay import SessionState, replay
 from ._tools import FunctionTool, ToolRegistry
@@ -75,8 +81,10 @@ __all__ = [
     "AssistantDelta",
     "AssistantMessage",
     "CompactionError",
+    "CompactionDecided",
     "CompactionFailed",
     "CompactionSkipped",
+    "CompactionWaited",
     "CompactionSummary",
     "ConfigError",
     "ContextLengthExceeded",
@@ -101,6 +109,9 @@ __all__ = [
     "ModelResponse",
     "ModelResponseError",
     "ProtectedChanged",
+    "ProtectedEntry",
+    "ProtectedRefused",
+    "ProtectedState",
     "ProtectedStateViolation",
     "RateLimitError",
     "Record",
@@ -114,6 +125,8 @@ __all__ = [
     "SessionExists",
     "SessionFailed",
     "SessionFailedEvent",
+    "SessionHibernated",
+    "SessionRehydrated",
     "SessionNotFound",
     "SessionState",
     "Settings",

@@ -64,6 +64,10 @@ def check_log(session_id: str, full: Sequence[Record], tail: Sequence[Record]) -
                 f"resume rebuilds {len(resumed.history)} items but whole-log replay gives "
                 f"{len(state.history)}: they differ"
             )
+        if resumed.protected != state.protected:
+            problems.append(
+                "resume rebuilds a protected state that differs from whole-log replay's"
+            )
     if state.open_calls:
         notes.append(
             f"round {state.open_round} is open with {len(state.open_calls)} call(s) without output; "

@@ -28,6 +28,7 @@ from ._items import (
     SystemMessage,
     UserMessage,
 )
+from ._protected_updates import UPDATES_INSTRUCTIONS
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
@@ -146,13 +147,17 @@ def build_summary_request(
     focus: str | None = None,
     protected_text: str | None = None,
     max_output_tokens: int | None = None,
+    protected_updates: bool = False,
 ) -> ModelRequest:
     """Build the one non-streaming, tool-less request that asks the model for a summary.
 
     ``focus`` is what the user asked the summary to dwell on; ``protected_text`` is protected
-    state the summary must agree with. Raises nothing.
+    state the summary must agree with; ``protected_updates`` asks, after the summary, for the
+    JSON block of protected-state updates (``runtime._protected_updates``). Raises nothing.
     """
     instructions = SUMMARY_INSTRUCTIONS
+    if protected_updates:
+        instructions += "\n\n" + UPDATES_INSTRUCTIONS
     if focus:
         instructions += (
             "\n\nThe user asked this summary to pay particular attention to the following; "

@@ -53,7 +53,26 @@ class Settings:
     system: str | None = None
     tools: Literal["workspace", "none"] = "workspace"
     workspace: Path = Path(".")
-    compact_threshold: int | None = DEFAULT_COMPACT_THRESHOLD
+    #: a fixed threshold (the seed's rule) that, when set, takes precedence over the watermarks
+    compact_threshold: int | None = None
+    #: window of the model; None looks it up in ``runtime._budget.MODEL_REGISTRY``
+    context_window: int | None = None
+    #: model for summaries (a cheaper one, say); None uses ``model``
+    compact_model: str | None = None
+    #: the seed's conservative rule: no reported usage, no compaction (no estimates)
+    require_reported_usage: bool = False
+    #: watermarks, as fractions of the usable budget (see README, "Compaction policy")
+    soft_mark: float = 0.70
+    compact_mark: float = 0.85
+    hard_mark: float = 0.95
+    target_after: float = 0.50
+    #: tool outputs of the newest ``keep_rounds`` rounds are never microcompacted
+    keep_rounds: int = 3
+    max_compactions_per_turn: int = 3
+    #: plan compactions while rounds go on (True), or wait for each plan at the compaction mark
+    background_compaction: bool = True
+    #: summary failures in a row before the breaker opens and the no-model fallback takes over
+    breaker_failures: int = 3
     user_budget_chars: int = DEFAULT_USER_BUDGET_CHARS
     auto_compact: bool = True
     tool_timeout: float = 30.0
@@ -74,6 +93,28 @@ class Settings:
             raise ConfigError(
                 f"compact_threshold must be a positive token count, got {self.compact_threshold}"
             )
+        if not 0 < self.soft_mark <= self.compact_mark <= self.hard_mark <= 1:
+            raise ConfigError(
+                "watermarks must satisfy 0 < soft_mark <= compact_mark <= hard_mark <= 1, got "
+                f"{self.soft_mark}, {self.compact_mark}, {self.hard_mark}"
+            )
+        if not 0 < self.target_after < self.compact_mark:
+            raise ConfigError(
+                f"target_after must be > 0 and below compact_mark, got {self.target_after}"
+            )
+        if self.context_window is not None and self.context_window <= 0:
+            raise ConfigError(f"context_window must be a positive token count, got {self.context_window}")
+        if self.max_output_tokens is not None and self.max_output_tokens <= 0:
+            raise ConfigError(
+                f"max_output_tokens must be a positive token count, got {self.max_output_tokens}"
+            )
+        if self.keep_rounds < 0:
+            raise ConfigError(f"keep_rounds must be >= 0, got {self.keep_rounds}")
+        if self.max_compactions_per_turn < 1 or self.breaker_failures < 1:
+            raise ConfigError(
+                "max_compactions_per_turn and breaker_failures must be >= 1, got "
+                f"{self.max_compactions_per_turn} and {self.breaker_failures}"
+            )
         if self.user_budget_chars < 0:
             raise ConfigError(f"user_budget_chars must be >= 0, got {self.user_budget_chars}")
         if self.tool_timeout <= 0:
@@ -92,6 +133,12 @@ class Settings:
             "base_url": self.base_url,
             "wire_api": self.wire_api,
             "compact_threshold": self.compact_threshold,
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "compact_model": self.compact_model,
+            "require_reported_usage": self.require_reported_usage,
+            "watermarks": [self.soft_mark, self.compact_mark, self.hard_mark, self.target_after],
+            "keep_rounds": self.keep_rounds,
             "user_budget_chars": self.user_budget_chars,
             "tools": self.tools,
             "auto_compact": self.auto_compact,

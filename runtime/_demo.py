@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._config import Settings
-from ._events import Event, HistoryCompacted, RoundCommitted, ToolFinished
+from ._events import Event, HistoryCompacted, Microcompacted, RoundCommitted, ToolFinished
 
 __all__ = ["run_demo"]
 
@@ -29,7 +29,9 @@ _PROMPTS = (
 )
 
 
-async def run_demo(*, store: Path, turns: int, threshold: int) -> int:
+async def run_demo(
+    *, store: Path, turns: int, threshold: int | None, context_window: int | None = 6000
+) -> int:
     """Run ``turns`` turns of the scripted model over the current directory; print every
     compaction, then a table of figures and the log check. Returns the exit status."""
     from storage import open_store
@@ -40,14 +42,23 @@ async def run_demo(*, store: Path, turns: int, threshold: int) -> int:
     console = Console(stderr=False)
     # stowage's own sources: real, read-only, the same size wherever the demo is run from
     workspace = _SOURCES
-    settings = Settings(store=store, compact_threshold=threshold, workspace=workspace)
-    counts = {"rounds": 0, "tools": 0, "compactions": 0}
+    # a small window (or the seed's fixed threshold) so that a short demo compacts often
+    settings = Settings(
+        store=store, compact_threshold=threshold, context_window=context_window, workspace=workspace
+    )
+    counts = {"rounds": 0, "tools": 0, "compactions": 0, "microcompactions": 0}
 
     def on_event(event: Event) -> None:
         if isinstance(event, RoundCommitted):
             counts["rounds"] += 1
         elif isinstance(event, ToolFinished):
             counts["tools"] += 1
+        elif isinstance(event, Microcompacted):
+            counts["microcompactions"] += 1
+            console.print(
+                f"  [magenta]microcompaction[/]: {event.stubbed} old tool outputs stubbed, "
+                f"tokens {event.tokens_before} -> {event.tokens_after}"
+            )
         elif isinstance(event, HistoryCompacted):
             counts["compactions"] += 1
             console.print(
@@ -60,7 +71,12 @@ async def run_demo(*, store: Path, turns: int, threshold: int) -> int:
         rt.subscribe(on_event)
         session = await rt.create(system="You are a careful assistant exploring a code base.")
         console.print(
-            f"[bold]stowage demo[/]: session {session.id}, store {store}, threshold {threshold} tokens"
+            f"[bold]stowage demo[/]: session {session.id}, store {store}, "
+            + (
+                f"threshold {threshold} tokens"
+                if threshold is not None
+                else f"watermarks over a {context_window}-token window"
+            )
         )
         for turn in range(turns):
             prompt = _PROMPTS[turn % len(_PROMPTS)]
@@ -85,6 +101,7 @@ async def run_demo(*, store: Path, turns: int, threshold: int) -> int:
         ("turns", turns),
         ("rounds", counts["rounds"]),
         ("tool calls", counts["tools"]),
+        ("microcompactions", counts["microcompactions"]),
         ("compactions", counts["compactions"]),
         ("records in log", len(full.records)),
         ("items in live history", history_items),

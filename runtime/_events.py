@@ -17,17 +17,22 @@ from ._records import Usage
 
 __all__ = [
     "AssistantDelta",
+    "CompactionDecided",
     "CompactionFailed",
     "CompactionSkipped",
+    "CompactionWaited",
     "Event",
     "EventBus",
     "HistoryCompacted",
     "LogRepaired",
     "Microcompacted",
     "ProtectedChanged",
+    "ProtectedRefused",
     "RoundCommitted",
     "RoundStarted",
     "SessionFailedEvent",
+    "SessionHibernated",
+    "SessionRehydrated",
     "Subscriber",
     "ToolFinished",
     "ToolStarted",
@@ -128,6 +133,32 @@ class Microcompacted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionDecided:
+    """The watermark policy chose an action: ``microcompact``, ``compact`` (in the background)
+    or ``block`` (no request until compaction brought the context down), with its figures."""
+
+    session_id: str
+    round: int
+    action: str
+    watermark: str | None
+    tokens: int | None
+    estimated: bool
+    usable: int
+    fraction: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionWaited:
+    """The sampler held a request back for ``seconds`` while compaction brought it down."""
+
+    session_id: str
+    round: int
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSkipped:
     """A compaction was considered and not done, with why (e.g. a stale plan)."""
 
@@ -155,6 +186,19 @@ class ProtectedChanged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedRefused:
+    """A protected-state change was refused: ``entry`` names the entry at stake (an id such
+    as ``c1``, or the kind it would have added to; empty for a malformed updates block).
+    ``plan_refused`` when the whole compaction was refused and the old history stays."""
+
+    session_id: str
+    source: str
+    entry: str
+    reason: str
+    plan_refused: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LogRepaired:
     """A torn last line was cut off the log on open."""
 
@@ -172,6 +216,22 @@ class SessionFailedEvent:
     error: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionHibernated:
+    """An idle session's actors stopped and its memory was dropped; its log is all that is left."""
+
+    session_id: str
+    idle: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRehydrated:
+    """A hibernated session was rebuilt from its log (newest compaction + tail)."""
+
+    session_id: str
+    records: int
+
+
 Event: TypeAlias = (
     RoundStarted
     | AssistantDelta
@@ -183,9 +243,14 @@ Event: TypeAlias = (
     | Microcompacted
     | CompactionSkipped
     | CompactionFailed
+    | CompactionDecided
+    | CompactionWaited
     | ProtectedChanged
+    | ProtectedRefused
     | LogRepaired
     | SessionFailedEvent
+    | SessionHibernated
+    | SessionRehydrated
 )
 
 Subscriber: TypeAlias = Callable[[Event], None]

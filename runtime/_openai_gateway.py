@@ -5,6 +5,11 @@ low-level ``post`` (auth, retries with Retry-After, timeouts and error classes s
 the answer is parsed as plain JSON with orjson. That skips the SDK's typed request
 transformation and model construction, which are most of its CPU cost. Every openai/httpx
 failure is mapped here to a ``ModelError``.
+
+Calls are spread over shards of at most ``SHARD_CALLS`` calls in flight, one client (and one
+connection pool) each, opened as concurrency grows: the HTTP pool checks every idle connection
+of its pool on each request, so one pool serving hundreds of sessions costs more CPU per call
+the more sessions there are, and small pools keep that cost flat.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from typing import Any, Literal, NoReturn
 import openai
 import orjson
 import structlog
-from openai import AsyncStream
 
 from ._config import Settings
 from ._errors import (
@@ -38,6 +42,7 @@ from ._gateway import (
     StreamEvent,
     TextDelta,
 )
+from ._openai_sse import JsonEventStream
 from ._openai_wire import (
     ChatStreamAccumulator,
     ResponsesStreamAccumulator,
@@ -54,6 +59,7 @@ from ._openai_wire import (
 
 __all__ = [
     "PURPOSE_HEADER",
+    "SHARD_CALLS",
     "OpenAIGateway",
     "chat_body",
     "chat_messages",
@@ -71,6 +77,7 @@ PURPOSE_HEADER = "x-stowage-purpose"
 
 _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
+SHARD_CALLS = 16
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -151,15 +158,29 @@ class OpenAIGateway:
             )
         self.wire_api = wire_api
         self._path = "/chat/completions" if wire_api == "chat" else "/responses"
+        self._client_options: dict[str, Any] = {
+            "api_key": key,
+            "base_url": base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            "timeout": timeout,
+            "max_retries": max_retries,
+        }
         try:
-            self._client = openai.AsyncOpenAI(
-                api_key=key,
-                base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-                timeout=timeout,
-                max_retries=max_retries,
-            )
+            self._client = openai.AsyncOpenAI(**self._client_options)
         except openai.OpenAIError as exc:
             raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
+        self._shards: list[openai.AsyncOpenAI] = [self._client]
+        self._in_flight: list[int] = [0]
+
+    def _take_shard(self) -> int:
+        """The least busy shard; a new one when every shard has ``SHARD_CALLS`` in flight."""
+        in_flight = self._in_flight
+        index = min(range(len(in_flight)), key=in_flight.__getitem__)
+        if in_flight[index] >= SHARD_CALLS:
+            self._shards.append(openai.AsyncOpenAI(**self._client_options))
+            in_flight.append(0)
+            index = len(in_flight) - 1
+        in_flight[index] += 1
+        return index
 
     def _body(self, request: ModelRequest, *, stream: bool) -> bytes:
         build = chat_body if self.wire_api == "chat" else responses_body
@@ -188,8 +209,9 @@ class OpenAIGateway:
         Raises ``ModelConnectionError``, ``RateLimitError``, ``ContextLengthExceeded``,
         ``ModelAuthError`` or ``ModelResponseError``.
         """
+        shard = self._take_shard()
         try:
-            raw = await self._client.post(
+            raw = await self._shards[shard].post(
                 self._path,
                 cast_to=bytes,
                 content=self._body(request, stream=False),
@@ -201,6 +223,8 @@ class OpenAIGateway:
             return parse_responses_response(data)
         except _BOUNDARY as exc:
             self._raise(exc, request)
+        finally:
+            self._in_flight[shard] -= 1
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``.
@@ -210,29 +234,33 @@ class OpenAIGateway:
         accumulator: ChatStreamAccumulator | ResponsesStreamAccumulator = (
             ChatStreamAccumulator() if self.wire_api == "chat" else ResponsesStreamAccumulator()
         )
+        shard = self._take_shard()
         try:
-            events = await self._client.post(
-                self._path,
-                cast_to=object,
-                content=self._body(request, stream=True),
-                options=self._options(request),
-                stream=True,
-                stream_cls=AsyncStream[dict[str, Any]],
-            )
-        except _BOUNDARY as exc:
-            self._raise(exc, request)
-        async with events:
-            iterator = aiter(events)
-            while True:
-                try:
-                    event = await anext(iterator)
-                    text = accumulator.feed(event)
-                except StopAsyncIteration:
-                    break
-                except _BOUNDARY as exc:
-                    self._raise(exc, request)
-                if text:
-                    yield TextDelta(text=text)
+            try:
+                events = await self._shards[shard].post(
+                    self._path,
+                    cast_to=object,
+                    content=self._body(request, stream=True),
+                    options=self._options(request),
+                    stream=True,
+                    stream_cls=JsonEventStream,
+                )
+            except _BOUNDARY as exc:
+                self._raise(exc, request)
+            async with events:
+                iterator = aiter(events)
+                while True:
+                    try:
+                        event = await anext(iterator)
+                        text = accumulator.feed(event)
+                    except StopAsyncIteration:
+                        break
+                    except _BOUNDARY as exc:
+                        self._raise(exc, request)
+                    if text:
+                        yield TextDelta(text=text)
+        finally:
+            self._in_flight[shard] -= 1
         try:
             response = accumulator.finish()
         except ModelError as exc:
@@ -240,8 +268,9 @@ class OpenAIGateway:
         yield ResponseDone(response=response)
 
     async def aclose(self) -> None:
-        """Close the client's connections."""
-        await self._client.close()
+        """Close the connections of every shard."""
+        for client in self._shards:
+            await client.close()
 
 
 def make_gateway(settings: Settings) -> ModelGateway:

@@ -104,6 +104,9 @@ class CompactionRecord:
     turn: int = 0
     protected: dict[str, Any] | None = None
     estimated: bool = False
+    #: the session's calibrated chars per token when it compacted; resume starts here, so the
+    #: calibration is carried in the record rather than rebuilt from the log before it
+    chars_per_token: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

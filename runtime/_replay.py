@@ -12,9 +12,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._compaction import compose_history
-from ._errors import CorruptLogError
-from ._items import CompactionSummary, FunctionCall, FunctionCallOutput, HistoryEntry, Item
+from ._compaction import compose_history, item_chars
+from ._errors import CorruptLogError, ProtectedStateViolation
+from ._items import (
+    AssistantMessage,
+    CompactionSummary,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryEntry,
+    Item,
+)
+from ._protected import ProtectedState
 from ._records import (
     CompactionRecord,
     ErrorRecord,
@@ -27,8 +35,12 @@ from ._records import (
     TurnRecord,
     Usage,
 )
+from ._tokens import entry_chars, history_chars
 
 __all__ = ["SessionState", "replay"]
+
+# the weight, in tokens, a compaction record's carried ratio has against new reports
+_CALIBRATION_CARRY = 1000
 
 
 @dataclass(eq=False)
@@ -53,9 +65,23 @@ class SessionState:
     stubbed: set[int] = field(default_factory=set)
     protected_ops: list[dict[str, Any]] = field(default_factory=list)
     protected_snapshot: dict[str, Any] | None = None
+    #: ``protected`` worked out from the snapshot and the ops; None when they changed since
+    _protected_cache: ProtectedState | None = field(default=None, repr=False)
     last_compaction_seq: int = 0
     compactions: int = 0
     microcompactions: int = 0
+    #: token accounting (``runtime._tokens``): characters of history as projected (stubs
+    #: counted as stubs), the last seq the reported usage covers, characters microcompaction
+    #: took out of that covered part since, and the calibration sums of reported rounds
+    projected_chars: int = 0
+    usage_covers_seq: int = 0
+    usage_discount_chars: int = 0
+    calib_chars: int = 0
+    calib_tokens: int = 0
+    calib_rounds: int = 0
+    _sampled_round: int | None = None
+    _sampled_last_seq: int = 0
+    _request_chars: int = 0
 
     @property
     def items(self) -> tuple[Item, ...]:
@@ -81,6 +107,7 @@ class SessionState:
                 if record.usage is not None:
                     self.last_usage = record.usage
                     self.usage_seq = record.seq
+                    self._calibrate(record, record.usage)
             case CompactionRecord():
                 summary = HistoryEntry(seq=record.seq, item=CompactionSummary(text=record.summary))
                 tail = [e for e in self.history if e.seq > record.covers_through]
@@ -92,16 +119,19 @@ class SessionState:
                 self.last_usage = None
                 self.round_usage = None
                 self.usage_seq = record.seq
+                self._reset_accounting(record)
                 if record.protected is not None:
                     self.protected_snapshot = record.protected
                     self.protected_ops = []
+                    self._protected_cache = None
                 self.last_compaction_seq = record.seq
                 self.compactions += 1
             case MicrocompactRecord():
-                self.stubbed.update(record.stubbed)
+                self._stub(record.stubbed)
                 self.microcompactions += 1
             case ProtectedRecord():
                 self.protected_ops.extend(record.ops)
+                self._protected_cache = None
             case TurnRecord():
                 self.turn = max(self.turn, record.turn)
                 self.turn_open = record.phase == "started"
@@ -110,7 +140,46 @@ class SessionState:
             case ErrorRecord():
                 pass
 
+    def _calibrate(self, record: RoundCommittedRecord, usage: Usage) -> None:
+        if self._sampled_round != record.round:
+            # nothing of this round reached history (an empty answer): the usage covers it all
+            self.usage_covers_seq = record.seq
+        else:
+            self.usage_covers_seq = self._sampled_last_seq
+            self.calib_chars += self._request_chars
+            self.calib_tokens += usage.input_tokens
+            self.calib_rounds += 1
+        self.usage_discount_chars = 0
+
+    def _reset_accounting(self, record: CompactionRecord) -> None:
+        self.projected_chars = history_chars(self.history, self.stubbed)
+        self.usage_covers_seq = record.seq
+        self.usage_discount_chars = 0
+        self._sampled_round = None
+        # resume starts at this record, so the calibration restarts from what it carries
+        ratio = record.chars_per_token
+        self.calib_rounds = 0
+        self.calib_tokens = _CALIBRATION_CARRY if ratio else 0
+        self.calib_chars = round(ratio * _CALIBRATION_CARRY) if ratio else 0
+
+    def _stub(self, seqs: Iterable[int]) -> None:
+        fresh = set(seqs) - self.stubbed
+        for entry in self.history:
+            if entry.seq in fresh:
+                saved = entry_chars(entry) - entry_chars(entry, fresh)
+                self.projected_chars -= saved
+                if self.last_usage is not None and entry.seq <= self.usage_covers_seq:
+                    self.usage_discount_chars += saved
+        self.stubbed.update(fresh)
+
     def _apply_item(self, record: ItemRecord, item: Item) -> None:
+        if record.round is not None and isinstance(item, AssistantMessage | FunctionCall):
+            if self._sampled_round != record.round:
+                # the history this round's request was built from, for the calibration
+                self._sampled_round = record.round
+                self._request_chars = self.projected_chars
+            self._sampled_last_seq = record.seq
+        self.projected_chars += item_chars(item)
         if isinstance(item, FunctionCall):
             self.open_calls[item.call_id] = item
             self.open_round = record.round
@@ -119,6 +188,29 @@ class SessionState:
         ):
             raise self._corrupt(record, f"output for unknown call {item.call_id!r}")
         self.history.append(HistoryEntry(seq=record.seq, item=item))
+
+    @property
+    def protected(self) -> ProtectedState:
+        """The protected state: the newest compaction's snapshot with the ops logged since.
+
+        Worked out when asked, not per record: a resume tail starts before the compaction
+        record and holds ``protected`` records whose base is only in that record's snapshot;
+        the snapshot supersedes them, so they must never be applied to anything else.
+        Raises ``CorruptLogError`` when the ops cannot apply to the snapshot.
+        """
+        if self._protected_cache is None:
+            try:
+                base = (
+                    ProtectedState.from_snapshot(self.protected_snapshot)
+                    if self.protected_snapshot is not None
+                    else ProtectedState()
+                )
+                self._protected_cache = base.apply_all(self.protected_ops)
+            except ProtectedStateViolation as exc:
+                raise CorruptLogError(
+                    f"protected state: {exc}", path=self.session_id, line=self.last_seq
+                ) from exc
+        return self._protected_cache
 
     def _corrupt(self, record: Record, message: str) -> CorruptLogError:
         return CorruptLogError(message, path=self.session_id, line=record.seq)
@@ -130,4 +222,5 @@ def replay(session_id: str, records: Iterable[Record]) -> SessionState:
     state = SessionState(session_id=session_id)
     for record in records:
         state.apply(record)
+    state.protected  # noqa: B018  # worked out now, so a bad protected op fails the replay
     return state

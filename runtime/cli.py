@@ -1,4 +1,4 @@
-"""The ``stowage`` command line: run, resume, show, check, demo."""
+"""The ``stowage`` command line: run, resume, show, check, protect, demo."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ from typing import Any
 
 import anyio
 
-from ._config import DEFAULT_COMPACT_THRESHOLD, Settings, validate_session_id
+from ._cli_policy import (
+    add_compact_arguments,
+    add_policy_options,
+    compact_main,
+    policy_settings,
+)
+from ._config import Settings, validate_session_id
 from ._errors import ConfigError, StowageError
 from ._events import AssistantDelta, Event, HistoryCompacted, LogRepaired, Microcompacted
 from ._logging import configure_logging
+from ._protected_cli import add_protect_options, protect_main
 from ._tools import ToolRegistry
 
 __all__ = ["main"]
@@ -42,12 +49,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         "--api-key", default=None, help="API key (else OPENAI_API_KEY); never logged"
     )
     parser.add_argument("--wire-api", choices=["chat", "responses"], default="chat")
-    parser.add_argument(
-        "--compact-threshold",
-        type=int,
-        default=DEFAULT_COMPACT_THRESHOLD,
-        help=f"compact when reported usage reaches N tokens (default {DEFAULT_COMPACT_THRESHOLD})",
-    )
+    add_policy_options(parser)
     parser.add_argument("--no-auto-compact", action="store_true", help="never compact on its own")
     parser.add_argument("--system", default=None, help="system message for a new session")
     parser.add_argument(
@@ -85,12 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("message")
     run.add_argument("--session", default=None, help="session id (letters, digits, - and _)")
     _model_options(run)
+    add_protect_options(run)
     _common(run)
 
     resume = sub.add_parser("resume", help="continue session ID with MESSAGE")
     resume.add_argument("session")
     resume.add_argument("message")
     _model_options(resume)
+    add_protect_options(resume)
     _common(resume)
 
     show = sub.add_parser("show", help="print the transcript and every compaction of session ID")
@@ -98,14 +102,36 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="the records as JSON lines")
     _common(show)
 
+    protect = sub.add_parser(
+        "protect", help="change the objective or constraints of session ID and print its state"
+    )
+    protect.add_argument("session")
+    add_protect_options(protect, drop=True)
+    _common(protect)
+
+    compact = sub.add_parser("compact", help="compact session ID now, optionally with --focus")
+    add_compact_arguments(compact)
+    _model_options(compact)
+    _common(compact)
+
     check = sub.add_parser("check", help="verify the log of session ID; exit 1 if it is not sound")
     check.add_argument("session")
     _common(check)
 
     demo = sub.add_parser("demo", help="an offline long session that compacts several times")
     demo.add_argument("--turns", type=int, default=10)
-    demo.add_argument("--compact-threshold", type=int, default=2500)
+    demo.add_argument("--compact-threshold", type=int, default=None, help="the seed's rule instead")
+    demo.add_argument("--context-window", type=int, default=6000)
     _common(demo)
+
+    from ._load import add_load_arguments
+
+    load = sub.add_parser(
+        "load", help="many sessions x turns with compaction, then verify every log; exit 1 if not"
+    )
+    add_load_arguments(load)
+    load.add_argument("--log-format", choices=["console", "json"], default="console")
+    load.add_argument("--log-level", default="warning", help="debug, info, warning, error")
     return parser
 
 
@@ -121,7 +147,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         system=args.system,
         tools=args.tools,
         workspace=Path.cwd(),
-        compact_threshold=args.compact_threshold,
+        **policy_settings(args),
         auto_compact=not args.no_auto_compact,
         stream=not args.no_stream,
     )
@@ -184,8 +210,11 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
         elif args.session is not None:
             session = await rt.open(args.session)
         else:
-            session = await rt.create()
+            session = await rt.create(objective=args.objective, constraints=args.constraint)
             print(f"session: {session.id}", file=sys.stderr)
+        if resume or args.session is not None:
+            # the user's word, logged before the turn; repeating an existing entry is a no-op
+            await session.protect(objective=args.objective, add_constraints=args.constraint)
         result = await session.send(args.message, pin=args.pin)
         if not settings.stream:
             sys.stdout.write(result.text)
@@ -245,8 +274,17 @@ async def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     return await run_demo(
-        store=Path(args.store), turns=args.turns, threshold=args.compact_threshold
+        store=Path(args.store),
+        turns=args.turns,
+        threshold=args.compact_threshold,
+        context_window=args.context_window,
     )
+
+
+async def _load(args: argparse.Namespace) -> int:
+    from ._load import main_load
+
+    return await main_load(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": lambda: _run(args, resume=True),
         "show": lambda: _show(args),
         "check": lambda: _check(args),
+        "compact": lambda: compact_main(args, settings_from(args)),
+        "protect": lambda: protect_main(args),
         "demo": lambda: _demo(args),
+        "load": lambda: _load(args),
     }
     if args.command in ("run", "resume") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable

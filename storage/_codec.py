@@ -79,7 +79,7 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         "retained": [{"seq": e.seq, "item": item_to_dict(e.item)} for e in r.retained],
         "reason": r.reason, "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
         "removed": r.removed, "round": r.round, "turn": r.turn, "protected": r.protected,
-        "estimated": r.estimated,
+        "estimated": r.estimated, "chars_per_token": r.chars_per_token,
     }  # fmt: skip
 
 
@@ -284,7 +284,17 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         turn=_int(d, "turn") if "turn" in d else 0,
         protected=_opt_dict(d, "protected"),
         estimated=_bool(d, "estimated"),
+        chars_per_token=_opt_float(d, "chars_per_token"),
     )
+
+
+def _opt_float(d: dict[str, Any], key: str) -> float | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key!r} must be a number or null, got {value!r}")
+    return float(value)
 
 
 def _dec_microcompact(d: dict[str, Any]) -> MicrocompactRecord:

@@ -3,6 +3,7 @@
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage
 from ._fake_server import FakeOpenAIServer, Fault, FaultWhen
 from ._scripted import Brain, ScriptedModel
+from ._wire_check import call_ids, orphan_calls
 
 __all__ = [
     "Brain",
@@ -11,6 +12,8 @@ __all__ = [
     "FaultWhen",
     "ScriptedBrain",
     "ScriptedModel",
+    "call_ids",
     "is_summary_request",
+    "orphan_calls",
     "scripted_usage",
 ]

@@ -3,7 +3,9 @@
 It behaves enough like an agent to exercise the runtime: a few rounds of plausible tool calls
 per user turn, then a short answer built from what the tools returned; and summaries that carry
 every goal, error and earlier summary forward, so that facts survive repeated compaction and a
-test can check they did.
+test can check they did. Asked for protected-state updates, it proposes them (see
+``_proposals``). With ``loss`` it is deliberately lossy: each summary drops that fraction of its
+facts, seeded, so the drift evaluation can show what repeated summaries do.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from .._items import (
     SystemMessage,
     UserMessage,
 )
+from .._protected_updates import updates_block
 from .._records import Usage
+from ._proposals import asks_for_updates, drop_facts, propose_updates, protected_section
 
 __all__ = ["ScriptedBrain", "is_summary_request", "scripted_usage", "transcript_items"]
 
@@ -89,17 +93,28 @@ class ScriptedBrain:
     tool_rounds: int = 2
     answer_chars: int = 0
     report_usage: bool = True
+    #: fraction of the facts each summary drops (0: none), drawn with ``seed``
+    loss: float = 0.0
+    seed: int = 0
 
     def __call__(self, request: ModelRequest) -> ModelResponse:
         """The response to ``request``; the same request always gets the same response."""
         if is_summary_request(request):
             items: tuple[AssistantMessage | FunctionCall, ...] = (
-                AssistantMessage(text=summarize(transcript_items(request.input))),
+                AssistantMessage(text=self._summary(request)),
             )
         else:
             items = self._round(request)
         usage = scripted_usage(request, items) if self.report_usage else None
         return ModelResponse(items=items, usage=usage, model=request.model)
+
+    def _summary(self, request: ModelRequest) -> str:
+        transcript = transcript_items(request.input)
+        text = summarize(transcript, loss=self.loss, seed=self.seed)
+        if asks_for_updates(request):
+            ops = propose_updates(transcript, protected_section(request))
+            text += "\n\n" + updates_block(ops)
+        return text
 
     def _round(self, request: ModelRequest) -> tuple[AssistantMessage | FunctionCall, ...]:
         start = _last_user_index(request.input)
@@ -265,8 +280,9 @@ def transcript_items(items: Sequence[Item]) -> list[Item]:
     return parsed
 
 
-def summarize(items: Sequence[Item]) -> str:
-    """A deterministic summary of ``items`` that keeps every fact of earlier summaries."""
+def summarize(items: Sequence[Item], *, loss: float = 0.0, seed: int = 0) -> str:
+    """A deterministic summary of ``items`` that keeps every fact of earlier summaries, or
+    with ``loss`` drops that fraction of them (goals, errors, done, notes), seeded."""
     body = list(items)
     if body and _is_instruction(body[-1]):
         body.pop()
@@ -308,6 +324,9 @@ def summarize(items: Sequence[Item]) -> str:
             case SystemMessage():
                 pass
     merged["Tools called"] = [f"{name} x{count}" for name, count in sorted(tools.items())]
+    for section in ("Goals", "Errors", "Done", "Earlier notes"):
+        context = section + "\n" + "\n".join(merged[section])
+        merged[section] = drop_facts(merged[section], loss, seed, context)
     merged["Pending"] = [pending] if pending else []
     lines = ["Summary of the session so far."]
     for section in _SECTIONS:

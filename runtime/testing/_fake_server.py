@@ -2,11 +2,14 @@
 
 It serves ``/v1/chat/completions`` and ``/v1/responses`` (streamed and not) from a brain (the
 scripted one by default), records every request body, and injects faults on demand: in process
-through ``inject``, or from another process through ``POST /_fake/faults``.
+through ``inject``, or from another process through ``POST /_fake/faults``; or at random, at
+given rates (``fault_rates``), for load runs. It checks every request it receives for tool calls
+without their output itself (``GET /_fake/stats``), so a long load run need not keep the bodies.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack
@@ -34,8 +37,9 @@ from ._fake_wire import (
     responses_events,
     responses_object,
 )
+from ._wire_check import orphan_calls
 
-__all__ = ["Fault", "FakeOpenAIServer", "FaultWhen"]
+__all__ = ["FAULT_NAMES", "Fault", "FakeOpenAIServer", "FaultWhen", "parse_fault_rates"]
 
 FaultWhen: TypeAlias = Literal["round", "summary", "any"]
 FaultKind: TypeAlias = Literal[
@@ -102,6 +106,41 @@ class Fault:
         return builders[kind]()
 
 
+# Names accepted by ``parse_fault_rates``: a status code or "slow".
+FAULT_NAMES = ("429", "500", "502", "503", "slow")
+
+
+def parse_fault_rates(spec: str) -> dict[str, float]:
+    """``{"429": 0.05, "slow": 0.01}`` from ``"429:0.05,slow:0.01"`` (empty spec: no faults).
+
+    Raises ``ValueError`` naming the bad part: an unknown fault, a rate outside [0, 1], or
+    rates adding up to more than 1.
+    """
+    rates: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, value = part.partition(":")
+        if not sep or name not in FAULT_NAMES:
+            raise ValueError(f"fault {part!r}: expected NAME:RATE with NAME in {FAULT_NAMES}")
+        try:
+            rate = float(value)
+        except ValueError:
+            raise ValueError(f"fault {part!r}: rate {value!r} is not a number") from None
+        if not 0 <= rate <= 1:
+            raise ValueError(f"fault {part!r}: rate must be between 0 and 1")
+        rates[name] = rate
+    if sum(rates.values()) > 1:
+        raise ValueError(f"fault rates {spec!r} add up to more than 1")
+    return rates
+
+
+def _random_fault(name: str, *, slow_delay: float, retry_after: float) -> Fault:
+    if name == "429":
+        return Fault.rate_limit(retry_after)
+    if name == "slow":
+        return Fault.slow(slow_delay)
+    return Fault.server_error(int(name))
+
+
 @dataclass(eq=False, kw_only=True)
 class _Pending:
     fault: Fault
@@ -147,10 +186,32 @@ class FakeOpenAIServer:
     latency: float = 0.0
     record: Path | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: keep every body in ``requests``; a long load run turns it off and reads ``stats``
+    keep_requests: bool = True
+    #: random faults per model request, by name of ``FAULT_NAMES`` (see ``parse_fault_rates``)
+    fault_rates: dict[str, float] = field(default_factory=dict)
+    slow_delay: float = 1.0
+    retry_after: float = 0.2
+    seed: int | None = None
+    #: counts of requests, faults and requests carrying a tool call without its output
+    stats: dict[str, Any] = field(
+        default_factory=lambda: {
+            "requests": 0,
+            "rounds": 0,
+            "summaries": 0,
+            "faults": {},
+            "orphan_requests": 0,
+            "orphan_examples": [],
+        }
+    )
     _faults: list[_Pending] = field(default_factory=list)
+    _random: random.Random = field(default_factory=random.Random)
     _serial: int = 0
     _server: uvicorn.Server | None = None
     _stack: AsyncExitStack | None = None
+
+    def __post_init__(self) -> None:
+        self._random.seed(self.seed)
 
     @property
     def base_url(self) -> str:
@@ -189,11 +250,15 @@ class FakeOpenAIServer:
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/_fake/faults", self._post_fault, methods=["POST"]),
                 Route("/_fake/requests", self._get_requests, methods=["GET"]),
+                Route("/_fake/stats", self._get_stats, methods=["GET"]),
             ]
         )
 
     def _bind(self) -> tuple[uvicorn.Server, socket.socket]:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio turns Nagle off only on sockets whose proto says TCP,
+        # and accepted sockets copy it; with proto 0 every keep-alive answer waits ~40 ms for
+        # the client's delayed ACK
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
@@ -204,6 +269,9 @@ class FakeOpenAIServer:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=2,
+            # longer than any pause of a busy client, so the server never closes a keep-alive
+            # connection just as the client reuses it (a spurious connection error)
+            timeout_keep_alive=75,
         )
         return uvicorn.Server(config), sock
 
@@ -248,7 +316,8 @@ class FakeOpenAIServer:
             await stack.aclose()
 
     async def _take(self, body: dict[str, Any], path: str, purpose: str | None) -> Fault | None:
-        self.requests.append(body)
+        if self.keep_requests:
+            self.requests.append(body)
         if self.record is not None:
             line = orjson.dumps({"path": path, "body": body}) + b"\n"
             await anyio.to_thread.run_sync(self._append, line)
@@ -257,13 +326,38 @@ class FakeOpenAIServer:
             if purpose in ("round", "summary")
             else ("round" if body.get("tools") else "summary")
         )
+        self._count(body, kind)
         for pending in self._faults:
             if pending.when in (kind, "any"):
                 pending.times -= 1
                 if pending.times <= 0:
                     self._faults.remove(pending)
-                return pending.fault
+                return self._counted_fault(pending.fault)
+        if self.fault_rates:
+            draw = self._random.random()
+            for name, rate in self.fault_rates.items():
+                if draw < rate:
+                    fault = _random_fault(
+                        name, slow_delay=self.slow_delay, retry_after=self.retry_after
+                    )
+                    return self._counted_fault(fault)
+                draw -= rate
         return None
+
+    def _count(self, body: dict[str, Any], kind: str) -> None:
+        stats = self.stats
+        stats["requests"] += 1
+        stats["rounds" if kind == "round" else "summaries"] += 1
+        orphans = orphan_calls(body)
+        if orphans:
+            stats["orphan_requests"] += 1
+            if len(stats["orphan_examples"]) < 10:
+                stats["orphan_examples"].append({"calls": orphans[:5], "model": body.get("model")})
+
+    def _counted_fault(self, fault: Fault) -> Fault:
+        faults = self.stats["faults"]
+        faults[fault.kind] = faults.get(fault.kind, 0) + 1
+        return fault
 
     def _append(self, line: bytes) -> None:
         assert self.record is not None
@@ -347,6 +441,11 @@ class FakeOpenAIServer:
             self.latency = float(data["latency"])
         if data.get("clear"):
             self.clear_faults()
+        if "rates" in data:
+            try:
+                self.fault_rates = parse_fault_rates(str(data["rates"]))
+            except ValueError as exc:
+                return JSONResponse({"error": {"message": str(exc)}}, 400)
         if "fault" in data:
             try:
                 fault = Fault.from_json(data)
@@ -357,6 +456,9 @@ class FakeOpenAIServer:
 
     async def _get_requests(self, request: Request) -> Response:
         return JSONResponse(self.requests)
+
+    async def _get_stats(self, request: Request) -> Response:
+        return JSONResponse(self.stats)
 
 
 def _bad_request(exc: Exception) -> Response:

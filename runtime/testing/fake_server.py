@@ -14,7 +14,7 @@ from types import FrameType
 import anyio
 
 from ._brain import ScriptedBrain
-from ._fake_server import FakeOpenAIServer
+from ._fake_server import FakeOpenAIServer, parse_fault_rates
 
 __all__ = ["main"]
 
@@ -26,7 +26,27 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record", type=Path, default=None, help="append request bodies (JSONL)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added per request")
     parser.add_argument("--tool-rounds", type=int, default=2)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--faults",
+        default="",
+        help="random faults per request, e.g. '429:0.05,500:0.02,slow:0.01'",
+    )
+    parser.add_argument("--slow-delay", type=float, default=1.0, help="seconds of a 'slow' fault")
+    parser.add_argument(
+        "--retry-after", type=float, default=0.2, help="Retry-After seconds of a random 429"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of the random faults")
+    parser.add_argument(
+        "--forget-requests",
+        action="store_true",
+        help="keep no request bodies in memory (GET /_fake/stats still counts and checks them)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        args.fault_rates = parse_fault_rates(args.faults)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -36,6 +56,11 @@ async def _serve(args: argparse.Namespace) -> None:
         port=args.port,
         latency=args.latency,
         record=args.record,
+        keep_requests=not args.forget_requests,
+        fault_rates=args.fault_rates,
+        slow_delay=args.slow_delay,
+        retry_after=args.retry_after,
+        seed=args.seed,
     )
     await server.serve(lambda line: print(line, flush=True))
 

@@ -1,0 +1,177 @@
+"""One compaction's summary call, made to survive a summarizer that fails.
+
+Transient errors are retried with jittered backoff; a summary request that overflows the
+summary model's window drops the oldest whole rounds of its input (they get a mechanical
+digest instead) and is sent again; after ``breaker_failures`` failed compactions in a row the
+session's breaker opens and every later compaction uses the no-model fallback. An urgent
+compaction (the sampler is blocked at the hard mark) falls back at once on failure: the run
+never dies because the summarizer did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+import anyio
+
+from runtime._compaction import estimate_tokens
+from runtime._errors import ContextLengthExceeded, ModelError
+from runtime._events import CompactionFailed, Event
+from runtime._fallback import digest, fallback_summary
+from runtime._gateway import ModelGateway, ModelRequest, ModelResponse
+from runtime._items import CompactionSummary, HistoryEntry, Item, SystemMessage
+from runtime._policy import drop_oldest_rounds, round_groups
+from runtime._retry import call_with_retries
+
+__all__ = ["Breaker", "SummaryOutcome", "summarize"]
+
+# how many times an overflowing summary request is trimmed and sent again
+_MAX_TRIMS = 4
+# share of the remaining rounds each trim drops: few requests, little lost per step
+_TRIM_SHARE = 0.25
+
+
+@dataclass(eq=False)
+class Breaker:
+    """Failed compactions in a row of one live session; open at ``threshold``."""
+
+    threshold: int = 3
+    failures: int = 0
+
+    @property
+    def open(self) -> bool:
+        return self.failures >= self.threshold
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryOutcome:
+    """The model's summary text (``full``), a no-model digest (``fallback``), or nothing
+    (``failed``: the sampler keeps its history and may ask again later)."""
+
+    kind: Literal["full", "fallback", "failed"]
+    text: str
+    note: str = ""
+    dropped_rounds: int = 0
+
+
+def _trimmed_items(history: Sequence[HistoryEntry], rounds: int) -> tuple[list[Item], int]:
+    kept, dropped = drop_oldest_rounds(history, rounds)
+    if not dropped:
+        return [e.item for e in history], 0
+    kept_seqs = {e.seq for e in kept}
+    dropped_items = [e.item for e in history if e.seq not in kept_seqs]
+    note = digest(dropped_items) or "(nothing notable)"
+    preface = CompactionSummary(
+        text=f"Digest of the {dropped} oldest rounds, cut to fit the summary request:\n{note}"
+    )
+    # after a leading system message, so the transcript still opens with it
+    items = [e.item for e in kept]
+    at = 1 if items and isinstance(items[0], SystemMessage) else 0
+    return [*items[:at], preface, *items[at:]], dropped
+
+
+def _rounds_to_fit(
+    history: Sequence[HistoryEntry], build: Callable[[list[Item]], ModelRequest], budget: int
+) -> int:
+    groups = len(round_groups(history))
+    rounds = 0
+    while rounds < groups:
+        items, _ = _trimmed_items(history, rounds)
+        request = build(items)
+        if estimate_tokens(request.input) <= budget:
+            break
+        rounds += max(1, math.ceil((groups - rounds) * _TRIM_SHARE))
+    return min(rounds, groups)
+
+
+async def summarize(
+    history: Sequence[HistoryEntry],
+    *,
+    build: Callable[[list[Item]], ModelRequest],
+    gateway: ModelGateway,
+    breaker: Breaker,
+    urgent: bool,
+    attempts: int,
+    input_budget: int | None,
+    publish: Callable[[Event], None],
+    session_id: str,
+    log: Any,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> SummaryOutcome:
+    """Ask for a summary of ``history`` (``build`` makes the request from items); never raises
+    a ``ModelError``: failures become a fallback or a ``failed`` outcome, as described above.
+    """
+    items = [e.item for e in history]
+    if breaker.open:
+        reason = f"summarizer breaker open after {breaker.failures} failures in a row"
+        log.warning("compaction_fallback", reason=reason)
+        return SummaryOutcome(kind="fallback", text=fallback_summary(items, reason=reason))
+
+    async def create(request: ModelRequest) -> ModelResponse:
+        if limiter is None:
+            return await gateway.create(request)
+        async with limiter:
+            return await gateway.create(request)
+
+    groups = len(round_groups(history))
+    dropped = _rounds_to_fit(history, build, input_budget) if input_budget else 0
+    if dropped:
+        log.info("compaction_input_trimmed", dropped_rounds=dropped, budget=input_budget)
+    error = ""
+    for trim in range(_MAX_TRIMS + 1):
+        trimmed, dropped = _trimmed_items(history, dropped)
+        request = build(trimmed)
+        try:
+            response = await call_with_retries(
+                partial(create, request), attempts=attempts, log=log, what="summary_call"
+            )
+        except ContextLengthExceeded as exc:
+            if trim == _MAX_TRIMS or dropped >= groups:
+                error = f"summary request overflows even with {dropped} rounds dropped: {exc}"
+                break
+            more = max(1, math.ceil((groups - dropped) * _TRIM_SHARE))
+            dropped = min(groups, dropped + more)
+            log.warning("compaction_input_overflow", dropped_rounds=dropped, error=str(exc))
+            publish(
+                CompactionFailed(
+                    session_id=session_id,
+                    error=f"summary request overflowed; retrying with the {dropped} oldest "
+                    "rounds dropped",
+                    attempt=trim + 1,
+                    fallback=False,
+                )
+            )
+            continue
+        except ModelError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            break
+        text = response.text.strip()
+        if not text:
+            error = "the summarizer answered with an empty summary"
+            break
+        breaker.failures = 0
+        note = f"; summary input trimmed: {dropped} oldest rounds dropped" if dropped else ""
+        return SummaryOutcome(kind="full", text=text, note=note, dropped_rounds=dropped)
+    breaker.failures += 1
+    fall_back = urgent or breaker.open
+    log.warning(
+        "compaction_failed",
+        error=error,
+        failures=breaker.failures,
+        breaker_open=breaker.open,
+        fallback=fall_back,
+    )
+    publish(
+        CompactionFailed(
+            session_id=session_id, error=error, attempt=breaker.failures, fallback=fall_back
+        )
+    )
+    if not fall_back:
+        return SummaryOutcome(kind="failed", text="", note=error)
+    why = "summarizer breaker open" if breaker.open else "summary failed while blocked"
+    reason = f"{why}: {error}"
+    return SummaryOutcome(kind="fallback", text=fallback_summary(items, reason=reason), note=reason)

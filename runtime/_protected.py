@@ -1,0 +1,415 @@
+"""Protected state: the facts no compaction may drop, kept outside the summary.
+
+A summary is a lossy paraphrase; repeated summaries of summaries drift. So the user's objective
+and constraints, and what the session learned that must not be relearned (decisions, failed
+attempts, artifacts, pending and completed work), are typed entries with stable ids, changed
+only by explicit ops that the log records (``ProtectedRecord.ops``), rendered verbatim into
+every request, and checked after every compaction.
+
+Who may do what is part of the value, not of the caller: the user may do anything; the
+summarizer may only append (decisions, failed attempts, artifacts, pending) and move pending to
+completed. It can never touch the objective or a constraint.
+
+Ops are plain JSON dicts, because they are logged as they are:
+
+=====================  ==========================  =========================
+op                     fields                      who
+=====================  ==========================  =========================
+``set_objective``      ``text``                    user
+``add_constraint``     ``text``                    user
+``drop_constraint``    ``id``                      user
+``add_decision``       ``text``                    user, summarizer
+``add_failed_attempt`` ``what``, ``why``           user, summarizer
+``add_artifact``       ``ref``, ``note`` (opt.)    user, summarizer
+``add_pending``        ``text``                    user, summarizer
+``complete_pending``   ``id``                      user, summarizer
+=====================  ==========================  =========================
+
+``prepare`` checks an op against the state and its source and gives the canonical op to log
+(with the new entry's id filled in); ``ProtectedState.apply`` folds a canonical op and is what
+replay runs, so the live state and the replayed one are the same function of the same log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeAlias
+
+from ._errors import ProtectedStateViolation
+from ._items import AssistantMessage, CompactionSummary, Item, SystemMessage, UserMessage
+
+__all__ = [
+    "SUMMARIZER_OPS",
+    "USER_ONLY_OPS",
+    "EntryKind",
+    "ProtectedEntry",
+    "ProtectedSource",
+    "ProtectedState",
+    "check_op",
+    "op_target",
+    "prepare",
+    "prepare_all",
+    "render",
+    "user_ops",
+    "verify",
+]
+
+ProtectedSource: TypeAlias = Literal["user", "summarizer"]
+EntryKind: TypeAlias = Literal[
+    "objective", "constraint", "decision", "completed", "pending", "failed_attempt", "artifact"
+]
+
+#: ops only the user may make: the objective and the constraints are the user's word
+USER_ONLY_OPS = frozenset({"set_objective", "add_constraint", "drop_constraint"})
+#: ops the summarizer may propose in the JSON block of its reply
+SUMMARIZER_OPS = frozenset(
+    {"add_decision", "add_failed_attempt", "add_artifact", "add_pending", "complete_pending"}
+)
+_OPS = USER_ONLY_OPS | SUMMARIZER_OPS
+
+# The text fields each op needs (and the optional ones), all strings.
+_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "set_objective": (("text",), ()),
+    "add_constraint": (("text",), ()),
+    "drop_constraint": (("id",), ()),
+    "add_decision": (("text",), ()),
+    "add_failed_attempt": (("what", "why"), ()),
+    "add_artifact": (("ref",), ("note",)),
+    "add_pending": (("text",), ()),
+    "complete_pending": (("id",), ()),
+}
+# id prefix of each kind; completed entries keep the id they had while pending
+_PREFIX: dict[str, str] = {
+    "objective": "o",
+    "constraint": "c",
+    "decision": "d",
+    "pending": "p",
+    "failed_attempt": "f",
+    "artifact": "a",
+}
+_SECTIONS: tuple[tuple[EntryKind, str], ...] = (
+    ("objective", "Objective"),
+    ("constraint", "Constraints (the user's word: always hold)"),
+    ("decision", "Decisions"),
+    ("completed", "Completed"),
+    ("pending", "Pending"),
+    ("failed_attempt", "Failed attempts (do not repeat)"),
+    ("artifact", "Artifacts"),
+)
+_HEADER = (
+    "# Protected state\n"
+    "Kept verbatim through every compaction; it outranks any summary. Objective and "
+    "constraints come from the user and always hold; failed attempts must not be repeated."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedEntry:
+    """One protected fact. ``detail`` is the why of a failed attempt or an artifact's note."""
+
+    id: str
+    kind: EntryKind
+    text: str
+    detail: str = ""
+
+    @property
+    def line(self) -> str:
+        """The entry as rendered, verbatim: what must appear in every projection."""
+        if self.kind == "failed_attempt":
+            return f"[{self.id}] {self.text} -- failed because: {self.detail}"
+        if self.kind == "artifact" and self.detail:
+            return f"[{self.id}] {self.text} -- {self.detail}"
+        return f"[{self.id}] {self.text}"
+
+    def to_json(self) -> dict[str, str]:
+        """A JSON object of the entry (for snapshots). Raises nothing."""
+        out = {"id": self.id, "kind": self.kind, "text": self.text}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedState:
+    """The protected facts of a session: an immutable value, changed by ``apply``.
+
+    ``serial`` is the highest number ever given per id prefix, so ids are never reused (a
+    dropped ``c2`` stays ``c2`` in the log; the next constraint is ``c3``).
+    """
+
+    objective: ProtectedEntry | None = None
+    constraints: tuple[ProtectedEntry, ...] = ()
+    decisions: tuple[ProtectedEntry, ...] = ()
+    completed: tuple[ProtectedEntry, ...] = ()
+    pending: tuple[ProtectedEntry, ...] = ()
+    failed_attempts: tuple[ProtectedEntry, ...] = ()
+    artifacts: tuple[ProtectedEntry, ...] = ()
+    serial: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def entries(self) -> tuple[ProtectedEntry, ...]:
+        """Every entry, in rendering order."""
+        lead = (self.objective,) if self.objective is not None else ()
+        return (
+            *lead,
+            *self.constraints,
+            *self.decisions,
+            *self.completed,
+            *self.pending,
+            *self.failed_attempts,
+            *self.artifacts,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def find(self, entry_id: str) -> ProtectedEntry | None:
+        """The entry with ``entry_id``, or None. Raises nothing."""
+        return next((e for e in self.entries if e.id == entry_id), None)
+
+    def apply(self, op: Mapping[str, Any]) -> ProtectedState:
+        """The state after the canonical ``op`` (ids filled in, as ``prepare`` gives it).
+
+        Raises ``ProtectedStateViolation`` for an unknown op, a missing or non-string field,
+        an id already taken, or an id that names no entry of the right kind.
+        """
+        name = check_op(op)
+        if name in ("drop_constraint", "complete_pending"):
+            return self._remove_or_move(name, str(op["id"]))
+        entry = _entry_for(name, op)
+        if "id" not in op:
+            raise ProtectedStateViolation(f"{name} needs an id to be applied; prepare() gives one")
+        if entry.id[:1] != _PREFIX[entry.kind] or _number(entry.id) < 1:
+            raise ProtectedStateViolation(f"{name}: id {entry.id!r} is not a {entry.kind} id")
+        if _number(entry.id) <= self.serial.get(entry.id[:1], 0):
+            raise ProtectedStateViolation(f"{name}: id {entry.id!r} was given before")
+        serial = {**self.serial, entry.id[:1]: _number(entry.id)}
+        match entry.kind:
+            case "objective":
+                return replace(self, objective=entry, serial=serial)
+            case "constraint":
+                return replace(self, constraints=(*self.constraints, entry), serial=serial)
+            case "decision":
+                return replace(self, decisions=(*self.decisions, entry), serial=serial)
+            case "pending":
+                return replace(self, pending=(*self.pending, entry), serial=serial)
+            case "failed_attempt":
+                return replace(self, failed_attempts=(*self.failed_attempts, entry), serial=serial)
+            case _:
+                return replace(self, artifacts=(*self.artifacts, entry), serial=serial)
+
+    def apply_all(self, ops: Iterable[Mapping[str, Any]]) -> ProtectedState:
+        """``apply`` each op in order. Raises as ``apply`` does."""
+        state = self
+        for op in ops:
+            state = state.apply(op)
+        return state
+
+    def _remove_or_move(self, name: str, entry_id: str) -> ProtectedState:
+        if name == "drop_constraint":
+            kept = tuple(e for e in self.constraints if e.id != entry_id)
+            if len(kept) == len(self.constraints):
+                raise ProtectedStateViolation(f"drop_constraint: no constraint {entry_id!r}")
+            return replace(self, constraints=kept)
+        entry = next((e for e in self.pending if e.id == entry_id), None)
+        if entry is None:
+            raise ProtectedStateViolation(f"complete_pending: no pending entry {entry_id!r}")
+        return replace(
+            self,
+            pending=tuple(e for e in self.pending if e.id != entry_id),
+            completed=(*self.completed, replace(entry, kind="completed")),
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as a JSON object, for ``CompactionRecord.protected``. Raises nothing."""
+        return {
+            "v": 1,
+            "entries": [e.to_json() for e in self.entries],
+            "serial": dict(sorted(self.serial.items())),
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: Mapping[str, Any]) -> ProtectedState:
+        """The state a ``snapshot`` describes.
+
+        Raises ``ProtectedStateViolation`` when it is not one (wrong version, bad entries).
+        """
+        if data.get("v") != 1 or not isinstance(data.get("entries"), list):
+            raise ProtectedStateViolation(f"not a protected-state snapshot: {dict(data)!r}")
+        by_kind: dict[str, list[ProtectedEntry]] = {kind: [] for kind, _ in _SECTIONS}
+        for raw in data["entries"]:
+            if not isinstance(raw, dict) or raw.get("kind") not in by_kind:
+                raise ProtectedStateViolation(f"bad protected entry in snapshot: {raw!r}")
+            values = [raw.get("id"), raw.get("text"), raw.get("detail", "")]
+            if not all(isinstance(v, str) for v in values):
+                raise ProtectedStateViolation(f"bad protected entry in snapshot: {raw!r}")
+            by_kind[raw["kind"]].append(
+                ProtectedEntry(id=raw["id"], kind=raw["kind"], text=raw["text"], detail=values[2])
+            )
+        serial = data.get("serial", {})
+        if not isinstance(serial, dict) or not all(isinstance(v, int) for v in serial.values()):
+            raise ProtectedStateViolation(f"bad serial in protected snapshot: {serial!r}")
+        objectives = by_kind["objective"]
+        return cls(
+            objective=objectives[-1] if objectives else None,
+            constraints=tuple(by_kind["constraint"]),
+            decisions=tuple(by_kind["decision"]),
+            completed=tuple(by_kind["completed"]),
+            pending=tuple(by_kind["pending"]),
+            failed_attempts=tuple(by_kind["failed_attempt"]),
+            artifacts=tuple(by_kind["artifact"]),
+            serial=dict(serial),
+        )
+
+
+def prepare(
+    state: ProtectedState, op: Mapping[str, Any], source: ProtectedSource
+) -> dict[str, Any] | None:
+    """Check ``op`` from ``source`` against ``state``; the canonical op to log and apply.
+
+    An add op gets the next id of its kind (any id the caller gave is ignored: ids are the
+    runtime's, never the model's). An addition whose text an entry of that kind already has
+    gives None (nothing to do), so repeating a proposal or a command line is harmless.
+
+    Raises ``ProtectedStateViolation`` naming the entry when the source may not make the op
+    (the summarizer touching the objective or a constraint) or the op cannot apply.
+    """
+    name = check_op(op)
+    if source == "summarizer" and name not in SUMMARIZER_OPS:
+        raise ProtectedStateViolation(
+            f"the summarizer may not {name.replace('_', ' ')} ({op_target(state, op)}): "
+            "objective and constraints change only by the user's word"
+        )
+    if name in ("drop_constraint", "complete_pending"):
+        canonical = {"op": name, "id": op["id"]}
+        state.apply(canonical)  # raises, naming the id, when there is no such entry
+        return canonical
+    entry = _entry_for(name, {**op, "id": "x0"})
+    same_kind = tuple(e for e in state.entries if e.kind == entry.kind)
+    if entry.kind == "pending":
+        same_kind += state.completed  # completed work is not pending again
+    if any(e.text == entry.text and e.detail == entry.detail for e in same_kind):
+        return None
+    prefix = _PREFIX[entry.kind]
+    fields = {k: op[k] for k in (*_FIELDS[name][0], *_FIELDS[name][1]) if k in op}
+    return {"op": name, "id": f"{prefix}{state.serial.get(prefix, 0) + 1}", **fields}
+
+
+def prepare_all(
+    state: ProtectedState, ops: Iterable[Mapping[str, Any]], source: ProtectedSource
+) -> tuple[ProtectedState, tuple[dict[str, Any], ...]]:
+    """``prepare`` and apply each op in turn; the new state and the canonical ops.
+
+    All or nothing: raises ``ProtectedStateViolation`` on the first op that may not apply.
+    """
+    canonical: list[dict[str, Any]] = []
+    for op in ops:
+        prepared = prepare(state, op, source)
+        if prepared is not None:
+            state = state.apply(prepared)
+            canonical.append(prepared)
+    return state, tuple(canonical)
+
+
+def user_ops(
+    *,
+    objective: str | None = None,
+    add_constraints: Iterable[str] = (),
+    drop_constraints: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """The ops of a user's change, in the order they apply: drops, objective, additions.
+
+    Dropping first lets one command replace a constraint. Raises nothing.
+    """
+    ops: list[dict[str, Any]] = [{"op": "drop_constraint", "id": i} for i in drop_constraints]
+    if objective is not None:
+        ops.append({"op": "set_objective", "text": objective})
+    ops += [{"op": "add_constraint", "text": text} for text in add_constraints]
+    return ops
+
+
+def render(state: ProtectedState) -> str:
+    """The protected message: every entry's ``line``, by section, deterministic.
+
+    Empty string for an empty state. Raises nothing.
+    """
+    if not state:
+        return ""
+    parts = [_HEADER]
+    entries = state.entries
+    for kind, title in _SECTIONS:
+        lines = [f"- {e.line}" for e in entries if e.kind == kind]
+        if lines:
+            parts.append(f"{title}:\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def verify(state: ProtectedState, items: Sequence[Item]) -> tuple[ProtectedEntry, ...]:
+    """The entries of ``state`` whose ``line`` appears verbatim in no item of ``items``.
+
+    Empty when the projection keeps every protected fact. Raises nothing.
+    """
+    texts = [
+        item.text
+        for item in items
+        if isinstance(item, SystemMessage | UserMessage | AssistantMessage | CompactionSummary)
+    ]
+    return tuple(e for e in state.entries if not any(e.line in text for text in texts))
+
+
+def check_op(op: Mapping[str, Any]) -> str:
+    """The name of ``op`` when it is well formed (a known op, its fields present strings).
+
+    Raises ``ProtectedStateViolation`` saying what is wrong otherwise.
+    """
+    name = op.get("op") if isinstance(op, Mapping) else None
+    if not isinstance(name, str) or name not in _OPS:
+        raise ProtectedStateViolation(f"unknown protected-state op: {op!r}")
+    required, optional = _FIELDS[name]
+    for key in (*required, *optional, *(("id",) if "id" in op else ())):
+        if key in op and not isinstance(op[key], str):
+            raise ProtectedStateViolation(f"{name}: {key!r} must be a string, got {op[key]!r}")
+    for key in required:
+        if key not in op or not op[key].strip():
+            raise ProtectedStateViolation(f"{name}: {key!r} is missing or empty")
+    return name
+
+
+def op_target(state: ProtectedState, op: Mapping[str, Any]) -> str:
+    """The entry an op is aimed at, for messages and events: its id, the objective's id, or
+    the kind it would add to (``constraints``). Raises nothing."""
+    name = op.get("op") if isinstance(op, Mapping) else None
+    if name == "set_objective":
+        return state.objective.id if state.objective is not None else "objective"
+    if name == "add_constraint":
+        return "constraints"
+    if isinstance(op.get("id"), str):
+        return str(op["id"])
+    return str(name).removeprefix("add_") if isinstance(name, str) else "?"
+
+
+def _entry_for(name: str, op: Mapping[str, Any]) -> ProtectedEntry:
+    entry_id = str(op.get("id", ""))
+    match name:
+        case "set_objective":
+            return ProtectedEntry(id=entry_id, kind="objective", text=op["text"])
+        case "add_constraint":
+            return ProtectedEntry(id=entry_id, kind="constraint", text=op["text"])
+        case "add_decision":
+            return ProtectedEntry(id=entry_id, kind="decision", text=op["text"])
+        case "add_pending":
+            return ProtectedEntry(id=entry_id, kind="pending", text=op["text"])
+        case "add_failed_attempt":
+            return ProtectedEntry(
+                id=entry_id, kind="failed_attempt", text=op["what"], detail=op["why"]
+            )
+        case _:
+            return ProtectedEntry(
+                id=entry_id, kind="artifact", text=op["ref"], detail=op.get("note", "")
+            )
+
+
+def _number(entry_id: str) -> int:
+    digits = entry_id[1:]
+    return int(digits) if digits.isdigit() else -1

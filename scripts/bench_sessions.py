@@ -1,0 +1,212 @@
+"""Memory per live and per hibernated session, and resume time of a long log.
+
+    python scripts/bench_sessions.py memory --sessions 2000 --turns 3
+    python scripts/bench_sessions.py resume --records 100000
+
+``memory`` runs the sessions in process (scripted model, JSONL store), then measures Python
+heap with tracemalloc: after the runtime started, with every session live (actors parked,
+history in memory), and after hibernating them all; it prints per-session figures and where the
+live memory goes (by source file). ``resume`` writes a log of ``--records`` records whose newest
+compaction is near the end, then times ``Runtime.resume`` (read_tail + replay + start) against
+a whole-log read and replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+
+async def _memory(args: argparse.Namespace) -> dict[str, Any]:
+    from runtime import Runtime, Settings
+    from runtime._load import load_tools
+    from runtime._logging import configure_logging
+    from runtime.testing import ScriptedModel
+
+    configure_logging("console", "warning")
+    with tempfile.TemporaryDirectory(prefix="stowage-mem-") as store:
+        settings = Settings(
+            store=Path(store),
+            durability="none",
+            tools="none",
+            system="You are a careful agent.",
+            compact_threshold=args.compact_threshold,
+        )
+        ids = [f"m-{n:05d}" for n in range(args.sessions)]
+        async with Runtime(
+            settings, gateway=ScriptedModel(tool_rounds=2), tools=load_tools(args.tool_kb)
+        ) as rt:
+            await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
+            await rt.hibernate("warm-up")
+            gc.collect()
+            tracemalloc.start(10)
+            base = tracemalloc.get_traced_memory()[0]
+            before = tracemalloc.take_snapshot()
+
+            async def drive(session_id: str) -> None:
+                for turn in range(args.turns):
+                    await rt.send(session_id, f"task {turn}: fetch the blob and the log")
+
+            async with anyio.create_task_group() as tg:
+                for session_id in ids:
+                    tg.start_soon(drive, session_id)
+            gc.collect()
+            live = tracemalloc.get_traced_memory()[0]
+            live_snapshot = tracemalloc.take_snapshot()
+            history_chars = sum(
+                len(str(entry.item)) for s in rt.sessions.values() for entry in s.state.history
+            )
+            history_items = sum(len(s.state.history) for s in rt.sessions.values())
+            for session_id in ids:
+                await rt.hibernate(session_id)
+            gc.collect()
+            hibernated = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+    where = [
+        {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
+        for stat in live_snapshot.compare_to(before, "filename")[:12]
+    ]  # fmt: skip
+    return {
+        "sessions": args.sessions,
+        "turns": args.turns,
+        "live_kb_per_session": round((live - base) / 1024 / args.sessions, 2),
+        "hibernated_kb_per_session": round((hibernated - base) / 1024 / args.sessions, 3),
+        "history_items_per_session": round(history_items / args.sessions, 1),
+        "history_text_kb_per_session": round(history_chars / 1024 / args.sessions, 2),
+        "live_kb_per_session_by_file": where,
+    }
+
+
+async def _write_log(store: Any, session_id: str, records: int, output_chars: int) -> int:
+    from runtime import FunctionCall, FunctionCallOutput, SystemMessage, UserMessage
+    from runtime._items import HistoryEntry
+    from runtime._records import (
+        CompactionRecord,
+        ItemRecord,
+        RoundCommittedRecord,
+        SessionRecord,
+    )
+
+    batch: list[Any] = [
+        SessionRecord(seq=1, model="m", tools=("fetch",)),
+        ItemRecord(seq=2, item=SystemMessage(text="You are a careful agent.")),
+    ]
+    await store.create(session_id, batch)
+    batch = []
+    seq, round_ = 2, 0
+    compact_at = records - 200  # the newest compaction: near the end, as in a long session
+    last_user: HistoryEntry | None = None
+    payload = "x" * output_chars
+    while seq < records - 4:
+        if seq + 1 >= compact_at and last_user is not None and compact_at > 0:
+            seq += 1
+            batch.append(
+                CompactionRecord(
+                    seq=seq,
+                    summary="Summary of everything so far.",
+                    covers_through=seq - 1,
+                    retained=(
+                        HistoryEntry(seq=2, item=SystemMessage(text="You are a careful agent.")),
+                        last_user,
+                    ),
+                    reason="bench",
+                    tokens_before=9000,
+                    tokens_after=100,
+                    removed=seq - 4,
+                    round=round_,
+                )
+            )
+            compact_at = 0
+            continue
+        round_ += 1
+        user = UserMessage(text=f"step {round_}")
+        last_user = HistoryEntry(seq=seq + 1, item=user)
+        call = FunctionCall(call_id=f"c{round_}", name="fetch", arguments="{}")
+        batch += [
+            ItemRecord(seq=seq + 1, item=user),
+            ItemRecord(seq=seq + 2, item=call, round=round_),
+            ItemRecord(seq=seq + 3, item=FunctionCallOutput(call_id=f"c{round_}", output=payload), round=round_),
+            RoundCommittedRecord(seq=seq + 4, round=round_, usage=None, first_seq=seq + 2, last_seq=seq + 4),
+        ]  # fmt: skip
+        seq += 4
+        if len(batch) >= 2000:
+            await store.append(session_id, batch)
+            batch = []
+    if batch:
+        await store.append(session_id, batch)
+    return seq
+
+
+async def _resume(args: argparse.Namespace) -> dict[str, Any]:
+    from runtime import Runtime, Settings, replay
+    from runtime._logging import configure_logging
+    from runtime.testing import ScriptedModel
+    from storage import JsonlStore
+
+    configure_logging("console", "warning")
+    with tempfile.TemporaryDirectory(prefix="stowage-resume-") as root:
+        store = JsonlStore(root, durability="none")
+        written = await _write_log(store, "long", args.records, args.output_chars)
+        await store.aclose()
+        size = (Path(root) / "long.jsonl").stat().st_size
+        timings: list[float] = []
+        for _ in range(args.repeat):
+            settings = Settings(store=Path(root), tools="none")
+            async with Runtime(settings, gateway=ScriptedModel()) as rt:
+                started = time.perf_counter()
+                session = await rt.resume("long")
+                timings.append(time.perf_counter() - started)
+                items = len(session.history)
+        store = JsonlStore(root, durability="none")
+        started = time.perf_counter()
+        full = await store.read("long")
+        whole = replay("long", full.records)
+        whole_seconds = time.perf_counter() - started
+        await store.aclose()
+    return {
+        "records": written,
+        "log_mb": round(size / 2**20, 1),
+        "resume_seconds_best": round(min(timings), 4),
+        "resume_seconds_median": round(sorted(timings)[len(timings) // 2], 4),
+        "history_items_after_resume": items,
+        "whole_log_read_and_replay_seconds": round(whole_seconds, 3),
+        "whole_log_history_items": len(whole.history),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the figures as JSON (and write them with --json)."""
+    parser = argparse.ArgumentParser(prog="bench_sessions.py", description=__doc__)
+    sub = parser.add_subparsers(dest="what", required=True)
+    memory = sub.add_parser("memory")
+    memory.add_argument("--sessions", type=int, default=2000)
+    memory.add_argument("--turns", type=int, default=3)
+    memory.add_argument("--tool-kb", type=float, default=2.0)
+    memory.add_argument("--compact-threshold", type=int, default=3000)
+    resume = sub.add_parser("resume")
+    resume.add_argument("--records", type=int, default=100_000)
+    resume.add_argument("--output-chars", type=int, default=200)
+    resume.add_argument("--repeat", type=int, default=5)
+    for p in (memory, resume):
+        p.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    run = _memory if args.what == "memory" else _resume
+    report = anyio.run(run, args)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""Drift evaluation: does a fact planted early survive 20+ compactions, word for word?
+
+Each session plants critical facts in its first turns (constraints, negative knowledge — an
+approach that failed and why — and exact parameters: numbers, paths, versions), then runs one
+filler turn and one compaction at a time. After every compaction the next request the model
+receives is checked for each fact, verbatim. Two strategies run the same script:
+
+* ``plain``: the seed's strategy, a summary and nothing else (the summarizer's updates block is
+  cut from its replies, so protected state stays empty);
+* ``protected``: the constraints are given as protected state at session start, and the
+  summarizer's updates block feeds failed attempts, decisions and artifacts into it.
+
+The summarizer is the scripted one made deliberately lossy (``--loss``: it drops that fraction
+of its facts on every pass, seeded), or any OpenAI-compatible endpoint (``--base-url``,
+``--model``). It prints, per strategy, critical-fact recall after each compaction, constraint
+preservation and drift rate (facts lost or changed per compaction), and writes a JSON report
+with ``--json``.
+
+    .venv/bin/python scripts/drift_eval.py --sessions 3 --compactions 24 --loss 0.1
+    .venv/bin/python scripts/drift_eval.py --base-url http://localhost:8000/v1 --model qwen2.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from runtime import (
+    AssistantMessage,
+    CompactionSummary,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    ResponseDone,
+    Runtime,
+    Settings,
+    SystemMessage,
+    UserMessage,
+    configure_logging,
+)
+from runtime._gateway import StreamEvent
+from runtime._protected_updates import parse_summary_updates
+from runtime.testing import ScriptedBrain, ScriptedModel, is_summary_request
+
+Strategy = Literal["plain", "protected"]
+STRATEGIES: tuple[Strategy, ...] = ("plain", "protected")
+FACT_KINDS = ("constraint", "negative", "parameter")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fact:
+    """A planted fact: recalled when every one of ``values`` is in the request verbatim;
+    changed when ``anchor`` is there but a value is not (the model kept the topic, not the fact)."""
+
+    name: str
+    kind: str
+    message: str
+    values: tuple[str, ...]
+    anchor: str
+    constraint: str | None = None
+
+
+def facts_for(session: int) -> tuple[Fact, ...]:
+    """The facts of session ``session``: the same shape, different exact values."""
+    timeout, minor, conf, batch = 37 + session, 3 + session, 40 + session, 256 + 8 * session
+    python = "must stay compatible with Python 3.12"
+    return (
+        Fact(
+            name="never-commit",
+            kind="constraint",
+            message="Constraint: never commit code; leave every change uncommitted for review.",
+            values=("never commit code",),
+            anchor="commit",
+            constraint="never commit code",
+        ),
+        Fact(
+            name="python-3.12",
+            kind="constraint",
+            message=f"Constraint: the tool {python}.",
+            values=(python,),
+            anchor="Python",
+            constraint=python,
+        ),
+        Fact(
+            name="timeout",
+            kind="constraint",
+            message=f"Constraint: the request timeout must be {timeout} seconds, no more.",
+            values=(f"request timeout must be {timeout} seconds",),
+            anchor="timeout",
+            constraint=f"request timeout must be {timeout} seconds",
+        ),
+        Fact(
+            name="numpy-abi",
+            kind="negative",
+            message=(
+                f"failed: upgrading numpy to 2.1.{minor} because ABI mismatch in _multiarray_umath"
+            ),
+            values=(f"upgrading numpy to 2.1.{minor}", "ABI mismatch in _multiarray_umath"),
+            anchor="numpy",
+        ),
+        Fact(
+            name="config-path",
+            kind="parameter",
+            message=f"artifact: /srv/app/conf.d/{conf}.yaml -- the live config",
+            values=(f"/srv/app/conf.d/{conf}.yaml",),
+            anchor="conf.d",
+        ),
+        Fact(
+            name="batch-size",
+            kind="parameter",
+            message=f"decided: batch size is {batch} rows per insert",
+            values=(f"batch size is {batch} rows per insert",),
+            anchor="batch size",
+        ),
+    )
+
+
+def filler(step: int) -> str:
+    """A turn of ordinary work that pushes the planted messages out of the kept user words."""
+    return (
+        f"step {step}: profile module m{step:03d}, list its three hottest functions and "
+        f"suggest one refactor for each; keep the notes short and concrete (ticket T-{step:04d})."
+    )
+
+
+# -- gateways ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Recorder:
+    """A gateway wrapper that records every round request; for ``plain`` it also cuts the
+    updates block out of summaries, so no protected state can form."""
+
+    inner: ModelGateway
+    plain: bool
+    rounds: list[ModelRequest] = field(default_factory=list)
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        if not is_summary_request(request):
+            self.rounds.append(request)
+        return self._filter(request, await self.inner.create(request))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if not is_summary_request(request):
+            self.rounds.append(request)
+        async for event in self.inner.stream(request):
+            if isinstance(event, ResponseDone):
+                event = ResponseDone(response=self._filter(request, event.response))
+            yield event
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def _filter(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
+        if not (self.plain and is_summary_request(request)):
+            return response
+        summary = parse_summary_updates(response.text)[0]
+        return ModelResponse(
+            items=(AssistantMessage(text=summary),), usage=response.usage, model=response.model
+        )
+
+
+def request_text(request: ModelRequest) -> str:
+    """Everything the model reads in ``request``, as one text."""
+    parts = [
+        item.text
+        for item in request.input
+        if isinstance(item, SystemMessage | UserMessage | AssistantMessage | CompactionSummary)
+    ]
+    return "\n".join(parts)
+
+
+# -- one session ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """Which facts one request held: recalled, changed (anchor without value) or lost."""
+
+    recalled: frozenset[str]
+    changed: frozenset[str]
+
+
+def observe(facts: Sequence[Fact], text: str) -> Observation:
+    recalled = {f.name for f in facts if all(v in text for v in f.values)}
+    changed = {f.name for f in facts if f.name not in recalled and f.anchor in text}
+    return Observation(recalled=frozenset(recalled), changed=frozenset(changed))
+
+
+async def run_session(
+    settings: Settings,
+    gateway: ModelGateway,
+    strategy: Strategy,
+    session_no: int,
+    compactions: int,
+) -> list[Observation]:
+    """Plant, then ``compactions`` times: a filler turn, a compaction; observe the request
+    after each (index 0 is the request before the first compaction)."""
+    facts = facts_for(session_no)
+    recorder = Recorder(inner=gateway, plain=strategy == "plain")
+    observations: list[Observation] = []
+    async with Runtime(settings, gateway=recorder) as rt:
+        constraints = (
+            [f.constraint for f in facts if f.constraint] if strategy == "protected" else []
+        )
+        session = await rt.create(
+            f"{strategy}-{session_no}",
+            system="You are a careful engineering agent. Answer briefly.",
+            objective="speed up the ingest service" if strategy == "protected" else None,
+            constraints=constraints,
+        )
+        for fact in facts:
+            await session.send(fact.message)
+        for step in range(compactions + 1):
+            before = len(recorder.rounds)
+            await session.send(filler(step))
+            observations.append(observe(facts, request_text(recorder.rounds[before])))
+            if step < compactions and not await session.compact():
+                raise RuntimeError(f"compaction {step + 1} of {session.id} did not happen")
+    await gateway.aclose()
+    return observations
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+def summarize(
+    facts: Sequence[Fact], runs: Sequence[Sequence[Observation]], compactions: int
+) -> dict[str, Any]:
+    """The figures of one strategy over its sessions."""
+    total = len(facts)
+    recall = [
+        sum(len(run[k].recalled) for run in runs) / (total * len(runs))
+        for k in range(compactions + 1)
+    ]
+    by_kind: dict[str, list[float]] = {}
+    for kind in FACT_KINDS:
+        names = {f.name for f in facts if f.kind == kind}
+        by_kind[kind] = [
+            sum(len(run[k].recalled & names) for run in runs) / (len(names) * len(runs))
+            for k in range(compactions + 1)
+        ]
+    lost = changed = 0
+    for run in runs:
+        for k in range(1, compactions + 1):
+            gone = run[k - 1].recalled - run[k].recalled
+            changed += len(gone & run[k].changed)
+            lost += len(gone - run[k].changed)
+    pairs = len(runs) * compactions
+    after = by_kind["constraint"][1:]
+    return {
+        "recall_by_compaction": recall,
+        "recall_by_kind": by_kind,
+        "final_recall": recall[-1],
+        "constraint_preservation": sum(after) / len(after) if after else 1.0,
+        "constraints_final": by_kind["constraint"][-1],
+        "lost": lost,
+        "changed": changed,
+        "drift_per_compaction": (lost + changed) / pairs if pairs else 0.0,
+    }
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    compactions = report["config"]["compactions"]
+    marks = sorted({1, 2, 5, 10, 15, 20, compactions} & set(range(1, compactions + 1)))
+    table = Table(title=f"Drift over {compactions} compactions ({report['config']['summarizer']})")
+    table.add_column("strategy")
+    for k in marks:
+        table.add_column(f"recall\n@{k}", justify="right")
+    for name in ("constraints", "negative", "parameters"):
+        table.add_column(f"{name}\n@end", justify="right")
+    table.add_column("constraint\npreservation", justify="right")
+    table.add_column("drift per\ncompaction", justify="right")
+    for strategy, figures in report["strategies"].items():
+        kinds = figures["recall_by_kind"]
+        table.add_row(
+            strategy,
+            *(pct(figures["recall_by_compaction"][k]) for k in marks),
+            pct(kinds["constraint"][-1]),
+            pct(kinds["negative"][-1]),
+            pct(kinds["parameter"][-1]),
+            pct(figures["constraint_preservation"]),
+            f"{figures['drift_per_compaction']:.3f}",
+        )
+    console.print(table)
+    curve = Table(title="critical-fact recall after each compaction")
+    curve.add_column("compaction", justify="right")
+    for strategy in report["strategies"]:
+        curve.add_column(strategy, justify="right")
+    for k in range(compactions + 1):
+        curve.add_row(
+            str(k) if k else "0 (before)",
+            *(pct(f["recall_by_compaction"][k]) for f in report["strategies"].values()),
+        )
+    console.print(curve)
+
+
+# -- entry point ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=3, help="sessions per strategy")
+    parser.add_argument("--compactions", type=int, default=24, help="compactions per session")
+    parser.add_argument(
+        "--loss", type=float, default=0.1, help="fraction of facts the scripted summary drops"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="seed of the lossy summarizer")
+    parser.add_argument(
+        "--user-budget",
+        type=int,
+        default=600,
+        help="characters of recent user words kept verbatim (small, so facts must be summarized)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument("--store", type=Path, default=None, help="keep the logs here")
+    parser.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint")
+    parser.add_argument("--model", default=None, help="model name at --base-url")
+    parser.add_argument("--api-key", default=None, help="else OPENAI_API_KEY; never printed")
+    parser.add_argument("--wire-api", choices=["chat", "responses"], default="chat")
+    return parser
+
+
+def settings_for(args: argparse.Namespace, store: Path) -> Settings:
+    base = Settings(
+        store=store,
+        tools="none",
+        auto_compact=False,
+        durability="none",
+        user_budget_chars=args.user_budget,
+        stream=False,
+    )
+    if args.base_url is None:
+        return base
+    return base.with_(
+        model=args.model or "gpt-4o-mini",
+        base_url=args.base_url,
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
+        wire_api=args.wire_api,
+    )
+
+
+def gateway_for(args: argparse.Namespace, settings: Settings) -> ModelGateway:
+    if args.base_url is None:
+        return ScriptedModel(brain=ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed))
+    from runtime._openai_gateway import make_gateway
+
+    return make_gateway(settings)
+
+
+async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    settings = settings_for(args, store)
+    summarizer = (
+        f"scripted, loss {args.loss}, seed {args.seed}"
+        if args.base_url is None
+        else f"{settings.model} at {args.base_url}"
+    )
+    strategies: dict[str, Any] = {}
+    for strategy in STRATEGIES:
+        runs = [
+            await run_session(settings, gateway_for(args, settings), strategy, n, args.compactions)
+            for n in range(args.sessions)
+        ]
+        strategies[strategy] = summarize(facts_for(0), runs, args.compactions)
+    return {
+        "config": {
+            "sessions": args.sessions,
+            "compactions": args.compactions,
+            "loss": args.loss if args.base_url is None else None,
+            "seed": args.seed,
+            "user_budget_chars": args.user_budget,
+            "summarizer": summarizer,
+            "facts": [
+                {"name": f.name, "kind": f.kind, "values": list(f.values)} for f in facts_for(0)
+            ],
+        },
+        "strategies": strategies,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging("console", "warning")  # the tables are the output, not the session logs
+    if args.compactions < 1 or args.sessions < 1 or not 0 <= args.loss < 1:
+        print(
+            "drift_eval: need --sessions >= 1, --compactions >= 1, 0 <= --loss < 1", file=sys.stderr
+        )
+        return 2
+    with tempfile.TemporaryDirectory(prefix="drift-") as tmp:
+        store = args.store or Path(tmp)
+        report = anyio.run(evaluate, args, store)
+    print_report(report, Console(width=160))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
