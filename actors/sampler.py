@@ -36,7 +36,7 @@ from runtime._events import (
 )
 from runtime._events import RoundCommitted as RoundCommittedEvent
 from runtime._gateway import ModelRequest, ModelResponse, ResponseDone, TextDelta
-from runtime._items import AssistantMessage, FunctionCallOutput, Item, UserMessage
+from runtime._items import AssistantMessage, FunctionCall, FunctionCallOutput, Item, UserMessage
 from runtime._projection import build_projection
 from runtime._protected import prepare_all, verify
 from runtime._protected import render as render_protected
@@ -71,7 +71,7 @@ from ._messages import (
 from ._pressure import Pressure
 from .compactor import decide_for
 
-__all__ = ["Sampler", "interrupted_output"]
+__all__ = ["Sampler", "interrupted_output", "unique_call_ids"]
 
 _log = structlog.get_logger("stowage.sampler")
 T = TypeVar("T")
@@ -79,6 +79,23 @@ T = TypeVar("T")
 INTERRUPTED = (
     "interrupted: the session stopped before this call finished; it may or may not have run"
 )
+
+
+def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
+    """``response`` with every call id unique in the session: a missing id, or one the
+    history already holds (some OpenAI-compatible servers number calls from 0 on every
+    response), gets a new one, so outputs can never be matched to the wrong call."""
+    seen = set(taken)
+    items: list[AssistantMessage | FunctionCall] = []
+    changed = False
+    for n, item in enumerate(response.items):
+        if isinstance(item, FunctionCall) and (not item.call_id or item.call_id in seen):
+            item = replace(item, call_id=f"{item.call_id or 'call'}-{salt}-{n}")
+            changed = True
+        if isinstance(item, FunctionCall):
+            seen.add(item.call_id)
+        items.append(item)
+    return replace(response, items=tuple(items)) if changed else response
 
 
 def interrupted_output(call_id: str) -> FunctionCallOutput:
@@ -209,6 +226,7 @@ class Sampler:
             request = replace(request, input=self._projection())
             response = await self._sample(request, round_)
         seq = self.state.last_seq
+        response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         sampled: list[Record] = [
             ItemRecord(seq=seq + 1 + i, item=item, round=round_)
             for i, item in enumerate(response.items)
@@ -484,6 +502,9 @@ class Sampler:
             )
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _taken_call_ids(self) -> set[str]:
+        return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}
 
     def _protected_text(self) -> str | None:
         return render_protected(self.state.protected) or None

@@ -53,6 +53,7 @@ from ._events import (
 from ._gateway import ModelGateway
 from ._items import Item, SystemMessage
 from ._limits import LimitedGateway
+from ._logging import configure_logging
 from ._protected import ProtectedState, prepare_all, user_ops
 from ._recall import with_recall
 from ._records import ItemRecord, ProtectedRecord, Record, SessionRecord
@@ -206,6 +207,11 @@ class Runtime:
         mailbox_capacity: int = 256,
     ) -> None:
         from storage import open_store
+
+        if not structlog.is_configured():
+            # structlog's own default prints every debug line to stdout; an embedding
+            # application that configures structlog itself keeps its configuration
+            configure_logging("console", "warning")
 
         from ._openai_gateway import make_gateway
         from ._workspace import workspace_tools

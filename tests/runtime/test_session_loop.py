@@ -255,3 +255,28 @@ async def test_a_failing_session_leaves_other_sessions_running(tmp_path: Path) -
             with pytest.raises(SessionFailed):
                 await bad.send("again")
         assert [e.session_id for e in failed] == ["bad"]  # type: ignore[attr-defined]
+
+
+async def test_repeated_call_ids_from_the_provider_are_made_unique(tmp_path: Path) -> None:
+    """Some servers number calls from 0 on every response; outputs must still pair exactly."""
+    with anyio.fail_after(10):
+        model = ScriptedModel.from_responses(
+            [
+                ModelResponse(items=(call("call_0", "a"), call("call_0", "b")), usage=usage(10)),
+                ModelResponse(items=(call("call_0", "c"),), usage=usage(10)),
+                ModelResponse(items=(AssistantMessage(text="ok"),), usage=usage(10)),
+            ]
+        )
+        seen: list[str] = []
+        async with Runtime(Settings(store=tmp_path), gateway=model, tools=echo_tools(seen)) as rt:
+            session = await rt.create("s1")
+            await session.send("go")
+            history = session.history
+        calls = [i for i in history if isinstance(i, FunctionCall)]
+        outputs = [i for i in history if isinstance(i, FunctionCallOutput)]
+        assert len({c.call_id for c in calls}) == 3
+        assert [o.call_id for o in outputs] == [c.call_id for c in calls]
+        assert sorted(seen) == ["a", "b", "c"]
+        store = JsonlStore(tmp_path)
+        assert replay("s1", (await store.read("s1")).records).items == history
+        await store.aclose()
