@@ -43,7 +43,9 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         )
         ids = [f"m-{n:05d}" for n in range(args.sessions)]
         async with Runtime(
-            settings, gateway=ScriptedModel(tool_rounds=2), tools=load_tools(args.tool_kb)
+            settings,
+            gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
+            tools=load_tools(args.tool_kb),
         ) as rt:
             await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
             await rt.hibernate("warm-up")
@@ -70,7 +72,14 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
                 await rt.hibernate(session_id)
             gc.collect()
             hibernated = tracemalloc.get_traced_memory()[0]
+            hibernated_snapshot = tracemalloc.take_snapshot()
             tracemalloc.stop()
+    def by_file(snapshot: Any) -> list[dict[str, Any]]:
+        return [
+            {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
+            for stat in snapshot.compare_to(before, "filename")[:8]
+        ]  # fmt: skip
+
     where = [
         {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
         for stat in live_snapshot.compare_to(before, "filename")[:12]
@@ -83,6 +92,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         "history_items_per_session": round(history_items / args.sessions, 1),
         "history_text_kb_per_session": round(history_chars / 1024 / args.sessions, 2),
         "live_kb_per_session_by_file": where,
+        "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot),
     }
 
 

@@ -32,12 +32,16 @@ class ScriptedModel:
         latency: float = 0.0,
         report_usage: bool = True,
         brain: Brain | None = None,
+        keep_requests: bool = True,
     ) -> None:
+        """``keep_requests=False`` keeps no request in ``requests`` (long runs, memory
+        measurements)."""
         self.brain: Brain = brain or ScriptedBrain(
             tool_rounds=tool_rounds, answer_chars=answer_chars, report_usage=report_usage
         )
         self.latency = latency
         self.requests: list[ModelRequest] = []
+        self.keep_requests = keep_requests
 
     @classmethod
     def from_responses(cls, responses: Sequence[ModelResponse | Exception]) -> ScriptedModel:
@@ -59,7 +63,8 @@ class ScriptedModel:
 
     async def create(self, request: ModelRequest) -> ModelResponse:
         """The brain's response. Raises whatever the brain raises (``ModelError`` by contract)."""
-        self.requests.append(request)
+        if self.keep_requests:
+            self.requests.append(request)
         if self.latency > 0:
             await anyio.sleep(self.latency)
         return self.brain(request)

@@ -35,7 +35,7 @@ async def test_fifty_sessions_in_process_compact_several_times_and_pass_every_ch
         )
     assert report["ok"], report["problems"]
     assert all(report["checks"].values())
-    assert report["turns_acknowledged"] == 50 * 6
+    assert report["turns_answered"] == 50 * 6
     assert report["compactions_per_session"]["min"] >= 2
     assert report["requests"] == report["rounds"] + report["summary_requests"]
 
@@ -58,7 +58,7 @@ async def test_load_through_the_fake_server_process_rides_out_injected_faults(
         )
     assert report["ok"], report["problems"]
     assert report["faults_injected"].get("rate_limit", 0) > 0
-    assert report["turns_acknowledged"] + sum(report["turn_errors"].values()) == 20 * 4
+    assert report["turns_answered"] + sum(report["turn_errors"].values()) == 20 * 4
     assert report["compactions"] >= 20
 
 
