@@ -51,6 +51,8 @@ class RoundCommitted:
     usage: Usage | None
     last_seq: int
     last_compaction_seq: int
+    #: reported usage of the first round after the newest compaction (threshold mode's base)
+    usage_after_compaction: int | None = None
     manual: bool = False
     focus: str | None = None
     #: the rendered protected state, shown to the summarizer (None when there is none)

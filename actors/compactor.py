@@ -25,7 +25,11 @@ from ._mailbox import Slot
 from ._messages import Plan, PlanFailed, PlanOutcome, RoundCommitted
 from ._summarizer import Breaker, summarize
 
-__all__ = ["decide_for", "run_compactor"]
+__all__ = ["MIN_GROWTH", "decide_for", "run_compactor"]
+
+#: in threshold mode, usage must grow by this share of the threshold after a compaction
+#: before another one is worth its summary request
+MIN_GROWTH = 0.25
 
 _log = structlog.get_logger("stowage.compactor")
 
@@ -48,9 +52,27 @@ def decide_for(snapshot: RoundCommitted, settings: Settings) -> CompactionDecisi
     if threshold is None:
         # watermark mode: only the sampler knows stubs and calibration, so it asks explicitly
         return CompactionDecision(compact=False, reason="no plan requested", tokens=tokens)
-    return decide_compaction(
+    decision = decide_compaction(
         tokens=tokens, threshold=threshold, history_length=len(snapshot.history)
     )
+    base = snapshot.usage_after_compaction
+    if decision.compact and tokens is not None and base is not None:
+        grown = tokens - base
+        if grown < threshold * MIN_GROWTH:
+            # what a compaction keeps (summary, recent user words) is itself over the
+            # threshold: compacting again now would free almost nothing, round after round
+            return CompactionDecision(
+                compact=False,
+                reason=(
+                    f"Reported token usage {tokens} reached the compaction threshold "
+                    f"{threshold}, but only {grown} tokens were added since the last compaction "
+                    f"(which left {base}); not compacting again until {int(threshold * MIN_GROWTH)} "
+                    "more. Lower user_budget_chars or raise the threshold."
+                ),
+                tokens=tokens,
+                skipped=True,
+            )
+    return decision
 
 
 async def run_compactor(

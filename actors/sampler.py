@@ -315,9 +315,15 @@ class Sampler:
                 session_id=self.ctx.session_id, round=round_, usage=response.usage, calls=calls
             )
         )
-        if decide_for(snapshot, self.settings).compact:
+        decision = decide_for(snapshot, self.settings)
+        if decision.compact:
             outcome = await self.plans.get_when(lambda o: o.round >= round_)
             await self._apply_outcome(outcome)
+        elif decision.skipped:
+            self._log.info("compaction_skipped", tokens=decision.tokens, reason=decision.reason)
+            self.ctx.publish(
+                CompactionSkipped(session_id=self.ctx.session_id, reason=decision.reason)
+            )
         await self._pressure.after_commit()
 
     # -- compaction ----------------------------------------------------------------------
@@ -523,6 +529,7 @@ class Sampler:
             usage=state.round_usage,
             last_seq=state.last_seq,
             last_compaction_seq=state.last_compaction_seq,
+            usage_after_compaction=state.usage_after_compaction,
             manual=manual,
             focus=focus,
             protected_text=self._protected_text(),

@@ -55,6 +55,8 @@ class CompactionDecision:
     compact: bool
     reason: str
     tokens: int | None
+    #: the threshold was reached but compacting would free nothing (an event says so)
+    skipped: bool = False
 
 
 def decide_compaction(

@@ -68,6 +68,10 @@ class SessionState:
     #: ``protected`` worked out from the snapshot and the ops; None when they changed since
     _protected_cache: ProtectedState | None = field(default=None, repr=False)
     last_compaction_seq: int = 0
+    #: reported usage of the first round committed after the newest compaction: the base a
+    #: threshold compaction must grow from before another one can free anything
+    usage_after_compaction: int | None = None
+    _awaiting_usage_base: bool = field(default=False, repr=False)
     compactions: int = 0
     microcompactions: int = 0
     #: token accounting (``runtime._tokens``): characters of history as projected (stubs
@@ -108,6 +112,9 @@ class SessionState:
                     self.last_usage = record.usage
                     self.usage_seq = record.seq
                     self._calibrate(record, record.usage)
+                    if self._awaiting_usage_base:
+                        self.usage_after_compaction = record.usage.total_tokens
+                        self._awaiting_usage_base = False
             case CompactionRecord():
                 summary = HistoryEntry(seq=record.seq, item=CompactionSummary(text=record.summary))
                 tail = [e for e in self.history if e.seq > record.covers_through]
@@ -125,6 +132,8 @@ class SessionState:
                     self.protected_ops = []
                     self._protected_cache = None
                 self.last_compaction_seq = record.seq
+                self.usage_after_compaction = None
+                self._awaiting_usage_base = True
                 self.compactions += 1
             case MicrocompactRecord():
                 self._stub(record.stubbed)

@@ -122,6 +122,10 @@ class ScriptedBrain:
         first = request.input[start] if start >= 0 else None
         user_text = first.text if isinstance(first, UserMessage) else ""
         rounds_done = _count_rounds(turn)
+        if _worked_on_before_summary(request.input, user_text):
+            # a compaction absorbed this turn's earlier rounds: like an agent that reads its
+            # summary, answer from it instead of starting the turn's tool work over again
+            rounds_done = self.tool_rounds
         if request.tools and rounds_done < self.tool_rounds:
             return tuple(_calls(request, turn, user_text, rounds_done))
         return (AssistantMessage(text=self._answer(user_text, turn)),)
@@ -148,6 +152,17 @@ def _last_user_index(items: Sequence[Item]) -> int:
         if isinstance(items[index], UserMessage):
             return index
     return -1
+
+
+def _worked_on_before_summary(items: Sequence[Item], user_text: str) -> bool:
+    """Whether a summary in ``items`` lists ``user_text`` as the pending work."""
+    if not user_text:
+        return False
+    pending = _clip(user_text, _GOAL_CHARS)
+    return any(
+        isinstance(i, CompactionSummary) and pending in _previous(i.text).get("Pending", [])
+        for i in items
+    )
 
 
 def _count_rounds(turn: Sequence[Item]) -> int:

@@ -26,6 +26,9 @@ def strings(value: Any) -> list[str]:
     return []
 
 
+PADDING = " and write down every figure" * 8
+
+
 @pytest.mark.parametrize("wire_api", ["chat", "responses"])
 async def test_a_starting_constraint_is_in_every_request_across_compactions_and_a_resume(
     tmp_path: Path, wire_api: str
@@ -39,7 +42,10 @@ async def test_a_starting_constraint_is_in_every_request_across_compactions_and_
                 wire_api=wire_api,  # type: ignore[arg-type]
                 store=tmp_path,
                 tools="none",
-                compact_threshold=120,  # every round crosses it: a compaction per round
+                # every turn crosses it; the first round after a compaction only sets the base
+                # the next one must grow from (the guard against compactions that free
+                # nothing), so a compaction every other turn
+                compact_threshold=120,
                 durability="none",
             )
             compactions: list[HistoryCompacted] = []
@@ -48,16 +54,16 @@ async def test_a_starting_constraint_is_in_every_request_across_compactions_and_
                     lambda e: compactions.append(e) if isinstance(e, HistoryCompacted) else None
                 )
                 session = await rt.create("s1", system="be brief", constraints=[CONSTRAINT])
-                for n in range(6):
-                    await session.send(f"step {n}: measure the parser on input {n}")
+                for n in range(10):
+                    await session.send(f"step {n}: measure the parser on input {n}" + PADDING)
             async with Runtime(settings) as rt:  # a new runtime: resumed from the log alone
                 rt.subscribe(
                     lambda e: compactions.append(e) if isinstance(e, HistoryCompacted) else None
                 )
                 session = await rt.resume("s1")
-                for n in range(6, 12):
-                    await session.send(f"step {n}: measure the parser on input {n}")
-        assert len(compactions) >= 10
+                for n in range(10, 20):
+                    await session.send(f"step {n}: measure the parser on input {n}" + PADDING)
+        assert len(compactions) >= 9
         # the summary requests (they ask for the updates block) carry it too
         summaries = [
             b for b in server.requests if any("protected_updates" in s for s in strings(b))

@@ -10,6 +10,7 @@ import pytest
 
 from runtime import (
     AssistantMessage,
+    CompactionSkipped,
     CompactionSummary,
     Event,
     FunctionCall,
@@ -280,3 +281,32 @@ async def test_repeated_call_ids_from_the_provider_are_made_unique(tmp_path: Pat
         store = JsonlStore(tmp_path)
         assert replay("s1", (await store.read("s1")).records).items == history
         await store.aclose()
+
+
+async def test_threshold_mode_never_compacts_again_before_usage_has_grown(tmp_path: Path) -> None:
+    """When what a compaction keeps is itself over the threshold, the next round must not
+    compact again (a loop that frees nothing); it waits for a quarter threshold of growth."""
+    with anyio.fail_after(10):
+        model = ScriptedModel.from_responses(
+            [
+                ModelResponse(items=(call("c1", "a"),), usage=usage(9000)),
+                ModelResponse(items=(AssistantMessage(text="summary one"),)),
+                ModelResponse(items=(call("c2", "b"),), usage=usage(8500)),  # base after compaction
+                ModelResponse(items=(call("c3", "c"),), usage=usage(9000)),  # +500 < 2000: skip
+                ModelResponse(items=(call("c4", "d"),), usage=usage(10600)),  # +2100: compact
+                ModelResponse(items=(AssistantMessage(text="summary two"),)),
+                ModelResponse(items=(AssistantMessage(text="done"),), usage=usage(9000)),
+            ]
+        )
+        events: list[Event] = []
+        settings = Settings(store=tmp_path, compact_threshold=8000)
+        async with Runtime(settings, gateway=model, tools=echo_tools()) as rt:
+            rt.subscribe(events.append)
+            session = await rt.create("s1", system="sys")
+            assert (await session.send("go")).text == "done"
+        purposes = [r.purpose for r in model.requests]
+        assert purposes == ["round", "summary", "round", "round", "round", "summary", "round"]
+        skipped = [e for e in events if isinstance(e, CompactionSkipped)]
+        # the first round after each compaction sets the base (+0); then +500 is not enough
+        assert ["only 0 tokens" in s.reason for s in skipped] == [True, False, True]
+        assert "only 500 tokens were added" in skipped[1].reason
