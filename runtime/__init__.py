@@ -74,6 +74,10 @@ def __getattr__(name: str) -> object:
         from . import _runtime
 
         return getattr(_runtime, name)
+    if name == "TurnResult":
+        from actors._messages import TurnResult
+
+        return TurnResult
     raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
 
@@ -140,6 +144,7 @@ __all__ = [
     "ToolSpec",
     "ToolStarted",
     "TurnFinished",
+    "TurnResult",
     "Usage",
     "UserMessage",
     "configure_logging",
