@@ -12,9 +12,8 @@ from the log (newest compaction + tail), exactly as a resume after a restart wou
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import anyio
 import structlog
@@ -22,17 +21,14 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from actors._context import SessionContext
-from actors._mailbox import Reply, Slot, mailbox
+from actors._mailbox import Slot, mailbox
 from actors._messages import (
     Append,
-    CompactNow,
     PlanOutcome,
-    Protect,
     RoundCommitted,
     RunTools,
     SamplerCommand,
     TurnResult,
-    UserTurn,
 )
 from actors.compactor import run_compactor
 from actors.persistence import run_persistence
@@ -41,7 +37,7 @@ from actors.tool_executor import run_tool_executor
 from storage._protocol import LogStore
 
 from ._config import Settings, new_session_id, validate_session_id
-from ._errors import ConfigError, SessionClosed, SessionFailed, StowageError
+from ._errors import ConfigError, SessionClosed, StowageError
 from ._events import (
     Event,
     EventBus,
@@ -51,132 +47,19 @@ from ._events import (
     SessionRehydrated,
 )
 from ._gateway import ModelGateway
-from ._items import Item, SystemMessage
+from ._items import SystemMessage
 from ._limits import LimitedGateway
 from ._logging import configure_logging
 from ._protected import ProtectedState, prepare_all, user_ops
 from ._recall import with_recall
 from ._records import ItemRecord, ProtectedRecord, Record, SessionRecord
 from ._replay import SessionState, replay
+from ._session import Session
 from ._tools import ToolRegistry
 
 __all__ = ["Runtime", "Session"]
 
 _log = structlog.get_logger("stowage.runtime")
-T = TypeVar("T")
-
-
-@dataclass(eq=False)
-class Session:
-    """A live session. ``send`` runs one turn; ``history`` is what the next request builds on."""
-
-    id: str
-    state: SessionState
-    _commands: MemoryObjectSendStream[SamplerCommand]
-    _runtime: Runtime
-    _stopped: anyio.Event = field(default_factory=anyio.Event)
-    _failure: BaseException | None = None
-    _waiting: set[Reply[Any]] = field(default_factory=set)
-    #: event-loop time of the last ask or answer; hibernation measures idleness from it
-    _last_active: float = 0.0
-    _hibernated: bool = False
-
-    @property
-    def history(self) -> tuple[Item, ...]:
-        """The items of the live history, in order."""
-        return self.state.items
-
-    @property
-    def failed(self) -> BaseException | None:
-        """The error the session stopped on, if it failed."""
-        return self._failure
-
-    async def send(self, text: str, *, pin: bool = False) -> TurnResult:
-        """Run one turn with ``text`` as the user's input; returns the final answer.
-
-        Raises ``ModelError`` when the model fails the turn (the session stays usable),
-        ``SessionFailed`` when the session stopped on an error, ``SessionClosed`` after close.
-        """
-        reply: Reply[TurnResult] = Reply()
-        await self._ask(UserTurn(text=text, pinned=pin, reply=reply))
-        return await self._wait(reply)
-
-    async def compact(self, focus: str | None = None) -> bool:
-        """Compact now, on the last committed round; True when history was compacted.
-
-        Raises as ``send`` does.
-        """
-        reply: Reply[bool] = Reply()
-        await self._ask(CompactNow(focus=focus, reply=reply))
-        return await self._wait(reply)
-
-    @property
-    def protected(self) -> ProtectedState:
-        """The protected state: objective, constraints, decisions, pending, completed, failed
-        attempts and artifacts, each entry with its stable id."""
-        return self.state.protected
-
-    async def protect(
-        self,
-        *,
-        objective: str | None = None,
-        add_constraints: Sequence[str] = (),
-        drop_constraints: Sequence[str] = (),
-    ) -> ProtectedState:
-        """Change protected state with the user's word (between turns, logged as a
-        ``protected`` record); returns the new state. Repeating an existing entry is a no-op.
-
-        Raises ``ProtectedStateViolation`` naming the entry (an unknown id to drop, an empty
-        text) with nothing changed; otherwise as ``send`` does.
-        """
-        reply: Reply[None] = Reply()
-        ops = user_ops(
-            objective=objective, add_constraints=add_constraints, drop_constraints=drop_constraints
-        )
-        await self._ask(Protect(ops=tuple(ops), reply=reply))
-        await self._wait(reply)
-        return self.state.protected
-
-    async def close(self) -> None:
-        """Finish the work already sent, stop the actors and wait for them."""
-        await self._commands.aclose()
-        await self._stopped.wait()
-
-    async def _ask(self, command: SamplerCommand) -> None:
-        self._last_active = anyio.current_time()
-        if self._hibernated:
-            raise SessionClosed(
-                f"session {self.id} is hibernated: use Runtime.send or Runtime.open to wake it"
-            )
-        if self._failure is not None:
-            raise SessionFailed(
-                f"session {self.id} has failed: {self._failure!r}"
-            ) from self._failure
-        try:
-            await self._commands.send(command)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            if self._failure is not None:
-                raise SessionFailed(f"session {self.id} has failed") from self._failure
-            raise SessionClosed(f"session {self.id} is closed") from exc
-
-    async def _wait(self, reply: Reply[T]) -> T:
-        self._waiting.add(reply)
-        try:
-            return await reply.wait()
-        finally:
-            self._waiting.discard(reply)
-            self._last_active = anyio.current_time()
-
-    def _stop(self, failure: BaseException | None) -> None:
-        """Mark the session stopped; a session that dies must not leave its askers waiting."""
-        self._failure = failure
-        self._stopped.set()
-        for reply in tuple(self._waiting):
-            reply.fail(
-                SessionFailed(f"session {self.id} stopped: {failure!r}")
-                if failure is not None
-                else SessionClosed(f"session {self.id} closed")
-            )
 
 
 class Runtime:
