@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ._config import Settings
-from ._errors import ConfigError, ModelError, SessionError
+from ._errors import ConfigError, ModelConnectionError, ModelError, SessionError
 from ._events import (
     CompactionFailed,
     Event,
@@ -47,6 +47,7 @@ from ._load_checks import SessionVerdict, check_session
 from ._load_endpoint import (
     FaultyGateway,
     MeteredGateway,
+    WireCheck,
     fake_server_process,
     fetch_server_stats,
     parse_rates,
@@ -289,7 +290,16 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             )
             inner = faulty
         else:
-            inner = make_gateway(settings)
+            # the client checks every request too: an independent server (--base-url) has no
+            # stats endpoint to ask, and cannot inject the faults asked for, so we do
+            faulty = FaultyGateway(
+                make_gateway(settings),
+                rates=parse_rates(config.faults) if config.base_url is not None else {},
+                slow_delay=config.slow_delay,
+                retry_after=config.retry_after,
+                seed=config.seed,
+            )
+            inner = faulty
         gateway = MeteredGateway(inner)
         meter = _Meter()
         runtime = Runtime(
@@ -335,12 +345,12 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             live_sessions = len(rt.sessions)
             rss_live = _rss_mb()
             verdicts = await _verify_all(rt, ids, meter, acknowledged_turns)
-        if config.in_process:
-            assert faulty is not None
-            wire = faulty.check.as_dict()
-        else:
-            assert base_url is not None
-            wire = await fetch_server_stats(base_url)
+        assert faulty is not None
+        wire = await wire_report(
+            None if config.in_process else base_url,
+            faulty.check,
+            independent=config.base_url is not None,
+        )
     return _report(
         config,
         meter=meter,
@@ -357,6 +367,21 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
         rss_before=rss_before,
         rss_live=rss_live,
     )
+
+
+async def wire_report(base_url: str | None, client: WireCheck, *, independent: bool) -> dict[str, Any]:
+    """What the endpoint saw: the fake server's own count when it runs one, else (in process,
+    or an independent server without ``/_fake/stats``) what the client checked on every
+    request it sent. Raises ``ModelConnectionError`` when the fake server we started cannot
+    be asked."""
+    if base_url is None:
+        return client.as_dict() | {"checked_by": "client"}
+    try:
+        return await fetch_server_stats(base_url) | {"checked_by": "server"}
+    except ModelConnectionError:
+        if not independent:
+            raise
+        return client.as_dict() | {"checked_by": "client"}
 
 
 async def _verify_all(
@@ -430,6 +455,7 @@ def _report(
         "requests": wire.get("requests"),
         "summary_requests": wire.get("summaries"),
         "faults_injected": wire.get("faults"),
+        "requests_checked_by": wire.get("checked_by"),
         "compactions": sum(compactions),
         "compactions_per_session": {
             "min": min(compactions, default=0),
