@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -249,7 +250,12 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
     from runtime._load_endpoint import fake_server_process
 
     rows: list[dict[str, Any]] = []
-    async with fake_server_process(tool_rounds=3) as base_url:
+    server = (
+        contextlib.nullcontext(args.base_url)
+        if args.base_url is not None
+        else fake_server_process(tool_rounds=3)
+    )
+    async with server as base_url:
         args.base_url = base_url
         for concurrency in args.concurrency_list:
             for wire in args.wires:
@@ -288,7 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--child", choices=["bare", "stowage"], default=None, help=argparse.SUPPRESS
     )
-    parser.add_argument("--base-url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        help="an already running OpenAI-compatible server (default: start the fake one)",
+    )
     parser.add_argument("--concurrency", type=int, default=None, help="only this many sessions")
     parser.add_argument("--wire", choices=["chat", "responses"], default=None)
     parser.add_argument("--stream", choices=["on", "off"], default=None)
