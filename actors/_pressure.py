@@ -45,6 +45,8 @@ __all__ = ["Pressure"]
 
 _log = structlog.get_logger("stowage.pressure")
 
+# share of the usable budget that kept user messages may take after a compaction
+USER_SHARE = 0.25
 # a compaction must be expected to free at least this share of the usable budget
 _MIN_GAIN = 0.05
 
@@ -76,6 +78,15 @@ class Pressure:
     @property
     def tool_tokens(self) -> int:
         return self.budget.tool_tokens if self.budget is not None else 0
+
+    def user_budget(self) -> int:
+        """Characters of recent user messages a compaction keeps: the setting, capped in
+        watermark mode at a quarter of the usable budget, so that on a small window the kept
+        words alone cannot fill what the compaction is meant to free."""
+        configured = self.settings.user_budget_chars
+        if self.budget is None:
+            return configured
+        return min(configured, int(self.budget.usable * USER_SHARE * self.ratio()))
 
     def ratio(self) -> float:
         """The session's calibrated chars per token."""
@@ -251,7 +262,7 @@ class Pressure:
                 state.history,
                 stubbed=state.stubbed,
                 covers_through=state.last_seq,
-                user_budget_chars=self.settings.user_budget_chars,
+                user_budget_chars=self.user_budget(),
                 summary_chars=0,
                 chars_per_token=self.ratio(),
                 fixed_tokens=self.tool_tokens,

@@ -362,12 +362,13 @@ class Sampler:
         review = review_updates(state.protected, plan.protected_ops)
         protected_records = self._protected_records(plan, review)
         seq = state.last_seq + 1 + len(protected_records)
+        user_budget = self._pressure.user_budget()
         result = apply_compaction(
             state.history,
             summary=plan.summary,
             summary_seq=seq,
             covers_through=plan.covers_through,
-            user_budget_chars=self.settings.user_budget_chars,
+            user_budget_chars=user_budget,
         )
         projection = build_projection(
             result.history,
@@ -394,6 +395,7 @@ class Sampler:
             removed=result.removed,
             round=state.round,
             turn=state.turn,
+            user_budget_chars=user_budget,
             protected=review.state.snapshot(),
             estimated=plan.estimated,
             chars_per_token=self._pressure.ratio(),

@@ -92,7 +92,9 @@ def _check_compaction(
             problems.append(
                 f"compaction at seq {record.seq} retains seq {entry.seq}, which the log does not hold as given"
             )
-    budget = before.meta.settings.get("user_budget_chars", 20_000) if before.meta else 20_000
+    budget = record.user_budget_chars
+    if budget is None:  # logs written before compaction records carried their budget
+        budget = before.meta.settings.get("user_budget_chars", 20_000) if before.meta else 20_000
     rerun = apply_compaction(
         before.history,
         summary=record.summary,

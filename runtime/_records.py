@@ -102,6 +102,8 @@ class CompactionRecord:
     removed: int
     round: int
     turn: int = 0
+    #: the user-message budget this compaction used (so a check can re-run it exactly)
+    user_budget_chars: int | None = None
     protected: dict[str, Any] | None = None
     estimated: bool = False
     #: the session's calibrated chars per token when it compacted; resume starts here, so the

@@ -78,7 +78,8 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         "kind": r.kind, "summary": r.summary, "covers_through": r.covers_through,
         "retained": [{"seq": e.seq, "item": item_to_dict(e.item)} for e in r.retained],
         "reason": r.reason, "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
-        "removed": r.removed, "round": r.round, "turn": r.turn, "protected": r.protected,
+        "removed": r.removed, "round": r.round, "turn": r.turn,
+        "user_budget_chars": r.user_budget_chars, "protected": r.protected,
         "estimated": r.estimated, "chars_per_token": r.chars_per_token,
     }  # fmt: skip
 
@@ -282,6 +283,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         removed=_int(d, "removed"),
         round=_int(d, "round"),
         turn=_int(d, "turn") if "turn" in d else 0,
+        user_budget_chars=_opt_int(d, "user_budget_chars"),
         protected=_opt_dict(d, "protected"),
         estimated=_bool(d, "estimated"),
         chars_per_token=_opt_float(d, "chars_per_token"),

@@ -271,3 +271,4 @@ def test_fallback_digest_names_tools_errors_arguments_and_is_deterministic() -> 
     summary = fallback_summary(items, reason="breaker open", max_chars=500)
     assert summary == fallback_summary(items, reason="breaker open", max_chars=500)
     assert "breaker open" in summary and len(summary) <= 500
+

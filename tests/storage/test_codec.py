@@ -97,6 +97,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         removed=ints,
         round=ints,
         turn=ints,
+        user_budget_chars=st.none() | ints,
         protected=st.none() | json_objects,
         estimated=st.booleans(),
         chars_per_token=st.none() | st.floats(min_value=0.5, max_value=20, allow_nan=False),
