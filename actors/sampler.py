@@ -17,7 +17,7 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from runtime._compaction import apply_compaction, estimate_tokens
+from runtime._compaction import estimate_tokens
 from runtime._config import Settings
 from runtime._errors import (
     ContextLengthExceeded,
@@ -28,9 +28,6 @@ from runtime._errors import (
 from runtime._events import (
     AssistantDelta,
     CompactionSkipped,
-    HistoryCompacted,
-    ProtectedChanged,
-    ProtectedRefused,
     RoundStarted,
     TurnFinished,
 )
@@ -38,14 +35,9 @@ from runtime._events import RoundCommitted as RoundCommittedEvent
 from runtime._gateway import ModelRequest, ModelResponse, ResponseDone, TextDelta
 from runtime._items import AssistantMessage, FunctionCall, FunctionCallOutput, Item, UserMessage
 from runtime._projection import build_projection
-from runtime._protected import prepare_all, verify
 from runtime._protected import render as render_protected
-from runtime._protected_updates import UpdatesReview, review_updates
 from runtime._records import (
-    CompactionRecord,
-    ErrorRecord,
     ItemRecord,
-    ProtectedRecord,
     Record,
     RoundCommittedRecord,
     TurnRecord,
@@ -68,6 +60,7 @@ from ._messages import (
     TurnResult,
     UserTurn,
 )
+from ._plans import PlanApplier
 from ._pressure import Pressure
 from .compactor import decide_for
 
@@ -117,6 +110,7 @@ class Sampler:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
         # the watermark policy's side of this actor (runtime._policy decides, this acts)
         self._pressure = Pressure(self)
+        self._plans = PlanApplier(self)
 
     @property
     def settings(self) -> Settings:
@@ -354,160 +348,10 @@ class Sampler:
         return applied
 
     async def _apply_plan(self, plan: Plan) -> bool:
-        state = self.state
-        if plan.based_on_compaction_seq != state.last_compaction_seq:
-            reason = f"stale plan for round {plan.round}: history was compacted since"
-            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
-            return False
-        review = review_updates(state.protected, plan.protected_ops)
-        protected_records = self._protected_records(plan, review)
-        seq = state.last_seq + 1 + len(protected_records)
-        user_budget = self._pressure.user_budget()
-        result = apply_compaction(
-            state.history,
-            summary=plan.summary,
-            summary_seq=seq,
-            covers_through=plan.covers_through,
-            user_budget_chars=user_budget,
-        )
-        projection = build_projection(
-            result.history,
-            stubbed=state.stubbed,
-            protected_text=render_protected(review.state) or None,
-        )
-        # the check the design promises: no compaction may lose a protected entry
-        lost = (*verify(state.protected, projection), *verify(review.state, projection))
-        if lost:
-            await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
-            return False
-        tokens_after = self._pressure.tool_tokens + estimate_tokens(
-            projection, self._pressure.ratio()
-        )
-        record = CompactionRecord(
-            seq=seq,
-            kind="full" if plan.kind == "full" else "fallback",
-            summary=plan.summary,
-            covers_through=plan.covers_through,
-            retained=result.retained,
-            reason=plan.reason,
-            tokens_before=plan.tokens_before,
-            tokens_after=tokens_after,
-            removed=result.removed,
-            round=state.round,
-            turn=state.turn,
-            user_budget_chars=user_budget,
-            protected=review.state.snapshot(),
-            estimated=plan.estimated,
-            chars_per_token=self._pressure.ratio(),
-        )
-        await self._persist([*protected_records, record])
-        self._publish_protected(plan, review, applied=True)
-        self._log.info(
-            "history_compacted",
-            tokens_before=plan.tokens_before,
-            tokens_after=tokens_after,
-            removed=result.removed,
-            retained=len(result.retained),
-            reason=plan.reason,
-        )
-        self.ctx.publish(
-            HistoryCompacted(
-                session_id=self.ctx.session_id,
-                kind=record.kind,
-                tokens_before=plan.tokens_before,
-                tokens_after=tokens_after,
-                estimated=plan.estimated,
-                removed=result.removed,
-                retained=len(result.retained),
-                reason=plan.reason,
-                summary=plan.summary,
-                covers_through=plan.covers_through,
-                round=state.round,
-            )
-        )
-        return True
-
-    # -- protected state -----------------------------------------------------------------
+        return await self._plans.apply(plan)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
-        """The user's change: all or nothing, checked before anything is written.
-
-        Raises ``ProtectedStateViolation`` naming the entry when an op cannot apply.
-        """
-        _, canonical = prepare_all(self.state.protected, ops, "user")
-        if not canonical:
-            return  # every op repeats what is already there
-        await self._persist(
-            [ProtectedRecord(seq=self.state.last_seq + 1, ops=canonical, source="user")]
-        )
-        self._log.info("protected_changed", source="user", ops=len(canonical))
-        self.ctx.publish(
-            ProtectedChanged(session_id=self.ctx.session_id, source="user", ops=len(canonical))
-        )
-
-    def _protected_records(self, plan: Plan, review: UpdatesReview) -> list[Record]:
-        """Error records for the summarizer's refused or malformed updates, then the
-        ``protected`` record of the accepted ones; seqs follow the state's last one."""
-        first = self.state.last_seq + 1
-        notes = [("protected_updates_malformed", p) for p in plan.protected_problems]
-        notes += [("protected_refused", f"{r.entry}: {r.reason}") for r in review.refused]
-        records: list[Record] = [
-            ErrorRecord(seq=first + n, kind=kind, message=message)
-            for n, (kind, message) in enumerate(notes)
-        ]
-        if review.ops:
-            records.append(
-                ProtectedRecord(seq=first + len(records), ops=review.ops, source="summarizer")
-            )
-        return records
-
-    def _publish_protected(self, plan: Plan, review: UpdatesReview, *, applied: bool) -> None:
-        """Events for what the summarizer's updates did, once the records are durable."""
-        session_id = self.ctx.session_id
-        refusals = [("", problem) for problem in plan.protected_problems]
-        refusals += [(r.entry, r.reason) for r in review.refused]
-        for entry, reason in refusals:
-            self._log.warning("protected_refused", entry=entry, reason=reason)
-            self.ctx.publish(
-                ProtectedRefused(
-                    session_id=session_id, source="summarizer", entry=entry, reason=reason
-                )
-            )
-        if applied and review.ops:
-            self._log.info("protected_changed", source="summarizer", ops=len(review.ops))
-            self.ctx.publish(
-                ProtectedChanged(session_id=session_id, source="summarizer", ops=len(review.ops))
-            )
-
-    async def _refuse_plan(
-        self,
-        plan: Plan,
-        review: UpdatesReview,
-        protected_records: Sequence[Record],
-        missing: tuple[str, ...],
-    ) -> None:
-        """Keep the old history: log why (naming the entries) and tell subscribers."""
-        notes = [r for r in protected_records if isinstance(r, ErrorRecord)]
-        reason = (
-            f"compaction for round {plan.round} refused: it would lose protected "
-            f"{', '.join(missing)}"
-        )
-        refusal = ErrorRecord(
-            seq=self.state.last_seq + 1 + len(notes), kind="compaction_refused", message=reason
-        )
-        await self._persist([*notes, refusal])
-        self._publish_protected(plan, review, applied=False)
-        self._log.error("compaction_refused", entries=missing, round=plan.round)
-        for entry in missing:
-            self.ctx.publish(
-                ProtectedRefused(
-                    session_id=self.ctx.session_id,
-                    source="summarizer",
-                    entry=entry,
-                    reason=reason,
-                    plan_refused=True,
-                )
-            )
+        await self._plans.protect(ops)
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-import actors.sampler
+import actors._plans
 from runtime import (
     AssistantMessage,
     Event,
@@ -183,7 +183,7 @@ async def test_a_plan_that_would_lose_an_entry_is_refused_and_the_old_history_st
             def forgetful(state: ProtectedState) -> str:
                 return render(state).replace(CONSTRAINTS[1], "must stay compatible with 3.x")
 
-            monkeypatch.setattr(actors.sampler, "render_protected", forgetful)
+            monkeypatch.setattr(actors._plans, "render_protected", forgetful)
             assert not await session.compact()
             assert session.state.history == history
             assert session.state.compactions == 0
