@@ -301,26 +301,33 @@ class Sampler:
     ) -> None:
         """Write the committed batch; persistence hands the snapshot to the compactor once it
         is durable. In threshold mode a due compaction is waited for before the next round."""
-        # in watermark mode the sampler itself hands the compactor the snapshots it asks plans for
-        await self._persist(records, snapshot=self._pressure.threshold is not None)
-        snapshot = self._snapshot()
+        # in watermark mode the sampler itself hands the compactor the snapshots it asks plans
+        # for; in threshold mode persistence hands over this one, and the seed's rule is decided
+        # here on the very same snapshot (one copy of the history per commit, not two)
+        snapshot = await self._persist(records, snapshot=self._pressure.threshold is not None)
         self.ctx.publish(
             RoundCommittedEvent(
                 session_id=self.ctx.session_id, round=round_, usage=response.usage, calls=calls
             )
         )
+        if snapshot is not None:
+            await self._threshold_rule(snapshot)
+        await self._pressure.after_commit()
+
+    # -- compaction ----------------------------------------------------------------------
+
+    async def _threshold_rule(self, snapshot: RoundCommitted) -> None:
+        """The seed's rule, decided on the snapshot the compactor got: a due compaction is
+        waited for before the next round; one that would free nothing is skipped, and said."""
         decision = decide_for(snapshot, self.settings)
         if decision.compact:
-            outcome = await self.plans.get_when(lambda o: o.round >= round_)
+            outcome = await self.plans.get_when(lambda o: o.round >= snapshot.round)
             await self._apply_outcome(outcome)
         elif decision.skipped:
             self._log.info("compaction_skipped", tokens=decision.tokens, reason=decision.reason)
             self.ctx.publish(
                 CompactionSkipped(session_id=self.ctx.session_id, reason=decision.reason)
             )
-        await self._pressure.after_commit()
-
-    # -- compaction ----------------------------------------------------------------------
 
     async def _compact_now(self, focus: str | None) -> bool:
         """Manual compaction on the last committed snapshot; True when history was compacted."""
@@ -381,27 +388,32 @@ class Sampler:
             protected_text=self._protected_text(),
         )
 
-    async def _persist(self, records: Sequence[Record], *, snapshot: bool = False) -> None:
+    async def _persist(
+        self, records: Sequence[Record], *, snapshot: bool = False
+    ) -> RoundCommitted | None:
         """Fold one batch into the state and wait until it is durable.
 
         Folding first lets the committed snapshot include the batch; if the write fails the
         session fails with it, so no caller ever sees state that is not on disk. With
-        ``snapshot``, persistence hands the compactor that snapshot once the batch is durable.
+        ``snapshot``, persistence hands the compactor that snapshot once the batch is durable,
+        and it is returned.
         """
         if not records:
-            return
+            return None
         for record in records:
             self.state.apply(record)
+        committed = self._snapshot() if snapshot else None
         reply: Reply[None] = Reply()
         await self.ctx.persistence.send(
             Append(
                 session_id=self.ctx.session_id,
                 records=tuple(records),
                 reply=reply,
-                committed=self._snapshot() if snapshot else None,
+                committed=committed,
                 notify=self.committed if snapshot else None,
             )
         )
         with anyio.fail_after(self.ctx.write_timeout, shield=True):
             # a write already sent must be answered before this task may be cancelled
             await reply.wait()
+        return committed
