@@ -1,35 +1,32 @@
-"""The actors of a session and their small base: mailboxes, replies, coalescing slots.
+"""The actors of a session: sampler, tool executor, compactor, and the shared persistence actor.
 
-One sampler, one tool executor and one compactor per live session; one persistence actor per
-store, shared. They talk only through the typed messages of ``actors._messages``.
+Private to the wheel: the facade wires them up; nothing here is public API. They talk only
+through the typed messages of ``_messages``, over mailboxes and coalescing slots.
 """
 
 from ._context import SessionContext
-from ._mailbox import Mailbox, Reply, Slot, mailbox
+from ._mailbox import Reply, Slot, mailbox
 from ._messages import (
     Append,
     CompactNow,
-    Plan,
-    PlanFailed,
     PlanOutcome,
+    Protect,
     RoundCommitted,
     RunTools,
     SamplerCommand,
     TurnResult,
     UserTurn,
 )
-from .compactor import decide_for, run_compactor
+from .compactor import run_compactor
 from .persistence import run_persistence
-from .sampler import Sampler, interrupted_output
+from .sampler import Sampler
 from .tool_executor import run_tool_executor
 
 __all__ = [
     "Append",
     "CompactNow",
-    "Mailbox",
-    "Plan",
-    "PlanFailed",
     "PlanOutcome",
+    "Protect",
     "Reply",
     "RoundCommitted",
     "RunTools",
@@ -39,8 +36,6 @@ __all__ = [
     "Slot",
     "TurnResult",
     "UserTurn",
-    "decide_for",
-    "interrupted_output",
     "mailbox",
     "run_compactor",
     "run_persistence",

@@ -7,11 +7,8 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-
-from runtime._config import Settings
-from runtime._events import Event
-from runtime._gateway import ModelGateway
-from runtime._tools import ToolRegistry
+from stowage.core import Event, ModelGateway, Settings
+from stowage.tools import ToolRegistry
 
 from ._messages import Append
 

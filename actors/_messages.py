@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from runtime._items import FunctionCall, FunctionCallOutput, HistoryEntry
-from runtime._records import Record, Usage
+from stowage.core import FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
 
 from ._mailbox import Reply, Slot
 

@@ -12,19 +12,24 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
-
-from runtime._compaction import apply_compaction, estimate_tokens
-from runtime._events import (
+from stowage.core import (
+    CompactionRecord,
     CompactionSkipped,
+    ErrorRecord,
     HistoryCompacted,
     ProtectedChanged,
+    ProtectedRecord,
     ProtectedRefused,
+    Record,
+    UpdatesReview,
+    apply_compaction,
+    build_projection,
+    estimate_tokens,
+    prepare_all,
+    review_updates,
+    verify,
 )
-from runtime._projection import build_projection
-from runtime._protected import prepare_all, verify
-from runtime._protected import render as render_protected
-from runtime._protected_updates import UpdatesReview, review_updates
-from runtime._records import CompactionRecord, ErrorRecord, ProtectedRecord, Record
+from stowage.core import render as render_protected
 
 from ._messages import Plan
 

@@ -15,26 +15,31 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-
-from runtime._budget import Budget, effective_threshold, resolve_budget
-from runtime._errors import CompactionError, ContextLengthExceeded
-from runtime._events import (
+from stowage.core import (
     CompactionDecided,
+    CompactionError,
     CompactionSkipped,
     CompactionWaited,
+    ContextLengthExceeded,
     Microcompacted,
+    MicrocompactRecord,
+    entry_chars,
 )
-from runtime._fallback import fallback_summary
-from runtime._policy import (
+from stowage.policy import (
     MIN_STUB_CHARS,
+    Budget,
     PolicyDecision,
+    TokenStatus,
     Watermarks,
+    calibrated_ratio,
     decide,
+    effective_threshold,
+    fallback_summary,
     microcompact_candidates,
+    resolve_budget,
+    token_status,
     tokens_after_compaction,
 )
-from runtime._records import MicrocompactRecord
-from runtime._tokens import TokenStatus, calibrated_ratio, entry_chars, token_status
 
 from ._messages import Plan, PlanOutcome, PlanRequest
 

@@ -17,15 +17,23 @@ from functools import partial
 from typing import Any, Literal
 
 import anyio
+from stowage.core import (
+    CompactionFailed,
+    CompactionSummary,
+    ContextLengthExceeded,
+    Event,
+    HistoryEntry,
+    Item,
+    ModelError,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    SystemMessage,
+    estimate_tokens,
+)
+from stowage.policy import digest, drop_oldest_rounds, fallback_summary, round_groups
 
-from runtime._compaction import estimate_tokens
-from runtime._errors import ContextLengthExceeded, ModelError
-from runtime._events import CompactionFailed, Event
-from runtime._fallback import digest, fallback_summary
-from runtime._gateway import ModelGateway, ModelRequest, ModelResponse
-from runtime._items import CompactionSummary, HistoryEntry, Item, SystemMessage
-from runtime._policy import drop_oldest_rounds, round_groups
-from runtime._retry import call_with_retries
+from ._retry import call_with_retries
 
 __all__ = ["Breaker", "SummaryOutcome", "summarize"]
 

@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import anyio
 import structlog
-
-from runtime._budget import effective_threshold, summary_input_budget
-from runtime._compaction import CompactionDecision, build_summary_request, decide_compaction
-from runtime._config import Settings
-from runtime._events import Event
-from runtime._gateway import ModelGateway, ModelRequest
-from runtime._items import Item
-from runtime._protected_updates import parse_summary_updates
+from stowage.core import Event, Item, ModelGateway, ModelRequest, Settings, parse_summary_updates
+from stowage.policy import (
+    CompactionDecision,
+    build_summary_request,
+    decide_compaction,
+    effective_threshold,
+    summary_input_budget,
+)
 
 from ._mailbox import Slot
 from ._messages import Plan, PlanFailed, PlanOutcome, RoundCommitted

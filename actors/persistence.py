@@ -13,10 +13,7 @@ from collections import defaultdict
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
-
-from runtime._errors import StoreError
-from runtime._records import Record
-from storage._protocol import LogStore
+from stowage.core import LogStore, Record, StoreError
 
 from ._messages import Append
 

@@ -16,34 +16,35 @@ from typing import TypeVar
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
-from runtime._compaction import estimate_tokens
-from runtime._config import Settings
-from runtime._errors import (
-    ContextLengthExceeded,
-    ModelError,
-    ProtectedStateViolation,
-    SessionFailed,
-)
-from runtime._events import (
+from stowage.core import (
     AssistantDelta,
+    AssistantMessage,
     CompactionSkipped,
-    RoundStarted,
-    TurnFinished,
-)
-from runtime._events import RoundCommitted as RoundCommittedEvent
-from runtime._gateway import ModelRequest, ModelResponse, ResponseDone, TextDelta
-from runtime._items import AssistantMessage, FunctionCall, FunctionCallOutput, Item, UserMessage
-from runtime._projection import build_projection
-from runtime._protected import render as render_protected
-from runtime._records import (
+    ContextLengthExceeded,
+    FunctionCall,
+    FunctionCallOutput,
+    Item,
     ItemRecord,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ProtectedStateViolation,
     Record,
+    ResponseDone,
     RoundCommittedRecord,
+    RoundStarted,
+    SessionFailed,
+    SessionState,
+    Settings,
+    TextDelta,
+    TurnFinished,
     TurnRecord,
+    UserMessage,
+    build_projection,
+    estimate_tokens,
 )
-from runtime._replay import SessionState
-from runtime._retry import call_with_retries
+from stowage.core import RoundCommitted as RoundCommittedEvent
+from stowage.core import render as render_protected
 
 from ._context import SessionContext
 from ._mailbox import Reply, Slot
@@ -62,6 +63,7 @@ from ._messages import (
 )
 from ._plans import PlanApplier
 from ._pressure import Pressure
+from ._retry import call_with_retries
 from .compactor import decide_for
 
 __all__ = ["Sampler", "interrupted_output", "unique_call_ids"]

@@ -7,10 +7,8 @@ from collections.abc import Callable
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
-
-from runtime._events import Event, ToolFinished, ToolStarted
-from runtime._items import FunctionCall, FunctionCallOutput
-from runtime._tools import ToolRegistry, execute_call
+from stowage.core import Event, FunctionCall, FunctionCallOutput, ToolFinished, ToolStarted
+from stowage.tools import ToolRegistry, execute_call
 
 from ._messages import RunTools
 

@@ -4,84 +4,79 @@ Compaction that never cuts a tool step in half, protected facts that no summary 
 an append-only log from which every session can be rebuilt after a crash.
 """
 
-from ._config import Settings, new_session_id, validate_session_id
-from ._errors import (
+from stowage.core import (
+    AssistantDelta,
+    AssistantMessage,
+    CompactionDecided,
     CompactionError,
+    CompactionFailed,
+    CompactionSkipped,
+    CompactionSummary,
+    CompactionWaited,
     ConfigError,
     ContextLengthExceeded,
     CorruptLogError,
+    Event,
+    EventBus,
     FencingError,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryCompacted,
+    HistoryEntry,
     InvalidSessionId,
+    Item,
+    LogRepaired,
+    Microcompacted,
     ModelAuthError,
     ModelConnectionError,
     ModelError,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
     ModelResponseError,
+    ProtectedChanged,
+    ProtectedEntry,
+    ProtectedRefused,
+    ProtectedState,
     ProtectedStateViolation,
     RateLimitError,
+    Record,
+    ResponseDone,
+    RoundCommitted,
+    RoundStarted,
     SessionClosed,
     SessionError,
     SessionExists,
     SessionFailed,
-    SessionNotFound,
-    StoreError,
-    StowageError,
-)
-from ._events import (
-    AssistantDelta,
-    CompactionDecided,
-    CompactionFailed,
-    CompactionSkipped,
-    CompactionWaited,
-    Event,
-    EventBus,
-    HistoryCompacted,
-    LogRepaired,
-    Microcompacted,
-    ProtectedChanged,
-    ProtectedRefused,
-    RoundCommitted,
-    RoundStarted,
     SessionFailedEvent,
     SessionHibernated,
+    SessionNotFound,
     SessionRehydrated,
+    SessionState,
+    Settings,
+    StoreError,
+    StowageError,
+    SystemMessage,
+    TextDelta,
+    Tool,
     ToolFinished,
+    ToolSpec,
     ToolStarted,
     TurnFinished,
-)
-from ._gateway import ModelGateway, ModelRequest, ModelResponse, ResponseDone, TextDelta, ToolSpec
-from ._items import (
-    AssistantMessage,
-    CompactionSummary,
-    FunctionCall,
-    FunctionCallOutput,
-    HistoryEntry,
-    Item,
-    SystemMessage,
+    Usage,
     UserMessage,
+    configure_logging,
+    new_session_id,
+    replay,
+    validate_session_id,
 )
-from ._logging import configure_logging
-from ._protected import ProtectedEntry, ProtectedState
-from ._records import Record, Usage
-from ._replay import SessionState, replay
-from ._tools import FunctionTool, ToolRegistry
-from ._tools_api import Tool
+from stowage.facade import Runtime, Session, TurnResult
+from stowage.tools import FunctionTool, ToolRegistry
 
-
-def __getattr__(name: str) -> object:
-    # Runtime and Session sit on top of the actors, which import this package's domain
-    # modules: loading them lazily keeps "import actors" and "import runtime" acyclic.
-    if name in ("Runtime", "Session"):
-        from . import _runtime
-
-        return getattr(_runtime, name)
-    if name == "TurnResult":
-        from actors._messages import TurnResult
-
-        return TurnResult
-    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-
+from ._version import __version__
 
 __all__ = [
+    "__version__",
     "AssistantDelta",
     "AssistantMessage",
     "CompactionError",

@@ -22,8 +22,7 @@ import anyio
 import pydantic
 from rich.console import Console
 from rich.table import Table
-
-from runtime import (
+from stowage import (
     AssistantMessage,
     CompactionWaited,
     Event,
@@ -40,8 +39,9 @@ from runtime import (
     configure_logging,
     replay,
 )
-from runtime.testing import ScriptedModel, is_summary_request, scripted_usage
-from storage import JsonlStore
+from stowage.model._brain import is_summary_request, scripted_usage
+from stowage.model._scripted import ScriptedModel
+from stowage.storage import JsonlStore
 
 ROUNDS_PER_TURN = 5
 _CALLS = itertools.count()

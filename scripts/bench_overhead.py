@@ -157,9 +157,9 @@ async def _run_bare(args: argparse.Namespace) -> int:
 
 
 async def _run_stowage(args: argparse.Namespace) -> int:
-    from runtime import Event, RoundCommitted, Runtime, Settings
-    from runtime._load import load_tools
-    from runtime._logging import configure_logging
+    from stowage import Event, RoundCommitted, Runtime, Settings
+    from stowage.core._logging import configure_logging
+    from stowage.load._engine import load_tools
 
     configure_logging("console", "warning")
     calls = 0
@@ -220,8 +220,7 @@ def _child(args: argparse.Namespace) -> None:
     run = _run_bare if args.child == "bare" else _run_stowage
     # imports and client setup are paid once per process, not per call: keep them out
     import openai  # noqa: F401
-
-    import runtime._runtime  # noqa: F401
+    import stowage.facade._runtime  # noqa: F401
 
     cpu, wall = time.process_time(), time.perf_counter()
     calls = asyncio.run(run(args))
@@ -247,7 +246,7 @@ def _measure(
 
 
 async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from runtime._load_endpoint import fake_server_process
+    from stowage.load._endpoint import fake_server_process
 
     rows: list[dict[str, Any]] = []
     server = (

@@ -27,10 +27,10 @@ import anyio
 
 
 async def _memory(args: argparse.Namespace) -> dict[str, Any]:
-    from runtime import Runtime, Settings
-    from runtime._load import load_tools
-    from runtime._logging import configure_logging
-    from runtime.testing import ScriptedModel
+    from stowage import Runtime, Settings
+    from stowage.core._logging import configure_logging
+    from stowage.load._engine import load_tools
+    from stowage.model._scripted import ScriptedModel
 
     configure_logging("console", "warning")
     with tempfile.TemporaryDirectory(prefix="stowage-mem-") as store:
@@ -74,6 +74,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             hibernated = tracemalloc.get_traced_memory()[0]
             hibernated_snapshot = tracemalloc.take_snapshot()
             tracemalloc.stop()
+
     def by_file(snapshot: Any) -> list[dict[str, Any]]:
         return [
             {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
@@ -97,9 +98,9 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _write_log(store: Any, session_id: str, records: int, output_chars: int) -> int:
-    from runtime import FunctionCall, FunctionCallOutput, SystemMessage, UserMessage
-    from runtime._items import HistoryEntry
-    from runtime._records import (
+    from stowage import FunctionCall, FunctionCallOutput, SystemMessage, UserMessage
+    from stowage.core._items import HistoryEntry
+    from stowage.core._records import (
         CompactionRecord,
         ItemRecord,
         RoundCommittedRecord,
@@ -157,10 +158,10 @@ async def _write_log(store: Any, session_id: str, records: int, output_chars: in
 
 
 async def _resume(args: argparse.Namespace) -> dict[str, Any]:
-    from runtime import Runtime, Settings, replay
-    from runtime._logging import configure_logging
-    from runtime.testing import ScriptedModel
-    from storage import JsonlStore
+    from stowage import Runtime, Settings, replay
+    from stowage.core._logging import configure_logging
+    from stowage.model._scripted import ScriptedModel
+    from stowage.storage import JsonlStore
 
     configure_logging("console", "warning")
     with tempfile.TemporaryDirectory(prefix="stowage-resume-") as root:

@@ -35,8 +35,7 @@ from typing import Any, Literal
 import anyio
 from rich.console import Console
 from rich.table import Table
-
-from runtime import (
+from stowage import (
     AssistantMessage,
     CompactionSummary,
     ModelGateway,
@@ -49,9 +48,10 @@ from runtime import (
     UserMessage,
     configure_logging,
 )
-from runtime._gateway import StreamEvent
-from runtime._protected_updates import parse_summary_updates
-from runtime.testing import ScriptedBrain, ScriptedModel, is_summary_request
+from stowage.core._gateway import StreamEvent
+from stowage.core._protected_updates import parse_summary_updates
+from stowage.model._brain import ScriptedBrain, is_summary_request
+from stowage.model._scripted import ScriptedModel
 
 Strategy = Literal["plain", "protected"]
 STRATEGIES: tuple[Strategy, ...] = ("plain", "protected")
@@ -358,7 +358,7 @@ def settings_for(args: argparse.Namespace, store: Path) -> Settings:
 def gateway_for(args: argparse.Namespace, settings: Settings) -> ModelGateway:
     if args.base_url is None:
         return ScriptedModel(brain=ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed))
-    from runtime._openai_gateway import make_gateway
+    from stowage.model._openai_gateway import make_gateway
 
     return make_gateway(settings)
 

@@ -11,10 +11,9 @@ import argparse
 import sys
 
 import anyio
-
-from runtime._errors import StowageError
-from runtime._load import add_load_arguments, main_load
-from runtime._logging import configure_logging
+from stowage.core._errors import StowageError
+from stowage.core._logging import configure_logging
+from stowage.load._engine import add_load_arguments, main_load
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+from stowage.core import LogRead, LogStore, TornTail
+
 from ._codec import decode_record, encode_record
 from ._jsonl import JsonlStore
 from ._open import open_store
 from ._postgres import PostgresStore
-from ._protocol import LogRead, LogStore, TornTail
 from ._sqlite import SqliteStore
 
 __all__ = [

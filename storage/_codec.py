@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
-
-from runtime._items import HistoryEntry, item_from_dict, item_to_dict
-from runtime._records import (
+from stowage.core import (
     CompactionKind,
     CompactionRecord,
     ErrorRecord,
+    HistoryEntry,
     ItemRecord,
     MicrocompactRecord,
     ProtectedRecord,
@@ -27,6 +26,8 @@ from runtime._records import (
     SessionRecord,
     TurnRecord,
     Usage,
+    item_from_dict,
+    item_to_dict,
 )
 
 __all__ = ["FORMAT_VERSION", "decode_record", "encode_record"]

@@ -28,21 +28,21 @@ import aiofiles.os
 import anyio
 import anyio.to_thread
 import structlog
-
-from runtime._config import validate_session_id
-from runtime._errors import (
+from stowage.core import (
     ConfigError,
     InvalidSessionId,
+    LogRead,
+    Record,
     SessionExists,
     SessionNotFound,
     StoreError,
+    TornTail,
+    validate_session_id,
 )
-from runtime._records import Record
 
 from ._codec import encode_record
 from ._fdcache import FdCache
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
-from ._protocol import LogRead, TornTail
 
 __all__ = ["JsonlStore"]
 

@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiofiles.threadpool.binary import AsyncBufferedReader
-
-from runtime._errors import CorruptLogError, StoreError
-from runtime._records import CompactionRecord, Record
+from stowage.core import CompactionRecord, CorruptLogError, Record, StoreError
 
 from ._codec import decode_record
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from runtime._errors import ConfigError
+from stowage.core import ConfigError, LogStore
 
 from ._jsonl import JsonlStore
-from ._protocol import LogStore
 
 __all__ = ["open_store"]
 

@@ -15,12 +15,17 @@ from typing import Any
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import orjson
+from stowage.core import (
+    ConfigError,
+    FencingError,
+    LogRead,
+    Record,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    validate_session_id,
+)
 
-from runtime._config import validate_session_id
-from runtime._errors import ConfigError, FencingError, SessionExists, SessionNotFound, StoreError
-from runtime._records import Record
-
-from ._protocol import LogRead
 from ._sql import check_continues, decode_rows, plan_batch
 
 __all__ = ["PostgresStore"]

@@ -11,9 +11,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from runtime._config import validate_session_id
-from runtime._errors import CorruptLogError, StoreError
-from runtime._records import CompactionRecord, Record
+from stowage.core import CompactionRecord, CorruptLogError, Record, StoreError, validate_session_id
 
 from ._codec import decode_record, encode_record
 

@@ -13,12 +13,16 @@ from typing import Literal, TypeVar
 
 import anyio
 import anyio.to_thread
+from stowage.core import (
+    ConfigError,
+    LogRead,
+    Record,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    validate_session_id,
+)
 
-from runtime._config import validate_session_id
-from runtime._errors import ConfigError, SessionExists, SessionNotFound, StoreError
-from runtime._records import Record
-
-from ._protocol import LogRead
 from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch
 
 __all__ = ["SqliteStore"]

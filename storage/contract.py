@@ -23,30 +23,29 @@ from functools import partial
 from typing import Any, TypeAlias
 
 import anyio
-
-from runtime._errors import InvalidSessionId, SessionExists, SessionNotFound, StoreError
-from runtime._items import (
+from stowage.core import (
     AssistantMessage,
+    CompactionRecord,
+    ErrorRecord,
     FunctionCall,
     FunctionCallOutput,
     HistoryEntry,
-    SystemMessage,
-    UserMessage,
-)
-from runtime._records import (
-    CompactionRecord,
-    ErrorRecord,
+    InvalidSessionId,
     ItemRecord,
+    LogStore,
     MicrocompactRecord,
     ProtectedRecord,
     Record,
     RoundCommittedRecord,
+    SessionExists,
+    SessionNotFound,
     SessionRecord,
+    StoreError,
+    SystemMessage,
     TurnRecord,
     Usage,
+    UserMessage,
 )
-
-from ._protocol import LogStore
 
 __all__ = [
     "CHECKS",

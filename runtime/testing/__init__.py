@@ -1,8 +1,8 @@
 """Test doubles shipped for users: an offline scripted model and a fake OpenAI server."""
 
-from ._brain import ScriptedBrain, is_summary_request, scripted_usage
+from stowage.model import Brain, ScriptedBrain, ScriptedModel, is_summary_request, scripted_usage
+
 from ._fake_server import FakeOpenAIServer, Fault, FaultWhen
-from ._scripted import Brain, ScriptedModel
 from ._wire_check import call_ids, orphan_calls
 
 __all__ = [

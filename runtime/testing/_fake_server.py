@@ -25,10 +25,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from stowage.core import ModelRequest, ModelResponse
+from stowage.load import parse_fault_rates
+from stowage.model import PURPOSE_HEADER, ScriptedBrain
 
-from .._gateway import ModelRequest, ModelResponse
-from .._openai_gateway import PURPOSE_HEADER
-from ._brain import ScriptedBrain
 from ._fake_wire import (
     chat_chunks,
     chat_completion,
@@ -39,7 +39,7 @@ from ._fake_wire import (
 )
 from ._wire_check import orphan_calls
 
-__all__ = ["FAULT_NAMES", "Fault", "FakeOpenAIServer", "FaultWhen", "parse_fault_rates"]
+__all__ = ["Fault", "FakeOpenAIServer", "FaultWhen"]
 
 FaultWhen: TypeAlias = Literal["round", "summary", "any"]
 FaultKind: TypeAlias = Literal[
@@ -104,33 +104,6 @@ class Fault:
         if kind not in builders:
             raise ValueError(f"unknown fault {kind!r}")
         return builders[kind]()
-
-
-# Names accepted by ``parse_fault_rates``: a status code or "slow".
-FAULT_NAMES = ("429", "500", "502", "503", "slow")
-
-
-def parse_fault_rates(spec: str) -> dict[str, float]:
-    """``{"429": 0.05, "slow": 0.01}`` from ``"429:0.05,slow:0.01"`` (empty spec: no faults).
-
-    Raises ``ValueError`` naming the bad part: an unknown fault, a rate outside [0, 1], or
-    rates adding up to more than 1.
-    """
-    rates: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, sep, value = part.partition(":")
-        if not sep or name not in FAULT_NAMES:
-            raise ValueError(f"fault {part!r}: expected NAME:RATE with NAME in {FAULT_NAMES}")
-        try:
-            rate = float(value)
-        except ValueError:
-            raise ValueError(f"fault {part!r}: rate {value!r} is not a number") from None
-        if not 0 <= rate <= 1:
-            raise ValueError(f"fault {part!r}: rate must be between 0 and 1")
-        rates[name] = rate
-    if sum(rates.values()) > 1:
-        raise ValueError(f"fault rates {spec!r} add up to more than 1")
-    return rates
 
 
 def _random_fault(name: str, *, slow_delay: float, retry_after: float) -> Fault:

@@ -12,17 +12,19 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._gateway import ModelRequest, ModelResponse, ToolSpec
-from .._items import (
+from stowage.core import (
     AssistantMessage,
     CompactionSummary,
     FunctionCall,
     FunctionCallOutput,
     Item,
+    ModelRequest,
+    ModelResponse,
     SystemMessage,
+    ToolSpec,
     UserMessage,
 )
-from .._openai_wire import SUMMARY_PREFIX
+from stowage.model import SUMMARY_PREFIX
 
 __all__ = [
     "chat_completion",

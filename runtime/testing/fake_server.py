@@ -12,9 +12,10 @@ from pathlib import Path
 from types import FrameType
 
 import anyio
+from stowage.load import parse_fault_rates
+from stowage.model import ScriptedBrain
 
-from ._brain import ScriptedBrain
-from ._fake_server import FakeOpenAIServer, parse_fault_rates
+from ._fake_server import FakeOpenAIServer
 
 __all__ = ["main"]
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-
-from runtime import FunctionCall, FunctionCallOutput, Runtime, Settings
-from runtime.testing import ScriptedModel
-from runtime.testing._brain import transcript_items
+from stowage import FunctionCall, FunctionCallOutput, Runtime, Settings
+from stowage.model._brain import transcript_items
+from stowage.model._scripted import ScriptedModel
 
 
 async def test_every_summary_request_holds_whole_tool_steps_only(tmp_path: Path) -> None:

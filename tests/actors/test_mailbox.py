@@ -2,8 +2,7 @@
 
 import anyio
 import pytest
-
-from actors import Reply, Slot, mailbox
+from stowage.actors import Reply, Slot, mailbox
 
 
 async def test_reply_delivers_the_first_answer_only() -> None:

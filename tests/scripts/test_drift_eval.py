@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
-from runtime.testing import FakeOpenAIServer, ScriptedBrain
+from stowage.model._brain import ScriptedBrain
+from stowage.testing import FakeOpenAIServer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "drift_eval.py"
 

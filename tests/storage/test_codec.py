@@ -9,8 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from runtime._items import (
+from stowage.core._items import (
     AssistantMessage,
     CompactionSummary,
     FunctionCall,
@@ -19,7 +18,7 @@ from runtime._items import (
     SystemMessage,
     UserMessage,
 )
-from runtime._records import (
+from stowage.core._records import (
     CompactionRecord,
     ErrorRecord,
     ItemRecord,
@@ -31,7 +30,7 @@ from runtime._records import (
     TurnRecord,
     Usage,
 )
-from storage import decode_record, encode_record
+from stowage.storage import decode_record, encode_record
 
 # -- strategies -----------------------------------------------------------------------------------
 

@@ -7,9 +7,8 @@ from typing import Literal
 
 import anyio
 import pytest
-
-from storage import JsonlStore, LogStore
-from storage.contract import CHECKS, Check
+from stowage.storage import JsonlStore, LogStore
+from stowage.storage.contract import CHECKS, Check
 
 
 @pytest.mark.parametrize("durability", ["fsync", "none"])

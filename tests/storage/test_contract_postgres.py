@@ -14,10 +14,9 @@ from collections.abc import AsyncIterator
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-
-from runtime._errors import FencingError, StoreError
-from storage import LogStore, PostgresStore, open_store
-from storage.contract import CHECKS, Check, round_records, session_start
+from stowage.core._errors import FencingError, StoreError
+from stowage.storage import LogStore, PostgresStore, open_store
+from stowage.storage.contract import CHECKS, Check, round_records, session_start
 
 DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -7,9 +7,8 @@ from typing import Literal
 
 import anyio
 import pytest
-
-from storage import LogStore, SqliteStore
-from storage.contract import CHECKS, Check
+from stowage.storage import LogStore, SqliteStore
+from stowage.storage.contract import CHECKS, Check
 
 
 @pytest.mark.parametrize("durability", ["fsync", "none"])

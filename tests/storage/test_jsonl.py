@@ -9,15 +9,14 @@ from pathlib import Path
 
 import anyio
 import pytest
+import stowage.storage._jsonl as jsonl_module
+import stowage.storage._jsonl_scan as scan_module
+from stowage.core._errors import CorruptLogError, InvalidSessionId, StoreError
+from stowage.core._items import UserMessage
+from stowage.core._records import ItemRecord, Record
+from stowage.storage import JsonlStore, TornTail, encode_record
+from stowage.storage.contract import compaction, expected_tail, round_records, session_start
 from structlog.testing import capture_logs
-
-import storage._jsonl as jsonl_module
-import storage._jsonl_scan as scan_module
-from runtime._errors import CorruptLogError, InvalidSessionId, StoreError
-from runtime._items import UserMessage
-from runtime._records import ItemRecord, Record
-from storage import JsonlStore, TornTail, encode_record
-from storage.contract import compaction, expected_tail, round_records, session_start
 
 
 def _log(rounds: int) -> list[Record]:
@@ -332,7 +331,7 @@ async def test_closed_store_refuses_calls(tmp_path: Path) -> None:
 
 
 def test_unknown_durability_is_a_config_error(tmp_path: Path) -> None:
-    from runtime._errors import ConfigError
+    from stowage.core._errors import ConfigError
 
     with pytest.raises(ConfigError, match="durability"):
         JsonlStore(tmp_path, durability="sometimes")  # type: ignore[arg-type]

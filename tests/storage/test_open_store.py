@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-import storage
-from runtime._errors import ConfigError
-from storage import JsonlStore, SqliteStore, open_store
+import stowage.storage as storage
+from stowage.core._errors import ConfigError
+from stowage.storage import JsonlStore, SqliteStore, open_store
 
 
 def test_public_names_are_pinned() -> None:

@@ -1,0 +1,121 @@
+"""``stowage demo``: an offline long session that compacts several times and says so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from stowage.core import (
+    Event,
+    HistoryCompacted,
+    Microcompacted,
+    RoundCommitted,
+    Settings,
+    ToolFinished,
+)
+
+__all__ = ["run_demo"]
+
+_SOURCES = Path(__file__).resolve().parent
+
+_PROMPTS = (
+    "Survey this project: what are its top-level folders for?",
+    "Read the README and tell me what the two first commands do.",
+    "Find where compaction decisions are made.",
+    "Which tests cover the log format?",
+    "Look for the word fsync and explain durability.",
+    "Summarise what the sampler does in one round.",
+    "List the actors and what each receives.",
+    "What happens to a tool call that was cut off by a crash?",
+    "Search for 'covers_through' and explain it.",
+    "Wrap up: what did we learn in this session?",
+)
+
+
+async def run_demo(
+    *, store: Path, turns: int, threshold: int | None, context_window: int | None = 6000
+) -> int:
+    """Run ``turns`` turns of the scripted model over the current directory; print every
+    compaction, then a table of figures and the log check. Returns the exit status."""
+    from stowage.facade import Runtime
+    from stowage.policy import check_log
+    from stowage.storage import open_store
+
+    console = Console(stderr=False)
+    # stowage's own sources: real, read-only, the same size wherever the demo is run from
+    workspace = _SOURCES
+    # a small window (or the seed's fixed threshold) so that a short demo compacts often
+    settings = Settings(
+        store=store, compact_threshold=threshold, context_window=context_window, workspace=workspace
+    )
+    counts = {"rounds": 0, "tools": 0, "compactions": 0, "microcompactions": 0}
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, RoundCommitted):
+            counts["rounds"] += 1
+        elif isinstance(event, ToolFinished):
+            counts["tools"] += 1
+        elif isinstance(event, Microcompacted):
+            counts["microcompactions"] += 1
+            console.print(
+                f"  [magenta]microcompaction[/]: {event.stubbed} old tool outputs stubbed, "
+                f"tokens {event.tokens_before} -> {event.tokens_after}"
+            )
+        elif isinstance(event, HistoryCompacted):
+            counts["compactions"] += 1
+            console.print(
+                f"  [bold magenta]compaction {counts['compactions']}[/] at round {event.round}: "
+                f"tokens {event.tokens_before} -> {event.tokens_after}, removed {event.removed}, "
+                f"retained {event.retained}\n    reason: {event.reason}"
+            )
+
+    async with Runtime(settings) as rt:
+        rt.subscribe(on_event)
+        session = await rt.create(system="You are a careful assistant exploring a code base.")
+        console.print(
+            f"[bold]stowage demo[/]: session {session.id}, store {store}, "
+            + (
+                f"threshold {threshold} tokens"
+                if threshold is not None
+                else f"watermarks over a {context_window}-token window"
+            )
+        )
+        for turn in range(turns):
+            prompt = _PROMPTS[turn % len(_PROMPTS)]
+            console.print(f"[bold cyan]user[/] {prompt}")
+            result = await session.send(prompt)
+            answer = result.text if len(result.text) < 240 else result.text[:240] + "..."
+            console.print(f"[bold green]assistant[/] ({result.rounds} rounds) {answer}")
+        session_id = session.id
+        history_items = len(session.history)
+
+    disk = open_store(store)
+    try:
+        full = await disk.read(session_id)
+        tail = await disk.read_tail(session_id)
+    finally:
+        await disk.aclose()
+    report = check_log(session_id, full.records, tail.records)
+    table = Table(title="demo figures")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in (
+        ("turns", turns),
+        ("rounds", counts["rounds"]),
+        ("tool calls", counts["tools"]),
+        ("microcompactions", counts["microcompactions"]),
+        ("compactions", counts["compactions"]),
+        ("records in log", len(full.records)),
+        ("items in live history", history_items),
+        ("resume reads (records)", len(tail.records)),
+        ("log check", "ok" if report.ok else "; ".join(report.problems)),
+    ):
+        table.add_row(name, str(value))
+    console.print(table)
+    console.print(f"inspect it: stowage show {session_id} --store {store}")
+    if counts["compactions"] < 2 or not report.ok:
+        print("demo failed: expected several compactions and a sound log", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,103 @@
+"""``stowage show``: a log as a readable transcript, compactions with their figures."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+from stowage.core import (
+    AssistantMessage,
+    CompactionRecord,
+    CompactionSummary,
+    ErrorRecord,
+    FunctionCall,
+    FunctionCallOutput,
+    Item,
+    ItemRecord,
+    MicrocompactRecord,
+    ProtectedRecord,
+    Record,
+    RoundCommittedRecord,
+    SessionRecord,
+    SystemMessage,
+    TurnRecord,
+    UserMessage,
+)
+
+__all__ = ["render_transcript"]
+
+_CLIP = 300
+
+
+def _clip(text: str, limit: int = _CLIP) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def _item_line(item: Item) -> str:
+    match item:
+        case SystemMessage(text=text):
+            return f"[system] {_clip(text)}"
+        case UserMessage(text=text, pinned=pinned):
+            return f"[user{' pinned' if pinned else ''}] {_clip(text)}"
+        case AssistantMessage(text=text):
+            return f"[assistant] {_clip(text)}"
+        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+            return f"[call {call_id}] {name}({_clip(arguments, 120)})"
+        case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
+            return f"[{'error' if is_error else 'output'} {call_id}] {_clip(output)}"
+        case CompactionSummary(text=text):
+            return f"[summary] {_clip(text)}"
+    return repr(item)  # pragma: no cover
+
+
+def render_transcript(session_id: str, records: Sequence[Record]) -> str:
+    """Every record of a log as text, one line each; compactions in full with their summary."""
+    lines: list[str] = []
+    compactions = 0
+    for record in records:
+        match record:
+            case SessionRecord(model=model, tools=tools):
+                lines.append(
+                    f"session {session_id}  model {model}  tools {', '.join(tools) or '-'}"
+                )
+            case ItemRecord(item=item):
+                lines.append(f"#{record.seq:<5} {_item_line(item)}")
+            case RoundCommittedRecord(round=round_, usage=usage, interrupted=interrupted):
+                figures = (
+                    f"usage in {usage.input_tokens} out {usage.output_tokens} total {usage.total_tokens}"
+                    if usage
+                    else "no usage reported"
+                )
+                flag = " (interrupted, closed on resume)" if interrupted else ""
+                lines.append(f"#{record.seq:<5} -- round {round_} committed{flag}: {figures}")
+            case CompactionRecord():
+                compactions += 1
+                est = " (estimated)" if record.estimated else ""
+                lines.append(
+                    f"#{record.seq:<5} == compaction {compactions} ({record.kind}) at round {record.round}: "
+                    f"tokens {record.tokens_before} -> {record.tokens_after}{est}, covers through "
+                    f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
+                )
+                lines.append(f"         reason: {record.reason}")
+                lines.append("         summary:")
+                lines.extend(
+                    textwrap.indent(textwrap.fill(p, 96) if p else "", "           ")
+                    for p in record.summary.splitlines()
+                )
+            case MicrocompactRecord():
+                est = " (estimated)" if record.estimated else ""
+                lines.append(
+                    f"#{record.seq:<5} ~~ microcompaction: {len(record.stubbed)} outputs stubbed, tokens "
+                    f"{record.tokens_before} -> {record.tokens_after}{est}; {record.reason}"
+                )
+            case ProtectedRecord(ops=ops, source=source):
+                lines.append(
+                    f"#{record.seq:<5} ** protected state ({source}): {len(ops)} change(s)"
+                )
+                lines.extend(f"           {op}" for op in ops)
+            case TurnRecord(turn=turn, phase=phase):
+                lines.append(f"#{record.seq:<5} -- turn {turn} {phase}")
+            case ErrorRecord(kind=kind, message=message):
+                lines.append(f"#{record.seq:<5} !! {kind}: {message}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,147 @@
+"""Settings of a session or a runtime, validated once, with errors that name the bad value."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ._errors import ConfigError, InvalidSessionId
+
+__all__ = [
+    "DEFAULT_COMPACT_THRESHOLD",
+    "DEFAULT_USER_BUDGET_CHARS",
+    "Settings",
+    "new_session_id",
+    "validate_session_id",
+]
+
+DEFAULT_COMPACT_THRESHOLD = 8000
+DEFAULT_USER_BUDGET_CHARS = 20_000
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def validate_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it is 1-128 letters, digits, ``-`` or ``_``.
+
+    Raises ``InvalidSessionId`` otherwise: nothing else may reach a path or a query.
+    """
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: use 1-128 letters, digits, '-' or '_'"
+        )
+    return session_id
+
+
+def new_session_id() -> str:
+    """A fresh random session id, safe as a file name."""
+    return "s-" + secrets.token_hex(6)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
+
+    model: str = "scripted"
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    wire_api: Literal["chat", "responses"] = "chat"
+    store: Path = Path(".stowage")
+    durability: Literal["fsync", "none"] = "fsync"
+    system: str | None = None
+    tools: Literal["workspace", "none"] = "workspace"
+    workspace: Path = Path(".")
+    #: a fixed threshold (the seed's rule) that, when set, takes precedence over the watermarks
+    compact_threshold: int | None = None
+    #: window of the model; None looks it up in ``runtime._budget.MODEL_REGISTRY``
+    context_window: int | None = None
+    #: model for summaries (a cheaper one, say); None uses ``model``
+    compact_model: str | None = None
+    #: the seed's conservative rule: no reported usage, no compaction (no estimates)
+    require_reported_usage: bool = False
+    #: watermarks, as fractions of the usable budget (see README, "Compaction policy")
+    soft_mark: float = 0.70
+    compact_mark: float = 0.85
+    hard_mark: float = 0.95
+    target_after: float = 0.50
+    #: tool outputs of the newest ``keep_rounds`` rounds are never microcompacted
+    keep_rounds: int = 3
+    max_compactions_per_turn: int = 3
+    #: plan compactions while rounds go on (True), or wait for each plan at the compaction mark
+    background_compaction: bool = True
+    #: summary failures in a row before the breaker opens and the no-model fallback takes over
+    breaker_failures: int = 3
+    user_budget_chars: int = DEFAULT_USER_BUDGET_CHARS
+    auto_compact: bool = True
+    tool_timeout: float = 30.0
+    max_rounds_per_turn: int = 50
+    max_output_tokens: int | None = None
+    request_timeout: float = 120.0
+    max_retries: int = 2
+    stream: bool = True
+
+    def __post_init__(self) -> None:
+        if self.wire_api not in ("chat", "responses"):
+            raise ConfigError(f"wire_api must be 'chat' or 'responses', got {self.wire_api!r}")
+        if self.durability not in ("fsync", "none"):
+            raise ConfigError(f"durability must be 'fsync' or 'none', got {self.durability!r}")
+        if self.tools not in ("workspace", "none"):
+            raise ConfigError(f"tools must be 'workspace' or 'none', got {self.tools!r}")
+        if self.compact_threshold is not None and self.compact_threshold <= 0:
+            raise ConfigError(
+                f"compact_threshold must be a positive token count, got {self.compact_threshold}"
+            )
+        if not 0 < self.soft_mark <= self.compact_mark <= self.hard_mark <= 1:
+            raise ConfigError(
+                "watermarks must satisfy 0 < soft_mark <= compact_mark <= hard_mark <= 1, got "
+                f"{self.soft_mark}, {self.compact_mark}, {self.hard_mark}"
+            )
+        if not 0 < self.target_after < self.compact_mark:
+            raise ConfigError(
+                f"target_after must be > 0 and below compact_mark, got {self.target_after}"
+            )
+        if self.context_window is not None and self.context_window <= 0:
+            raise ConfigError(
+                f"context_window must be a positive token count, got {self.context_window}"
+            )
+        if self.max_output_tokens is not None and self.max_output_tokens <= 0:
+            raise ConfigError(
+                f"max_output_tokens must be a positive token count, got {self.max_output_tokens}"
+            )
+        if self.keep_rounds < 0:
+            raise ConfigError(f"keep_rounds must be >= 0, got {self.keep_rounds}")
+        if self.max_compactions_per_turn < 1 or self.breaker_failures < 1:
+            raise ConfigError(
+                "max_compactions_per_turn and breaker_failures must be >= 1, got "
+                f"{self.max_compactions_per_turn} and {self.breaker_failures}"
+            )
+        if self.user_budget_chars < 0:
+            raise ConfigError(f"user_budget_chars must be >= 0, got {self.user_budget_chars}")
+        if self.tool_timeout <= 0:
+            raise ConfigError(f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
+        if self.max_rounds_per_turn < 1:
+            raise ConfigError(f"max_rounds_per_turn must be >= 1, got {self.max_rounds_per_turn}")
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied and validated."""
+        return replace(self, **changes)
+
+    def public(self) -> dict[str, Any]:
+        """The settings worth recording in a log: no secrets, paths as strings."""
+        return {
+            "model": self.model,
+            "base_url": self.base_url,
+            "wire_api": self.wire_api,
+            "compact_threshold": self.compact_threshold,
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "compact_model": self.compact_model,
+            "require_reported_usage": self.require_reported_usage,
+            "watermarks": [self.soft_mark, self.compact_mark, self.hard_mark, self.target_after],
+            "keep_rounds": self.keep_rounds,
+            "user_budget_chars": self.user_budget_chars,
+            "tools": self.tools,
+            "auto_compact": self.auto_compact,
+        }

@@ -1,0 +1,66 @@
+"""How many characters a model reads of an item, an entry or a history, and a rough token count.
+
+Token accounting calibrates a chars-per-token ratio on these figures, so they must count exactly
+what a projection sends: a stubbed output counts as its stub.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+
+from ._errors import ConfigError
+from ._items import (
+    AssistantMessage,
+    CompactionSummary,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryEntry,
+    Item,
+    SystemMessage,
+    UserMessage,
+)
+from ._projection import default_stub
+
+__all__ = ["entry_chars", "estimate_tokens", "history_chars", "item_chars"]
+
+
+def item_chars(item: Item) -> int:
+    """The number of characters of ``item`` a model reads (text, or name, arguments and id).
+
+    Raises nothing.
+    """
+    match item:
+        case SystemMessage(text=text) | UserMessage(text=text) | AssistantMessage(text=text):
+            return len(text)
+        case CompactionSummary(text=text):
+            return len(text)
+        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+            return len(call_id) + len(name) + len(arguments)
+        case FunctionCallOutput(call_id=call_id, output=output):
+            return len(call_id) + len(output)
+    raise TypeError(f"not an item: {item!r}")  # pragma: no cover - exhaustive above
+
+
+def estimate_tokens(items: Sequence[Item], chars_per_token: float = 4.0) -> int:
+    """Estimate the tokens ``items`` cost from their characters, rounding up.
+
+    Raises ``ConfigError`` if ``chars_per_token`` is not positive.
+    """
+    if not chars_per_token > 0:
+        raise ConfigError(f"chars_per_token must be > 0, got {chars_per_token}")
+    return math.ceil(sum(item_chars(item) for item in items) / chars_per_token)
+
+
+def entry_chars(entry: HistoryEntry, stubbed: Collection[int] = ()) -> int:
+    """Characters of ``entry`` as the model reads it: a stubbed output counts as its stub.
+    Raises nothing."""
+    item = entry.item
+    if entry.seq in stubbed and isinstance(item, FunctionCallOutput):
+        return len(item.call_id) + len(default_stub(entry))
+    return item_chars(item)
+
+
+def history_chars(history: Iterable[HistoryEntry], stubbed: Collection[int] = ()) -> int:
+    """Characters of ``history`` as projected with ``stubbed`` outputs. Raises nothing."""
+    return sum(entry_chars(entry, stubbed) for entry in history)

@@ -1,0 +1,12 @@
+"""The facade users hold: ``Runtime`` hosts sessions and their actors, ``Session`` is one of them."""
+
+from stowage.actors import TurnResult
+
+from ._runtime import Runtime
+from ._session import Session
+
+__all__ = [
+    "Runtime",
+    "Session",
+    "TurnResult",
+]

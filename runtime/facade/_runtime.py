@@ -1,0 +1,472 @@
+"""The public API: a ``Runtime`` hosting any number of ``Session``s in one process.
+
+Each session runs its sampler, tool executor and compactor in a task group of its own, under a
+supervisor that turns a failure into a ``SessionFailed`` for that session only. All sessions
+of a runtime share one persistence actor per store and the runtime's limits.
+
+Hibernation: with ``idle_timeout`` set, a session that has had nothing to do for that long
+stops its actors and is dropped from memory; only its id is kept. ``open``/``send`` rebuild it
+from the log (newest compaction + tail), exactly as a resume after a restart would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from stowage.actors import (
+    Append,
+    PlanOutcome,
+    RoundCommitted,
+    RunTools,
+    Sampler,
+    SamplerCommand,
+    SessionContext,
+    Slot,
+    TurnResult,
+    mailbox,
+    run_compactor,
+    run_persistence,
+    run_tool_executor,
+)
+from stowage.core import (
+    ConfigError,
+    Event,
+    EventBus,
+    ItemRecord,
+    LogRepaired,
+    LogStore,
+    ModelGateway,
+    ProtectedRecord,
+    ProtectedState,
+    Record,
+    SessionClosed,
+    SessionFailedEvent,
+    SessionHibernated,
+    SessionRecord,
+    SessionRehydrated,
+    SessionState,
+    Settings,
+    StowageError,
+    SystemMessage,
+    configure_logging,
+    new_session_id,
+    prepare_all,
+    replay,
+    user_ops,
+    validate_session_id,
+)
+from stowage.model import LimitedGateway
+from stowage.tools import ToolRegistry, with_recall
+
+from ._session import Session
+
+__all__ = ["Runtime", "Session"]
+
+_log = structlog.get_logger("stowage.runtime")
+
+
+class Runtime:
+    """Hosts sessions: ``async with Runtime(settings) as rt: s = await rt.create()``.
+
+    ``store`` defaults to a JSONL store at ``settings.store``, ``gateway`` to the one
+    ``settings.model`` names (``scripted`` is the offline default), ``tools`` to the workspace
+    tools when ``settings.tools == "workspace"``.
+
+    Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
+    endpoint (rounds and summaries alike), ``max_compactions`` in flight (sessions crossing
+    the watermark together queue for them), ``max_tool_calls`` in flight. ``idle_timeout``
+    seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
+    timeout that is not positive.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: LogStore | None = None,
+        gateway: ModelGateway | None = None,
+        tools: ToolRegistry | None = None,
+        max_model_calls: int | None = None,
+        max_compactions: int | None = None,
+        max_tool_calls: int | None = None,
+        idle_timeout: float | None = None,
+        mailbox_capacity: int = 256,
+    ) -> None:
+        from stowage.storage import open_store
+
+        if not structlog.is_configured():
+            # structlog's own default prints every debug line to stdout; an embedding
+            # application that configures structlog itself keeps its configuration
+            configure_logging("console", "warning")
+
+        from stowage.model import make_gateway
+        from stowage.tools import workspace_tools
+
+        for name, limit in (
+            ("max_model_calls", max_model_calls),
+            ("max_compactions", max_compactions),
+            ("max_tool_calls", max_tool_calls),
+        ):
+            if limit is not None and limit < 1:
+                raise ConfigError(f"{name} must be >= 1 (or None for no limit), got {limit}")
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ConfigError(f"idle_timeout must be > 0 seconds, got {idle_timeout}")
+        self.settings = settings or Settings()
+        self.store = (
+            store
+            if store is not None
+            else open_store(self.settings.store, durability=self.settings.durability)
+        )
+        self.gateway = gateway if gateway is not None else make_gateway(self.settings)
+        if tools is None:
+            tools = (
+                workspace_tools(self.settings.workspace)
+                if self.settings.tools == "workspace"
+                else ToolRegistry()
+            )
+        self.tools = tools
+        self.events = EventBus()
+        self._limits = {
+            "model": anyio.CapacityLimiter(max_model_calls) if max_model_calls else None,
+            "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
+            "tools": anyio.CapacityLimiter(max_tool_calls) if max_tool_calls else None,
+        }
+        model_limiter = self._limits["model"]
+        # the sessions' view of the endpoint: every call through it takes a model-call token
+        self._endpoint: ModelGateway = (
+            LimitedGateway(self.gateway, model_limiter) if model_limiter else self.gateway
+        )
+        self.idle_timeout = idle_timeout
+        self._capacity = mailbox_capacity
+        self._sessions: dict[str, Session] = {}
+        # ids being opened (concurrent opens of one id wait for the first) and being hibernated
+        self._opening: dict[str, anyio.Event] = {}
+        self._hibernating: dict[str, Session] = {}
+        # a hibernated session costs its id, nothing more
+        self._hibernated: set[str] = set()
+        self._reaper: anyio.CancelScope | None = None
+        self._tg: TaskGroup | None = None
+        self._persistence: MemoryObjectSendStream[Append] | None = None
+
+    @property
+    def limits(self) -> dict[str, anyio.CapacityLimiter | None]:
+        """The shared limiters by name (``model``, ``compaction``, ``tools``); None: unlimited."""
+        return dict(self._limits)
+
+    def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+        """Receive every event of every session; returns the unsubscribe function."""
+        return self.events.subscribe(subscriber)
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        """The live sessions, by id."""
+        return dict(self._sessions)
+
+    @property
+    def hibernated(self) -> frozenset[str]:
+        """Ids of the sessions hibernated by this runtime and not woken since."""
+        return frozenset(self._hibernated)
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        box = mailbox(self._capacity, Append)
+        self._persistence = box.send
+        self._tg.start_soon(run_persistence, self.store, box.receive)
+        if self.idle_timeout is not None:
+            self._reaper = anyio.CancelScope()
+            self._tg.start_soon(self._reap, self._reaper, self.idle_timeout)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None and self._persistence is not None
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                if self._reaper is not None:
+                    self._reaper.cancel()
+                closing = [*self._sessions.values(), *self._hibernating.values()]
+                for session in closing:  # all at once: their actors wind down concurrently
+                    session._commands.close()
+                for session in closing:
+                    await session.close()
+                await self._persistence.aclose()
+        finally:
+            try:
+                result = await self._tg.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # the caller's own exception, wrapped by the task group: give it back as it was
+                if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                    raise exc from exc.__cause__
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.gateway.aclose()
+                    await self.store.aclose()
+        return result
+
+    # -- opening sessions ----------------------------------------------------------------
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        system: str | None = None,
+        objective: str | None = None,
+        constraints: Sequence[str] = (),
+    ) -> Session:
+        """Start a new session (a fresh id when none is given) and its log; ``objective`` and
+        ``constraints`` start its protected state (the user's word, kept through compactions).
+
+        Raises ``InvalidSessionId``, ``SessionExists``, ``ProtectedStateViolation``.
+        """
+        session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
+        system = system if system is not None else self.settings.system
+        # checked before the log exists: a bad constraint must not leave a half-made session
+        _, protected_ops = prepare_all(
+            ProtectedState(), user_ops(objective=objective, add_constraints=constraints), "user"
+        )
+        records: list[Record] = [
+            SessionRecord(
+                seq=1,
+                model=self.settings.model,
+                tools=tuple(self.tools.names()),
+                settings=self.settings.public(),
+            )
+        ]
+        if system:
+            records.append(ItemRecord(seq=2, item=SystemMessage(text=system)))
+        if protected_ops:
+            records.append(ProtectedRecord(seq=len(records) + 1, ops=protected_ops, source="user"))
+        await self.store.create(session_id, records)
+        state = replay(session_id, records)
+        _log.info("session_created", session=session_id)
+        return self._start(state)
+
+    async def resume(self, session_id: str) -> Session:
+        """Rebuild a session from its log (newest compaction + tail) and start it; the live
+        session when it is already running.
+
+        An open round gets "interrupted" outputs for its calls. Raises ``InvalidSessionId``,
+        ``SessionNotFound``, ``CorruptLogError``.
+        """
+        return await self._opened(validate_session_id(session_id), create=False)
+
+    async def open(self, session_id: str) -> Session:
+        """The live session with this id, woken or resumed from its log, or a new one.
+
+        Raises ``InvalidSessionId``, ``CorruptLogError``.
+        """
+        return await self._opened(validate_session_id(session_id), create=True)
+
+    async def send(self, session_id: str, text: str, *, pin: bool = False) -> TurnResult:
+        """Run one turn of session ``session_id`` (opened, woken or created as ``open`` does).
+
+        Raises as ``open`` and ``Session.send`` do.
+        """
+        for _ in range(3):
+            session = await self.open(session_id)
+            try:
+                return await session.send(text, pin=pin)
+            except SessionClosed:
+                # hibernated between open and send: wake it again; a real close is re-raised
+                if not session._hibernated:
+                    raise
+        raise SessionClosed(f"session {session_id} keeps hibernating before it can take input")
+
+    async def close(self, session_id: str) -> None:
+        """Finish the work sent to a live session and stop it (its log stays); a session
+        that is not live is left alone. Raises ``InvalidSessionId``."""
+        session = self._sessions.get(validate_session_id(session_id))
+        if session is not None:
+            await session.close()
+
+    async def hibernate(self, session_id: str) -> bool:
+        """Stop a live session's actors and drop it from memory now; the next ``open`` or
+        ``send`` rebuilds it from the log. False when it was not live.
+
+        Work already sent to it is finished first. Raises ``InvalidSessionId``.
+        """
+        session = self._sessions.get(validate_session_id(session_id))
+        if session is None:
+            return False
+        await self._hibernate(session)
+        return True
+
+    async def _hibernate(self, session: Session) -> None:
+        idle = anyio.current_time() - session._last_active
+        session._hibernated = True
+        self._sessions.pop(session.id, None)
+        self._hibernating[session.id] = session
+        try:
+            await session.close()
+        finally:
+            del self._hibernating[session.id]
+        if session._failure is None:
+            self._hibernated.add(session.id)
+            _log.debug("session_hibernated", session=session.id)
+            self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
+
+    async def _reap(self, scope: anyio.CancelScope, idle_timeout: float) -> None:
+        """Hibernate sessions idle for ``idle_timeout``; checks a few times per timeout."""
+        interval = min(max(idle_timeout / 4, 0.005), 5.0)
+        with scope:
+            while True:
+                await anyio.sleep(interval)
+                now = anyio.current_time()
+                idle = [
+                    session
+                    for session in self._sessions.values()
+                    if not session._waiting
+                    and now - session._last_active >= idle_timeout
+                    and not session._commands.statistics().current_buffer_used
+                ]
+                for session in idle:
+                    await self._hibernate(session)
+
+    async def _opened(self, session_id: str, *, create: bool) -> Session:
+        while True:
+            live = self._sessions.get(session_id)
+            if live is not None:
+                return live
+            opening = self._opening.get(session_id)
+            if opening is None:
+                break
+            await opening.wait()  # one open per id at a time: never two sessions on one log
+        opening = self._opening[session_id] = anyio.Event()
+        try:
+            hibernating = self._hibernating.get(session_id)
+            if hibernating is not None:
+                await hibernating._stopped.wait()  # its last writes land before we read
+            known = session_id in self._hibernated
+            if create and not known and not await self.store.exists(session_id):
+                return await self.create(session_id)
+            return await self._resume(session_id)
+        finally:
+            del self._opening[session_id]
+            opening.set()
+
+    async def _resume(self, session_id: str) -> Session:
+        read = await self.store.read_tail(session_id)
+        if read.torn_tail is not None:
+            torn = read.torn_tail
+            self.events.publish(
+                LogRepaired(
+                    session_id=session_id,
+                    path=torn.path,
+                    line=torn.line,
+                    bytes_removed=torn.bytes_removed,
+                )
+            )
+        state = replay(session_id, read.records)
+        _log.info(
+            "session_resumed",
+            session=session_id,
+            records=len(read.records),
+            items=len(state.history),
+        )
+        if session_id in self._hibernated:
+            self._hibernated.discard(session_id)
+            self.events.publish(SessionRehydrated(session_id=session_id, records=len(read.records)))
+        return self._start(state)
+
+    def _start(self, state: SessionState) -> Session:
+        if self._tg is None or self._persistence is None:
+            raise StowageError("the runtime is not running: use 'async with Runtime(...) as rt'")
+        send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
+        session = Session(
+            id=state.session_id,
+            state=state,
+            _commands=send,
+            _runtime=self,
+            _last_active=anyio.current_time(),
+        )
+        self._sessions[session.id] = session
+        self._tg.start_soon(self._supervise, session, receive)
+        return session
+
+    def _session_tools(self, session: Session) -> ToolRegistry:
+        """The runtime's tools plus ``recall_artifact`` over this session, when it may stub."""
+
+        async def read_log() -> tuple[Record, ...]:
+            return tuple((await self.store.read(session.id)).records)
+
+        return with_recall(
+            self.tools,
+            self.settings,
+            has_stubs=bool(session.state.stubbed),
+            history=lambda: session.state.history,
+            read_log=read_log,
+        )
+
+    async def _supervise(
+        self, session: Session, commands: MemoryObjectReceiveStream[SamplerCommand]
+    ) -> None:
+        assert self._persistence is not None
+        ctx = SessionContext(
+            session_id=session.id,
+            settings=self.settings,
+            gateway=self._endpoint,
+            tools=self._session_tools(session),
+            publish=self.events.publish,
+            persistence=self._persistence.clone(),
+            model_limiter=None,  # the endpoint gateway takes the model-call tokens
+            compaction_limiter=self._limits["compaction"],
+            tool_limiter=self._limits["tools"],
+        )
+        tools_box = mailbox(1, RunTools)
+        committed: Slot[RoundCommitted] = Slot()
+        plans: Slot[PlanOutcome] = Slot()
+        sampler = Sampler(
+            ctx=ctx, state=session.state, tools=tools_box.send, committed=committed, plans=plans
+        )
+        failure: BaseException | None = None
+        try:
+            async with ctx.persistence, anyio.create_task_group() as tg:
+                tg.start_soon(sampler.run, commands)
+                tg.start_soon(_tool_executor, ctx, tools_box.receive)
+                tg.start_soon(_compactor, ctx, committed, plans)
+        except Exception as exc:
+            failure = exc
+            _log.error("session_failed", session=session.id, error=repr(exc))
+            self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(exc)))
+        finally:
+            self._sessions.pop(session.id, None)
+            for stream in (session._commands, commands, tools_box.send, tools_box.receive):
+                stream.close()  # idempotent; after a failure some were never closed by their owner
+            session._stop(failure)
+
+
+async def _tool_executor(ctx: SessionContext, inbox: Any) -> None:
+    await run_tool_executor(
+        ctx.session_id,
+        ctx.tools,
+        inbox,
+        ctx.publish,
+        default_timeout=ctx.settings.tool_timeout,
+        limiter=ctx.tool_limiter,
+    )
+
+
+async def _compactor(
+    ctx: SessionContext, committed: Slot[RoundCommitted], plans: Slot[PlanOutcome]
+) -> None:
+    await run_compactor(
+        ctx.session_id,
+        ctx.settings,
+        ctx.gateway,
+        committed,
+        plans,
+        ctx.publish,
+        limiter=ctx.compaction_limiter,
+    )

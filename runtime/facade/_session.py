@@ -1,0 +1,136 @@
+"""A live session as its users hold it: send turns, compact, protect, close.
+
+A ``Session`` is a handle on one sampler's command mailbox; the runtime owns its actors and
+stops them. Every ask gets a private reply, failed for the asker if the session dies first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from stowage.actors import CompactNow, Protect, Reply, SamplerCommand, TurnResult, UserTurn
+from stowage.core import Item, ProtectedState, SessionClosed, SessionFailed, SessionState, user_ops
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["Session"]
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Session:
+    """A live session. ``send`` runs one turn; ``history`` is what the next request builds on."""
+
+    id: str
+    state: SessionState
+    _commands: MemoryObjectSendStream[SamplerCommand]
+    _runtime: Runtime
+    _stopped: anyio.Event = field(default_factory=anyio.Event)
+    _failure: BaseException | None = None
+    _waiting: set[Reply[Any]] = field(default_factory=set)
+    #: event-loop time of the last ask or answer; hibernation measures idleness from it
+    _last_active: float = 0.0
+    _hibernated: bool = False
+
+    @property
+    def history(self) -> tuple[Item, ...]:
+        """The items of the live history, in order."""
+        return self.state.items
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error the session stopped on, if it failed."""
+        return self._failure
+
+    async def send(self, text: str, *, pin: bool = False) -> TurnResult:
+        """Run one turn with ``text`` as the user's input; returns the final answer.
+
+        Raises ``ModelError`` when the model fails the turn (the session stays usable),
+        ``SessionFailed`` when the session stopped on an error, ``SessionClosed`` after close.
+        """
+        reply: Reply[TurnResult] = Reply()
+        await self._ask(UserTurn(text=text, pinned=pin, reply=reply))
+        return await self._wait(reply)
+
+    async def compact(self, focus: str | None = None) -> bool:
+        """Compact now, on the last committed round; True when history was compacted.
+
+        Raises as ``send`` does.
+        """
+        reply: Reply[bool] = Reply()
+        await self._ask(CompactNow(focus=focus, reply=reply))
+        return await self._wait(reply)
+
+    @property
+    def protected(self) -> ProtectedState:
+        """The protected state: objective, constraints, decisions, pending, completed, failed
+        attempts and artifacts, each entry with its stable id."""
+        return self.state.protected
+
+    async def protect(
+        self,
+        *,
+        objective: str | None = None,
+        add_constraints: Sequence[str] = (),
+        drop_constraints: Sequence[str] = (),
+    ) -> ProtectedState:
+        """Change protected state with the user's word (between turns, logged as a
+        ``protected`` record); returns the new state. Repeating an existing entry is a no-op.
+
+        Raises ``ProtectedStateViolation`` naming the entry (an unknown id to drop, an empty
+        text) with nothing changed; otherwise as ``send`` does.
+        """
+        reply: Reply[None] = Reply()
+        ops = user_ops(
+            objective=objective, add_constraints=add_constraints, drop_constraints=drop_constraints
+        )
+        await self._ask(Protect(ops=tuple(ops), reply=reply))
+        await self._wait(reply)
+        return self.state.protected
+
+    async def close(self) -> None:
+        """Finish the work already sent, stop the actors and wait for them."""
+        await self._commands.aclose()
+        await self._stopped.wait()
+
+    async def _ask(self, command: SamplerCommand) -> None:
+        self._last_active = anyio.current_time()
+        if self._hibernated:
+            raise SessionClosed(
+                f"session {self.id} is hibernated: use Runtime.send or Runtime.open to wake it"
+            )
+        if self._failure is not None:
+            raise SessionFailed(
+                f"session {self.id} has failed: {self._failure!r}"
+            ) from self._failure
+        try:
+            await self._commands.send(command)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            if self._failure is not None:
+                raise SessionFailed(f"session {self.id} has failed") from self._failure
+            raise SessionClosed(f"session {self.id} is closed") from exc
+
+    async def _wait(self, reply: Reply[T]) -> T:
+        self._waiting.add(reply)
+        try:
+            return await reply.wait()
+        finally:
+            self._waiting.discard(reply)
+            self._last_active = anyio.current_time()
+
+    def _stop(self, failure: BaseException | None) -> None:
+        """Mark the session stopped; a session that dies must not leave its askers waiting."""
+        self._failure = failure
+        self._stopped.set()
+        for reply in tuple(self._waiting):
+            reply.fail(
+                SessionFailed(f"session {self.id} stopped: {failure!r}")
+                if failure is not None
+                else SessionClosed(f"session {self.id} closed")
+            )

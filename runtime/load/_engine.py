@@ -1,0 +1,584 @@
+"""``stowage load``: many sessions, many turns, compaction under concurrency, then proof.
+
+N sessions run T turns each against the fake OpenAI server in its own process (or the scripted
+model in process), with a tool whose outputs are sized so that every session compacts several
+times, optional latency and injected faults. Afterwards every session is checked: its log
+replays (whole, and as resume reads it) to exactly the live history, every round the runtime
+acknowledged is in the log, and no request the endpoint received carried a tool call without
+its output. The figures and the verdict are printed and can be written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import orjson
+import psutil
+import pydantic
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from stowage.core import (
+    CompactionFailed,
+    ConfigError,
+    Event,
+    HistoryCompacted,
+    ModelConnectionError,
+    ModelError,
+    ModelGateway,
+    RoundCommitted,
+    RoundStarted,
+    SessionError,
+    SessionFailedEvent,
+    SessionHibernated,
+    SessionRehydrated,
+    Settings,
+)
+from stowage.tools import FunctionTool, ToolRegistry
+
+from ._checks import SessionVerdict, check_session
+from ._endpoint import (
+    FaultyGateway,
+    MeteredGateway,
+    WireCheck,
+    fake_server_process,
+    fetch_server_stats,
+    parse_rates,
+)
+
+__all__ = ["LoadConfig", "add_load_arguments", "config_from_args", "main_load", "run_load"]
+
+_SYSTEM = "You are a careful agent. Fetch what you need with the tools, then answer briefly."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadConfig:
+    """One load run. ``base_url`` points at an already running server instead of starting
+    the fake one; ``faults`` is ``"429:0.05,500:0.02,slow:0.01"`` (rates per request)."""
+
+    sessions: int = 50
+    turns: int = 8
+    latency: float = 0.0
+    in_process: bool = False
+    base_url: str | None = None
+    faults: str = ""
+    slow_delay: float = 1.0
+    retry_after: float = 0.2
+    store: Path | None = None
+    durability: Literal["fsync", "none"] = "fsync"
+    wire_api: Literal["chat", "responses"] = "chat"
+    stream: bool = True
+    tool_kb: float = 2.0
+    tool_rounds: int = 2
+    compact_threshold: int = 3000
+    max_model_calls: int | None = 100
+    max_compactions: int | None = 8
+    max_tool_calls: int | None = 256
+    idle_timeout: float | None = None
+    seed: int | None = 1
+    #: first-generation threshold of Python's cyclic GC during the run (None: leave it)
+    gc_threshold: int | None = 50_000
+    progress: bool = True
+    json_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.sessions < 1 or self.turns < 1:
+            raise ConfigError("--sessions and --turns must be >= 1")
+        if self.tool_kb <= 0:
+            raise ConfigError("--tool-kb must be > 0")
+
+
+class _NoArguments(pydantic.BaseModel):
+    pass
+
+
+def load_tools(tool_kb: float) -> ToolRegistry:
+    """Two tools without arguments returning ``tool_kb`` KB each: the scripted brain calls
+    them in turn (one call in a round, then two), so history grows by a few KB per turn."""
+    size = max(1, int(tool_kb * 1024))
+    filler = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    served = 0
+
+    def make(name: str) -> FunctionTool[_NoArguments]:
+        async def fetch(args: _NoArguments) -> str:
+            nonlocal served
+            served += 1
+            head = f"{name} #{served}: "
+            return head + filler[len(head) :]
+
+        return FunctionTool(
+            name=name, description=f"Fetch the next {name}.", args_model=_NoArguments, fn=fetch
+        )
+
+    return ToolRegistry([make("fetch_blob"), make("fetch_log")])
+
+
+@dataclass(eq=False)
+class _Meter:
+    """Subscribes to every event of the run; keeps only what the figures need."""
+
+    def __post_init__(self) -> None:
+        self.started: dict[tuple[str, int], float] = {}
+        self.round_seconds: list[float] = []
+        self.acknowledged: defaultdict[str, list[int]] = defaultdict(list)
+        self.committed_at: dict[str, tuple[int, float]] = {}
+        self.compaction_waits: list[float] = []
+        self.compactions: defaultdict[str, int] = defaultdict(int)
+        self.compacted = 0
+        self.compaction_failures = 0
+        self.failed_sessions: list[str] = []
+        self.hibernated = 0
+        self.rehydrated = 0
+
+    def __call__(self, event: Event) -> None:
+        kind = type(event)
+        if kind is RoundStarted:
+            assert isinstance(event, RoundStarted)
+            self.started[(event.session_id, event.round)] = time.perf_counter()
+        elif kind is RoundCommitted:
+            assert isinstance(event, RoundCommitted)
+            now = time.perf_counter()
+            began = self.started.pop((event.session_id, event.round), None)
+            if began is not None:
+                self.round_seconds.append(now - began)
+            self.acknowledged[event.session_id].append(event.round)
+            self.committed_at[event.session_id] = (event.round, now)
+        elif kind is HistoryCompacted:
+            assert isinstance(event, HistoryCompacted)
+            self.compactions[event.session_id] += 1
+            self.compacted += 1
+            committed = self.committed_at.get(event.session_id)
+            if committed is not None and committed[0] == event.round:
+                self.compaction_waits.append(time.perf_counter() - committed[1])
+        elif kind is CompactionFailed:
+            self.compaction_failures += 1
+        elif kind is SessionFailedEvent:
+            assert isinstance(event, SessionFailedEvent)
+            self.failed_sessions.append(event.session_id)
+        elif kind is SessionHibernated:
+            self.hibernated += 1
+        elif kind is SessionRehydrated:
+            self.rehydrated += 1
+
+
+def _percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale, 2)
+
+    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": at(1.0)}
+
+
+def _rss_mb() -> float:
+    return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+@contextmanager
+def _gc_meter(threshold: int | None) -> Iterator[dict[str, float]]:
+    """Time spent in the cyclic GC, by generation, while the block runs.
+
+    With thousands of live sessions the heap is large and objects that live through a model
+    call reach the oldest generation, so full collections, each walking the whole heap, are
+    what makes a round cost more as sessions are added. A higher first threshold makes them
+    rarer; the figure shows what they still cost.
+    """
+    spent = {"gen0": 0.0, "gen1": 0.0, "gen2": 0.0, "collections": 0.0}
+    started = 0.0
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            spent[f"gen{info['generation']}"] += time.perf_counter() - started
+            spent["collections"] += 1
+
+    previous = gc.get_threshold()
+    if threshold is not None:
+        gc.set_threshold(threshold, previous[1], previous[2])
+    gc.callbacks.append(on_gc)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(on_gc)
+        gc.set_threshold(*previous)
+
+
+@contextmanager
+def _progress(config: LoadConfig, console: Console) -> Iterator[Callable[[int, int], None]]:
+    if not config.progress:
+        yield lambda turns, compactions: None
+        return
+    columns = (
+        TextColumn("[bold]load"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("turns · {task.fields[compactions]} compactions"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, refresh_per_second=4) as progress:
+        task = progress.add_task("turns", total=config.sessions * config.turns, compactions=0)
+
+        def advance(turns: int, compactions: int) -> None:
+            progress.update(task, advance=turns, compactions=compactions)
+
+        yield advance
+
+
+async def run_load(config: LoadConfig, *, console: Console | None = None) -> dict[str, Any]:
+    """Run the load, check every session, and return the report (``report["ok"]`` is the
+    verdict). Raises ``ConfigError`` when the fake server cannot start."""
+    from stowage.facade import Runtime
+    from stowage.model import ScriptedModel, make_gateway
+
+    console = console or Console(stderr=True)
+    async with AsyncExitStack() as stack:
+        store = config.store
+        if store is None:
+            store = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stowage-load-")))
+        base_url = config.base_url
+        if not config.in_process and base_url is None:
+            base_url = await stack.enter_async_context(
+                fake_server_process(
+                    latency=config.latency,
+                    tool_rounds=config.tool_rounds,
+                    faults=config.faults,
+                    slow_delay=config.slow_delay,
+                    retry_after=config.retry_after,
+                    seed=config.seed,
+                )
+            )
+        settings = Settings(
+            model="scripted" if config.in_process else "load-model",
+            base_url=base_url,
+            api_key=None if config.in_process else "fake-key",
+            wire_api=config.wire_api,
+            stream=config.stream,
+            store=store,
+            durability=config.durability,
+            tools="none",
+            system=_SYSTEM,
+            compact_threshold=config.compact_threshold,
+        )
+        faulty: FaultyGateway | None = None
+        inner: ModelGateway
+        if config.in_process:
+            faulty = FaultyGateway(
+                ScriptedModel(
+                    tool_rounds=config.tool_rounds, latency=config.latency, keep_requests=False
+                ),
+                rates=parse_rates(config.faults),
+                slow_delay=config.slow_delay,
+                retry_after=config.retry_after,
+                seed=config.seed,
+            )
+            inner = faulty
+        else:
+            # the client checks every request too: an independent server (--base-url) has no
+            # stats endpoint to ask, and cannot inject the faults asked for, so we do
+            faulty = FaultyGateway(
+                make_gateway(settings),
+                rates=parse_rates(config.faults) if config.base_url is not None else {},
+                slow_delay=config.slow_delay,
+                retry_after=config.retry_after,
+                seed=config.seed,
+            )
+            inner = faulty
+        gateway = MeteredGateway(inner)
+        meter = _Meter()
+        runtime = Runtime(
+            settings,
+            gateway=gateway,
+            tools=load_tools(config.tool_kb),
+            max_model_calls=config.max_model_calls,
+            max_compactions=config.max_compactions,
+            max_tool_calls=config.max_tool_calls,
+            idle_timeout=config.idle_timeout,
+        )
+        runtime.subscribe(meter)
+        ids = [f"load-{n:05d}" for n in range(config.sessions)]
+        acknowledged_turns: dict[str, int] = dict.fromkeys(ids, 0)
+        turn_errors: defaultdict[str, int] = defaultdict(int)
+        stopped: defaultdict[str, int] = defaultdict(int)  # turns ended without an answer
+        rss_before = _rss_mb()
+        async with runtime as rt:
+            cpu_started, wall_started = time.process_time(), time.perf_counter()
+            with _gc_meter(config.gc_threshold) as gc_spent, _progress(config, console) as advance:
+
+                async def drive(session_id: str, index: int) -> None:
+                    for turn in range(config.turns):
+                        text = f"Task {turn} of agent {index}: fetch the blob and the log, report."
+                        try:
+                            result = await rt.send(session_id, text)
+                        except ModelError as exc:  # the turn failed; nothing of it was written
+                            turn_errors[type(exc).__name__] += 1
+                            continue
+                        except SessionError:
+                            return  # counted from the SessionFailed event
+                        if result.stopped == "answered":
+                            acknowledged_turns[session_id] += 1  # a "finished" record is due
+                        else:
+                            stopped[result.stopped] += 1
+                        advance(1, meter.compacted)
+
+                async with anyio.create_task_group() as tg:
+                    for index, session_id in enumerate(ids):
+                        tg.start_soon(drive, session_id, index)
+            wall = time.perf_counter() - wall_started
+            cpu = time.process_time() - cpu_started
+            live_sessions = len(rt.sessions)
+            rss_live = _rss_mb()
+            verdicts = await _verify_all(rt, ids, meter, acknowledged_turns)
+        assert faulty is not None
+        wire = await wire_report(
+            None if config.in_process else base_url,
+            faulty.check,
+            independent=config.base_url is not None,
+        )
+    return _report(
+        config,
+        meter=meter,
+        gateway=gateway,
+        verdicts=verdicts,
+        wire=wire,
+        wall=wall,
+        cpu=cpu,
+        turn_errors=dict(turn_errors),
+        turns_stopped=dict(stopped),
+        gc_spent=gc_spent,
+        acknowledged_turns=sum(acknowledged_turns.values()),
+        live_sessions=live_sessions,
+        rss_before=rss_before,
+        rss_live=rss_live,
+    )
+
+
+async def wire_report(
+    base_url: str | None, client: WireCheck, *, independent: bool
+) -> dict[str, Any]:
+    """What the endpoint saw: the fake server's own count when it runs one, else (in process,
+    or an independent server without ``/_fake/stats``) what the client checked on every
+    request it sent. Raises ``ModelConnectionError`` when the fake server we started cannot
+    be asked."""
+    if base_url is None:
+        return client.as_dict() | {"checked_by": "client"}
+    try:
+        return await fetch_server_stats(base_url) | {"checked_by": "server"}
+    except ModelConnectionError:
+        if not independent:
+            raise
+        return client.as_dict() | {"checked_by": "client"}
+
+
+async def _verify_all(
+    rt: Any, ids: list[str], meter: _Meter, acknowledged_turns: dict[str, int]
+) -> list[SessionVerdict]:
+    verdicts: list[SessionVerdict] = []
+    pending = iter(ids)
+    running = rt.sessions  # one copy, not one per session
+
+    async def worker() -> None:
+        for session_id in pending:
+            if session_id in meter.failed_sessions:
+                continue
+            # a hibernated session is woken: its live history is then the rehydrated one
+            session = running.get(session_id) or await rt.open(session_id)
+            live = session.history
+            full = await rt.store.read(session_id)
+            tail = await rt.store.read_tail(session_id)
+            verdicts.append(
+                check_session(
+                    session_id,
+                    records=full.records,
+                    tail_records=tail.records,
+                    live=live,
+                    acknowledged_rounds=meter.acknowledged.get(session_id, ()),
+                    acknowledged_turns=acknowledged_turns[session_id],
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(16):
+            tg.start_soon(worker)
+    return verdicts
+
+
+def _report(
+    config: LoadConfig,
+    *,
+    meter: _Meter,
+    gateway: MeteredGateway,
+    verdicts: list[SessionVerdict],
+    wire: dict[str, Any],
+    wall: float,
+    cpu: float,
+    turn_errors: dict[str, int],
+    turns_stopped: dict[str, int],
+    gc_spent: dict[str, float],
+    acknowledged_turns: int,
+    live_sessions: int,
+    rss_before: float,
+    rss_live: float,
+) -> dict[str, Any]:
+    rounds = sum(len(r) for r in meter.acknowledged.values())
+    compactions = [meter.compactions.get(v.session_id, 0) for v in verdicts]
+    bad = [v for v in verdicts if not v.ok]
+    checks = {
+        "log_replays_to_live_history": not any("replay" in p for v in bad for p in v.problems),
+        "acknowledged_rounds_in_log": not any("acknowledged" in p for v in bad for p in v.problems),
+        "no_orphan_tool_call_sent": wire.get("orphan_requests", 1) == 0,
+        "no_session_failed": not meter.failed_sessions,
+        "every_session_checked": len(verdicts) == config.sessions,
+    }
+    config_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    return {
+        "config": config_dict,
+        "sessions": config.sessions,
+        "turns_answered": acknowledged_turns,
+        "turn_errors": turn_errors,
+        "turns_stopped": turns_stopped,
+        "rounds": rounds,
+        "requests": wire.get("requests"),
+        "summary_requests": wire.get("summaries"),
+        "faults_injected": wire.get("faults"),
+        "requests_checked_by": wire.get("checked_by"),
+        "compactions": sum(compactions),
+        "compactions_per_session": {
+            "min": min(compactions, default=0),
+            "mean": round(sum(compactions) / max(1, len(compactions)), 2),
+            "max": max(compactions, default=0),
+        },
+        "compaction_failures": meter.compaction_failures,
+        "wall_seconds": round(wall, 3),
+        "throughput_rounds_per_s": round(rounds / wall, 1) if wall > 0 else None,
+        "cpu_seconds": round(cpu, 3),
+        "cpu_ms_per_round": round(cpu * 1000 / rounds, 3) if rounds else None,
+        "gc_seconds": {k: round(v, 3) for k, v in gc_spent.items()},
+        "round_latency_ms": _percentiles(meter.round_seconds),
+        "compaction_latency_ms": _percentiles(gateway.summary_seconds),
+        "compaction_wait_ms": _percentiles(meter.compaction_waits),
+        "compaction_wait_total_s": round(sum(meter.compaction_waits), 3),
+        "hibernated": meter.hibernated,
+        "rehydrated": meter.rehydrated,
+        "live_sessions_at_end": live_sessions,
+        "rss_growth_per_live_session_kb": round((rss_live - rss_before) * 1024 / live_sessions, 1)
+        if live_sessions
+        else None,
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "checks": checks,
+        "problems": [f"{v.session_id}: {p}" for v in bad[:20] for p in v.problems]
+        + [f"{sid}: session failed" for sid in meter.failed_sessions[:20]]
+        + [f"orphan call in request: {e}" for e in wire.get("orphan_examples", [])[:5]],
+        "ok": all(checks.values()),
+    }
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """The report as a table, then the verdict."""
+    table = Table(title=f"stowage load: {report['sessions']} sessions")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    skip = {"config", "checks", "problems", "ok"}
+    for key, value in report.items():
+        if key not in skip:
+            shown = orjson.dumps(value).decode() if isinstance(value, dict) else str(value)
+            table.add_row(key.replace("_", " "), shown)
+    for key, value in report["checks"].items():
+        table.add_row(f"check: {key.replace('_', ' ')}", "ok" if value else "[red]FAILED[/]")
+    console.print(table)
+    for problem in report["problems"]:
+        console.print(f"[red]problem[/] {problem}")
+    console.print("[bold green]verdict: ok[/]" if report["ok"] else "[bold red]verdict: FAILED[/]")
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``stowage load`` and ``scripts/load_compaction.py``."""
+    defaults = LoadConfig()
+    add = parser.add_argument
+    add("--sessions", type=int, default=defaults.sessions, help="concurrent sessions")
+    add("--turns", type=int, default=defaults.turns, help="turns per session")
+    add("--latency", type=float, default=0.0, help="seconds the model takes per request")
+    add("--in-process", action="store_true", help="the scripted model in process, no server")
+    add("--base-url", default=None, help="an already running OpenAI-compatible server")
+    add("--faults", default="", help="random faults per request, e.g. 429:0.05,500:0.02,slow:0.01")
+    add("--slow-delay", type=float, default=defaults.slow_delay, help="seconds of a slow fault")
+    add("--retry-after", type=float, default=defaults.retry_after, help="Retry-After of a 429")
+    add("--store", type=Path, default=None, help="log directory (default: a temporary one)")
+    add("--durability", choices=["fsync", "none"], default="fsync")
+    add("--wire-api", choices=["chat", "responses"], default="chat")
+    add("--no-stream", action="store_true", help="ask for whole responses")
+    add("--tool-kb", type=float, default=defaults.tool_kb, help="KB of every tool output")
+    add("--tool-rounds", type=int, default=defaults.tool_rounds, help="tool rounds per turn")
+    add("--compact-threshold", type=int, default=defaults.compact_threshold)
+    add("--max-model-calls", type=int, default=defaults.max_model_calls)
+    add("--max-compactions", type=int, default=defaults.max_compactions)
+    add("--max-tool-calls", type=int, default=defaults.max_tool_calls)
+    add("--idle-timeout", type=float, default=None, help="hibernate sessions idle this long")
+    add("--seed", type=int, default=defaults.seed, help="seed of the injected faults")
+    add(
+        "--gc-threshold",
+        type=int,
+        default=defaults.gc_threshold,
+        help="first-generation GC threshold during the run (0: Python's default)",
+    )
+    add("--no-progress", action="store_true", help="no progress bar")
+    add("--json", type=Path, default=None, dest="json_path", help="write the report here")
+
+
+def config_from_args(args: argparse.Namespace) -> LoadConfig:
+    """A ``LoadConfig`` from parsed options. Raises ``ConfigError`` for bad values."""
+    parse_rates(args.faults)  # fail before anything starts
+    return LoadConfig(
+        sessions=args.sessions,
+        turns=args.turns,
+        latency=args.latency,
+        in_process=args.in_process,
+        base_url=args.base_url,
+        faults=args.faults,
+        slow_delay=args.slow_delay,
+        retry_after=args.retry_after,
+        store=args.store,
+        durability=args.durability,
+        wire_api=args.wire_api,
+        stream=not args.no_stream,
+        tool_kb=args.tool_kb,
+        tool_rounds=args.tool_rounds,
+        compact_threshold=args.compact_threshold,
+        max_model_calls=args.max_model_calls or None,
+        max_compactions=args.max_compactions or None,
+        max_tool_calls=args.max_tool_calls or None,
+        idle_timeout=args.idle_timeout,
+        seed=args.seed,
+        gc_threshold=args.gc_threshold or None,
+        progress=not args.no_progress,
+        json_path=args.json_path,
+    )
+
+
+async def main_load(args: argparse.Namespace) -> int:
+    """Run ``stowage load``: 0 when every check held, 1 otherwise. Raises ``ConfigError``."""
+    config = config_from_args(args)
+    console = Console(stderr=True)
+    report = await run_load(config, console=console)
+    print_report(report, Console())
+    if config.json_path is not None:
+        config.json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0 if report["ok"] else 1

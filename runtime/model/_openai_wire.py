@@ -1,0 +1,339 @@
+"""Pure translation between stowage items and the two OpenAI wire formats.
+
+Kept free of I/O and of the SDK's typed models so that the bodies can be unit-tested, sent by
+any HTTP path (the SDK's low-level ``post`` today), and parsed from plain decoded JSON. Parsers
+raise ``ModelResponseError`` on payloads they cannot use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stowage.core import (
+    AssistantMessage,
+    CompactionSummary,
+    ContextLengthExceeded,
+    FunctionCall,
+    FunctionCallOutput,
+    Item,
+    ModelRequest,
+    ModelResponse,
+    ModelResponseError,
+    SystemMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+__all__ = [
+    "SUMMARY_PREFIX",
+    "ChatStreamAccumulator",
+    "ResponsesStreamAccumulator",
+    "chat_body",
+    "chat_messages",
+    "chat_tools",
+    "is_context_length_error",
+    "parse_chat_completion",
+    "parse_responses_response",
+    "responses_body",
+    "responses_input",
+    "responses_tools",
+]
+
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+
+
+def chat_messages(items: Iterable[Item]) -> list[dict[str, Any]]:
+    """Chat Completions ``messages`` for ``items``.
+
+    Consecutive function calls become one assistant message with ``tool_calls``, merged into the
+    assistant text message right before them, as the API expects one message per turn.
+    """
+    messages: list[dict[str, Any]] = []
+    # The assistant message that calls may still join: set by an assistant text or a call.
+    open_assistant: dict[str, Any] | None = None
+    for item in items:
+        match item:
+            case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+                if open_assistant is None:
+                    open_assistant = {"role": "assistant", "content": None}
+                    messages.append(open_assistant)
+                open_assistant.setdefault("tool_calls", []).append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    }
+                )
+                continue
+            case AssistantMessage(text=text):
+                open_assistant = {"role": "assistant", "content": text}
+                messages.append(open_assistant)
+                continue
+            case SystemMessage(text=text):
+                messages.append({"role": "system", "content": text})
+            case UserMessage(text=text):
+                messages.append({"role": "user", "content": text})
+            case FunctionCallOutput(call_id=call_id, output=output):
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+            case CompactionSummary(text=text):
+                messages.append({"role": "user", "content": SUMMARY_PREFIX + text})
+        open_assistant = None
+    return messages
+
+
+def responses_input(items: Iterable[Item]) -> list[dict[str, Any]]:
+    """Responses API ``input`` for ``items``: messages, function calls and their outputs."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        match item:
+            case SystemMessage(text=text):
+                out.append({"role": "system", "content": text})
+            case UserMessage(text=text):
+                out.append({"role": "user", "content": text})
+            case AssistantMessage(text=text):
+                out.append({"role": "assistant", "content": text})
+            case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": name,
+                        "arguments": arguments,
+                    }
+                )
+            case FunctionCallOutput(call_id=call_id, output=output):
+                out.append({"type": "function_call_output", "call_id": call_id, "output": output})
+            case CompactionSummary(text=text):
+                out.append({"role": "user", "content": SUMMARY_PREFIX + text})
+    return out
+
+
+def chat_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+    """Chat Completions ``tools``."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+def responses_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+    """Responses API ``tools``; ``strict`` is off because our schemas are not strict-mode ones."""
+    return [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.parameters,
+            "strict": False,
+        }
+        for t in tools
+    ]
+
+
+def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+    """The whole JSON body of a Chat Completions request.
+
+    Without tools, neither ``tools`` nor ``tool_choice`` is sent: the API rejects a
+    ``tool_choice`` that has no tools.
+    """
+    body: dict[str, Any] = {"model": request.model, "messages": chat_messages(request.input)}
+    if request.tools:
+        body["tools"] = chat_tools(request.tools)
+        body["tool_choice"] = request.tool_choice
+    if request.max_output_tokens is not None:
+        body["max_tokens"] = request.max_output_tokens
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+    """The whole JSON body of a Responses API request (tools as in ``chat_body``)."""
+    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
+    if request.tools:
+        body["tools"] = responses_tools(request.tools)
+        body["tool_choice"] = request.tool_choice
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def is_context_length_error(code: object, message: str) -> bool:
+    """Whether an error code or message says the input does not fit the context window."""
+    if code == "context_length_exceeded":
+        return True
+    lowered = message.lower()
+    if "maximum context length" in lowered or "prompt is too long" in lowered:
+        return True
+    return "context" in lowered and ("exceed" in lowered or "too long" in lowered)
+
+
+def _usage(data: Any, inp: str, out: str) -> Usage | None:
+    if not isinstance(data, dict):
+        return None
+    try:
+        input_tokens = int(data[inp])
+        output_tokens = int(data[out])
+        total = data.get("total_tokens")
+        total_tokens = int(total) if total is not None else input_tokens + output_tokens
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelResponseError(f"malformed usage in model response: {data!r:.200}") from exc
+    return Usage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total_tokens)
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> FunctionCall:
+    if not isinstance(call_id, str) or not isinstance(name, str) or not call_id or not name:
+        raise ModelResponseError(f"tool call without id or name: {call_id!r}, {name!r}")
+    return FunctionCall(call_id=call_id, name=name, arguments=str(arguments or ""))
+
+
+def _response(
+    text: str, calls: Sequence[FunctionCall], usage: Usage | None, model: Any
+) -> ModelResponse:
+    items: list[AssistantMessage | FunctionCall] = []
+    if text:
+        items.append(AssistantMessage(text=text))
+    items.extend(calls)
+    return ModelResponse(items=tuple(items), usage=usage, model=str(model or ""))
+
+
+def parse_chat_completion(data: Any) -> ModelResponse:
+    """A ``ModelResponse`` from a decoded ``chat.completion`` body.
+
+    Raises ``ModelResponseError`` if the body has no usable choice.
+    """
+    try:
+        message = data["choices"][0]["message"]
+        text = message.get("content") or ""
+        calls = [
+            _call(tc.get("id"), tc["function"].get("name"), tc["function"].get("arguments"))
+            for tc in message.get("tool_calls") or ()
+        ]
+        usage = _usage(data.get("usage"), "prompt_tokens", "completion_tokens")
+        model = data.get("model")
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ModelResponseError(f"malformed chat completion: {data!r:.200}") from exc
+    if not isinstance(text, str):
+        raise ModelResponseError("chat completion content is not text")
+    return _response(text, calls, usage, model)
+
+
+def parse_responses_response(data: Any) -> ModelResponse:
+    """A ``ModelResponse`` from a decoded Responses API ``response`` object.
+
+    Raises ``ModelResponseError`` if the body is malformed or the response failed.
+    """
+    try:
+        if data.get("status") == "failed" or data.get("error"):
+            raise ModelResponseError(f"response failed: {data.get('error')!r:.200}")
+        texts: list[str] = []
+        calls: list[FunctionCall] = []
+        for item in data["output"]:
+            kind = item.get("type")
+            if kind == "message":
+                texts.extend(
+                    part.get("text") or ""
+                    for part in item.get("content") or ()
+                    if part.get("type") == "output_text"
+                )
+            elif kind == "function_call":
+                calls.append(_call(item.get("call_id"), item.get("name"), item.get("arguments")))
+        usage = _usage(data.get("usage"), "input_tokens", "output_tokens")
+        model = data.get("model")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ModelResponseError(f"malformed responses body: {data!r:.200}") from exc
+    return _response("".join(texts), calls, usage, model)
+
+
+@dataclass(eq=False, kw_only=True)
+class _PartialCall:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class ChatStreamAccumulator:
+    """Folds ``chat.completion.chunk`` dicts into text deltas and one final response."""
+
+    _text: list[str] = field(default_factory=list)
+    _calls: dict[int, _PartialCall] = field(default_factory=dict)
+    _usage: Usage | None = None
+    _model: str = ""
+    _chunks: int = 0
+
+    def feed(self, chunk: Any) -> str:
+        """Take one chunk; return its text (may be empty). Raises ``ModelResponseError``."""
+        try:
+            self._chunks += 1
+            self._model = chunk.get("model") or self._model
+            if chunk.get("usage"):
+                self._usage = _usage(chunk["usage"], "prompt_tokens", "completion_tokens")
+            text = ""
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                text += delta.get("content") or ""
+                for tc in delta.get("tool_calls") or ():
+                    partial = self._calls.setdefault(int(tc.get("index", 0)), _PartialCall())
+                    partial.call_id = tc.get("id") or partial.call_id
+                    function = tc.get("function") or {}
+                    partial.name = function.get("name") or partial.name
+                    partial.arguments.append(function.get("arguments") or "")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ModelResponseError(f"malformed chat stream chunk: {chunk!r:.200}") from exc
+        if text:
+            self._text.append(text)
+        return text
+
+    def finish(self) -> ModelResponse:
+        """The whole response. Raises ``ModelResponseError`` if the stream carried nothing."""
+        if not self._chunks:
+            raise ModelResponseError("chat stream ended without a single chunk")
+        calls = [
+            _call(p.call_id, p.name, "".join(p.arguments)) for _, p in sorted(self._calls.items())
+        ]
+        return _response("".join(self._text), calls, self._usage, self._model)
+
+
+@dataclass(eq=False)
+class ResponsesStreamAccumulator:
+    """Folds Responses API stream events into text deltas and the completed response."""
+
+    _final: ModelResponse | None = None
+
+    def feed(self, event: Any) -> str:
+        """Take one event; return its text delta (may be empty).
+
+        Raises ``ModelResponseError`` on an ``error`` or ``response.failed`` event, or a
+        malformed one.
+        """
+        try:
+            kind = event.get("type")
+            if kind == "response.output_text.delta":
+                return str(event.get("delta") or "")
+            if kind == "response.completed":
+                self._final = parse_responses_response(event["response"])
+            elif kind in ("error", "response.failed", "response.incomplete"):
+                error = event.get("error") or (event.get("response") or {}).get("error") or event
+                code, message = error.get("code"), str(error.get("message") or "")
+                if is_context_length_error(code, message):
+                    raise ContextLengthExceeded(message or str(code))
+                raise ModelResponseError(f"response stream reported {kind}: {event!r:.300}")
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ModelResponseError(f"malformed responses stream event: {event!r:.200}") from exc
+        return ""
+
+    def finish(self) -> ModelResponse:
+        """The completed response. Raises ``ModelResponseError`` if it never came."""
+        if self._final is None:
+            raise ModelResponseError("responses stream ended before response.completed")
+        return self._final

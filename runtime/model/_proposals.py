@@ -1,0 +1,113 @@
+"""The scripted summarizer's protected-state proposals, and its deliberate lossiness.
+
+Proposals follow a few plain conventions, so a test or the drift evaluation can plant facts
+that a real model would notice on its own: a tool call that failed becomes a failed attempt,
+and lines of user messages starting ``decided:``, ``failed: WHAT because WHY``,
+``artifact: REF -- NOTE``, ``pending:`` and ``done:`` become the matching ops (``done: X``
+completes the pending entry whose text is X). Proposals are never lossy: the lossy mode
+stands for a summarizer whose prose drops facts, which is what protected state guards against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from stowage.core import (
+    UPDATES_KEY,
+    FunctionCall,
+    FunctionCallOutput,
+    Item,
+    ModelRequest,
+    SystemMessage,
+    UserMessage,
+)
+
+__all__ = ["asks_for_updates", "drop_facts", "propose_updates", "protected_section"]
+
+_PROTECTED_HEADER = "\n\n## Protected state\n"
+_WHY_CHARS = 160
+_LINE = re.compile(r"^\s*(decided|failed|artifact|pending|done):\s*(.+?)\s*$", re.IGNORECASE)
+_PENDING = re.compile(r"^- \[(p\d+)\] (.*)$")
+
+
+def asks_for_updates(request: ModelRequest) -> bool:
+    """Whether the summary request asks for the protected-updates block. Raises nothing."""
+    return any(isinstance(i, SystemMessage) and UPDATES_KEY in i.text for i in request.input)
+
+
+def protected_section(request: ModelRequest) -> str:
+    """The protected state the summary request shows after the transcript ('' if none)."""
+    users = [i for i in request.input if isinstance(i, UserMessage)]
+    if not users or _PROTECTED_HEADER not in users[-1].text:
+        return ""
+    return users[-1].text.split(_PROTECTED_HEADER, 1)[1]
+
+
+def propose_updates(items: Sequence[Item], protected: str) -> list[dict[str, Any]]:
+    """The ops the scripted summarizer proposes for ``items``, skipping those ``protected``
+    already shows. Deterministic; raises nothing."""
+    pending = _pending(protected)
+    calls = {i.call_id: i for i in items if isinstance(i, FunctionCall)}
+    ops: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, FunctionCallOutput) and item.is_error:
+            call = calls.get(item.call_id)
+            # an interrupted call may have worked: that is not knowledge of a failure
+            if call is not None and not item.output.startswith("interrupted"):
+                why = " ".join(item.output.split())[:_WHY_CHARS]
+                ops.append(
+                    {
+                        "op": "add_failed_attempt",
+                        "what": f"{call.name}({call.arguments})",
+                        "why": why,
+                    }
+                )
+        elif isinstance(item, UserMessage):
+            for line in item.text.splitlines():
+                match = _LINE.match(line)
+                if match:
+                    ops.extend(_from_line(match.group(1).lower(), match.group(2), pending))
+    unique: list[dict[str, Any]] = []
+    for op in ops:
+        shown = any(str(v) in protected for k, v in op.items() if k in ("text", "what"))
+        if op not in unique and (op["op"] == "complete_pending" or not shown):
+            unique.append(op)
+    return unique
+
+
+def _pending(protected: str) -> dict[str, str]:
+    """Pending entries by text, from the Pending section only (completed ones keep their id)."""
+    section = protected.split("\nPending:\n", 1)[1] if "\nPending:\n" in protected else ""
+    lines = section.split("\n\n", 1)[0].splitlines()
+    return {m.group(2): m.group(1) for m in map(_PENDING.match, lines) if m}
+
+
+def _from_line(kind: str, text: str, pending: dict[str, str]) -> list[dict[str, Any]]:
+    match kind:
+        case "decided":
+            return [{"op": "add_decision", "text": text}]
+        case "failed":
+            what, _, why = text.partition(" because ")
+            return [{"op": "add_failed_attempt", "what": what, "why": why or "it failed"}]
+        case "artifact":
+            ref, _, note = text.partition(" -- ")
+            return [{"op": "add_artifact", "ref": ref, "note": note}]
+        case "pending":
+            return [{"op": "add_pending", "text": text}]
+        case _:
+            entry = pending.get(text)
+            return [{"op": "complete_pending", "id": entry}] if entry else []
+
+
+def drop_facts(lines: Sequence[str], loss: float, seed: int, context: str) -> list[str]:
+    """``lines`` with each one dropped with probability ``loss``; the draw is seeded by
+    ``seed`` and ``context`` (the request), so the same request loses the same facts."""
+    if loss <= 0:
+        return list(lines)
+    digest = hashlib.sha256(f"{seed}|{context}".encode()).hexdigest()
+    rng = random.Random(digest)
+    return [line for line in lines if rng.random() >= loss]

@@ -1,0 +1,43 @@
+"""The compaction policy, pure: token accounting, budgets, watermarks, the seed's threshold
+rule, summary requests, the deterministic fallback and the log check. Imports only core.
+"""
+
+from ._budget import Budget, effective_threshold, resolve_budget, summary_input_budget
+from ._check import check_log
+from ._compaction import CompactionDecision, build_summary_request, decide_compaction
+from ._fallback import digest, fallback_summary
+from ._tokens import TokenStatus, calibrated_ratio, token_status
+from ._watermarks import (
+    MIN_STUB_CHARS,
+    PolicyDecision,
+    Watermarks,
+    decide,
+    drop_oldest_rounds,
+    microcompact_candidates,
+    round_groups,
+    tokens_after_compaction,
+)
+
+__all__ = [
+    "Budget",
+    "CompactionDecision",
+    "MIN_STUB_CHARS",
+    "PolicyDecision",
+    "TokenStatus",
+    "Watermarks",
+    "build_summary_request",
+    "calibrated_ratio",
+    "check_log",
+    "decide",
+    "decide_compaction",
+    "digest",
+    "drop_oldest_rounds",
+    "effective_threshold",
+    "fallback_summary",
+    "microcompact_candidates",
+    "resolve_budget",
+    "round_groups",
+    "summary_input_budget",
+    "token_status",
+    "tokens_after_compaction",
+]

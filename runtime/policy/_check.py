@@ -1,0 +1,115 @@
+"""``stowage check``: is a log sound, and does resume rebuild what the session had?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from stowage.core import (
+    CompactionRecord,
+    CorruptLogError,
+    ItemRecord,
+    Record,
+    SessionState,
+    apply_compaction,
+    replay,
+)
+
+__all__ = ["CheckReport", "check_log"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReport:
+    """The verdict: ``ok`` when ``problems`` is empty; ``notes`` are facts worth knowing."""
+
+    session_id: str
+    records: int
+    compactions: int
+    history_items: int
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_log(session_id: str, full: Sequence[Record], tail: Sequence[Record]) -> CheckReport:
+    """Check a whole log and its resume tail.
+
+    Problems: records that contradict each other; a compaction whose retained entries differ
+    from the logged items at those seqs or from a re-run of the pure policy on the prefix;
+    resume-from-tail history differing from whole-log replay.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
+    try:
+        state = replay(session_id, full)
+    except CorruptLogError as exc:
+        return CheckReport(
+            session_id=session_id,
+            records=len(full),
+            compactions=0,
+            history_items=0,
+            problems=(f"replay failed: {exc}",),
+        )
+    items_by_seq = {r.seq: r.item for r in full if isinstance(r, ItemRecord)}
+    prefix = SessionState(session_id=session_id)
+    for record in full:
+        if isinstance(record, CompactionRecord):
+            problems.extend(_check_compaction(record, items_by_seq, prefix))
+        prefix.apply(record)
+    try:
+        resumed = replay(session_id, tail)
+    except CorruptLogError as exc:
+        problems.append(f"resume from the newest compaction failed: {exc}")
+    else:
+        if resumed.history != state.history:
+            problems.append(
+                f"resume rebuilds {len(resumed.history)} items but whole-log replay gives "
+                f"{len(state.history)}: they differ"
+            )
+        if resumed.protected != state.protected:
+            problems.append(
+                "resume rebuilds a protected state that differs from whole-log replay's"
+            )
+    if state.open_calls:
+        notes.append(
+            f"round {state.open_round} is open with {len(state.open_calls)} call(s) without output; "
+            "resume will give them 'interrupted' outputs"
+        )
+    return CheckReport(
+        session_id=session_id,
+        records=len(full),
+        compactions=state.compactions,
+        history_items=len(state.history),
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )
+
+
+def _check_compaction(
+    record: CompactionRecord, items_by_seq: Mapping[int, object], before: SessionState
+) -> list[str]:
+    problems = []
+    for entry in record.retained:
+        if items_by_seq.get(entry.seq) != entry.item:
+            problems.append(
+                f"compaction at seq {record.seq} retains seq {entry.seq}, which the log does not hold as given"
+            )
+    budget = record.user_budget_chars
+    if budget is None:  # logs written before compaction records carried their budget
+        budget = before.meta.settings.get("user_budget_chars", 20_000) if before.meta else 20_000
+    rerun = apply_compaction(
+        before.history,
+        summary=record.summary,
+        summary_seq=record.seq,
+        covers_through=record.covers_through,
+        user_budget_chars=int(budget),
+    )
+    if tuple(e.seq for e in rerun.retained) != tuple(e.seq for e in record.retained):
+        problems.append(
+            f"compaction at seq {record.seq}: the policy re-run on the prefix retains "
+            f"{[e.seq for e in rerun.retained]}, the record says {[e.seq for e in record.retained]}"
+        )
+    return problems

@@ -1,0 +1,195 @@
+"""The watermark policy, pure: from a token count to an action, and what each action touches.
+
+| fraction of usable | action |
+| ≥ soft (0.70)      | microcompact: old tool outputs become stubs in the projection   |
+| ≥ compact (0.85)   | full compaction, planned in the background                      |
+| ≥ hard (0.95)      | block: no request is sent until compaction brought it down      |
+
+The seed's fixed threshold is not here: it stays ``runtime._compaction.decide_compaction``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from stowage.core import (
+    AssistantMessage,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryEntry,
+    Settings,
+    apply_compaction,
+    history_chars,
+)
+
+from ._tokens import TokenStatus
+
+__all__ = [
+    "MIN_STUB_CHARS",
+    "Action",
+    "PolicyDecision",
+    "Watermarks",
+    "decide",
+    "microcompact_candidates",
+    "round_groups",
+    "drop_oldest_rounds",
+    "tokens_after_compaction",
+]
+
+Action: TypeAlias = Literal["none", "microcompact", "compact", "block"]
+
+#: outputs shorter than this are not worth a stub (a stub is ~150 characters itself)
+MIN_STUB_CHARS = 600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watermarks:
+    """Fractions of the usable budget, and how many recent rounds microcompaction spares."""
+
+    soft: float = 0.70
+    compact: float = 0.85
+    hard: float = 0.95
+    target: float = 0.50
+    keep_rounds: int = 3
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Watermarks:
+        """The watermarks ``settings`` configure. Raises nothing (settings are validated)."""
+        return cls(
+            soft=settings.soft_mark,
+            compact=settings.compact_mark,
+            hard=settings.hard_mark,
+            target=settings.target_after,
+            keep_rounds=settings.keep_rounds,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyDecision:
+    """What to do, the watermark crossed (``soft``/``compact``/``hard``), and the figures."""
+
+    action: Action
+    watermark: str | None
+    tokens: int | None
+    estimated: bool
+    usable: int
+    fraction: float | None
+    reason: str
+
+
+def decide(status: TokenStatus, usable: int, marks: Watermarks) -> PolicyDecision:
+    """The action for ``status`` against ``usable`` tokens. Raises nothing."""
+    fraction = status.fraction(usable)
+    tokens = status.tokens
+    figure = "estimated" if status.estimated else "reported+estimated"
+
+    def made(action: Action, watermark: str | None, reason: str) -> PolicyDecision:
+        return PolicyDecision(
+            action=action,
+            watermark=watermark,
+            tokens=tokens,
+            estimated=status.estimated,
+            usable=usable,
+            fraction=fraction,
+            reason=reason,
+        )
+
+    if tokens is None or fraction is None:
+        return made("none", None, "no usage reported and reported usage is required")
+    for action, watermark, mark in (
+        ("block", "hard", marks.hard),
+        ("compact", "compact", marks.compact),
+        ("microcompact", "soft", marks.soft),
+    ):
+        if fraction >= mark:
+            reason = (
+                f"{tokens} tokens ({figure}) are {fraction:.0%} of the usable {usable}, "
+                f"at or above the {watermark} mark {mark:.0%}"
+            )
+            return made(action, watermark, reason)  # type: ignore[arg-type]
+    return made("none", None, f"{tokens} tokens ({figure}) are {fraction:.0%} of {usable}")
+
+
+def round_groups(history: Sequence[HistoryEntry]) -> list[list[int]]:
+    """Indexes of ``history`` grouped by tool round: each group is the assistant text and
+    calls of one round and the outputs that follow them. Raises nothing."""
+    groups: list[list[int]] = []
+    current: list[int] | None = None
+    previous_was_output = False
+    for index, entry in enumerate(history):
+        item = entry.item
+        if isinstance(item, AssistantMessage | FunctionCall):
+            if current is None or previous_was_output:
+                current = []
+                groups.append(current)
+            current.append(index)
+            previous_was_output = False
+        elif isinstance(item, FunctionCallOutput) and current is not None:
+            current.append(index)
+            previous_was_output = True
+        else:
+            current, previous_was_output = None, False
+    return [g for g in groups if any(isinstance(history[i].item, FunctionCall) for i in g)]
+
+
+def microcompact_candidates(
+    history: Sequence[HistoryEntry],
+    stubbed: Collection[int],
+    keep_rounds: int,
+    *,
+    min_chars: int = MIN_STUB_CHARS,
+) -> tuple[int, ...]:
+    """Seqs of tool outputs worth stubbing: not stubbed yet, at least ``min_chars`` long, and
+    older than the newest ``keep_rounds`` tool rounds. Raises nothing."""
+    groups = round_groups(history)
+    old = groups[: max(0, len(groups) - keep_rounds)]
+    seqs = []
+    for group in old:
+        for index in group:
+            entry = history[index]
+            item = entry.item
+            if (
+                isinstance(item, FunctionCallOutput)
+                and entry.seq not in stubbed
+                and len(item.output) >= min_chars
+            ):
+                seqs.append(entry.seq)
+    return tuple(seqs)
+
+
+def drop_oldest_rounds(
+    history: Sequence[HistoryEntry], rounds: int
+) -> tuple[tuple[HistoryEntry, ...], int]:
+    """``history`` without its ``rounds`` oldest whole tool rounds (a call never loses its
+    output); returns the rest and how many rounds were dropped. Raises nothing."""
+    groups = round_groups(history)[: max(0, rounds)]
+    dropped = {index for group in groups for index in group}
+    kept = tuple(entry for index, entry in enumerate(history) if index not in dropped)
+    return kept, len(groups)
+
+
+def tokens_after_compaction(
+    history: Sequence[HistoryEntry],
+    *,
+    stubbed: Collection[int],
+    covers_through: int,
+    user_budget_chars: int,
+    summary_chars: int,
+    chars_per_token: float,
+    fixed_tokens: int = 0,
+) -> int:
+    """Estimated tokens of the history a compaction through ``covers_through`` would leave,
+    with a summary of ``summary_chars``. ``fixed_tokens`` (tool schemas, protected state) are
+    added as is. Raises ``CompactionError`` as ``apply_compaction`` does."""
+    result = apply_compaction(
+        history,
+        summary="",
+        summary_seq=covers_through + 1,
+        covers_through=covers_through,
+        user_budget_chars=user_budget_chars,
+    )
+    chars = history_chars(result.history, stubbed) + summary_chars
+    return fixed_tokens + math.ceil(chars / chars_per_token)

@@ -1,0 +1,211 @@
+"""Tools and their execution: a model's tool call always ends in an output, never a crash.
+
+Whatever goes wrong — an unknown name, arguments that are not JSON or do not fit the schema,
+a tool that raises or hangs — becomes an error output the model can read and correct itself
+from. Only the caller's own cancellation propagates, so a round can always be committed with an
+output for every call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+import anyio
+import pydantic
+from stowage.core import ConfigError, FunctionCall, FunctionCallOutput, StowageError, Tool, ToolSpec
+
+__all__ = [
+    "FunctionTool",
+    "ToolError",
+    "ToolRegistry",
+    "execute_call",
+    "execute_calls",
+]
+
+ArgsT = TypeVar("ArgsT", bound=pydantic.BaseModel)
+
+
+class ToolError(StowageError):
+    """Raised by a tool to report a failure whose message the model should read as is."""
+
+
+class FunctionTool(Generic[ArgsT]):
+    """A tool made of an async function and a pydantic model of its arguments.
+
+    The argument schema the model sees is ``args_model.model_json_schema()``; ``run`` gets the
+    validated model instance.
+    """
+
+    __slots__ = ("_args_model", "_fn", "_spec", "_timeout")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        args_model: type[ArgsT],
+        fn: Callable[[ArgsT], Awaitable[str]],
+        timeout: float | None = None,
+    ) -> None:
+        """Raises ``ConfigError`` if ``name`` is empty or ``timeout`` is not positive."""
+        if not name:
+            raise ConfigError("a tool needs a non-empty name")
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"tool {name!r}: timeout must be > 0 seconds, got {timeout}")
+        self._args_model = args_model
+        self._fn = fn
+        self._timeout = timeout
+        self._spec = ToolSpec(
+            name=name, description=description, parameters=args_model.model_json_schema()
+        )
+
+    def __repr__(self) -> str:
+        return f"FunctionTool(name={self._spec.name!r}, args_model={self._args_model.__name__})"
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, description and argument schema, as the model sees them."""
+        return self._spec
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds this tool may take; ``None`` uses the executor's default."""
+        return self._timeout
+
+    def validate(self, arguments: Any) -> ArgsT:
+        """Validate decoded JSON arguments.
+
+        Raises ``ValueError`` with one readable line per problem if they do not fit the model.
+        """
+        try:
+            return self._args_model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            raise ValueError(_describe_validation_error(exc)) from None
+
+    async def run(self, arguments: ArgsT) -> str:
+        """Call the function with validated arguments; raises whatever it raises."""
+        return await self._fn(arguments)
+
+
+def _describe_validation_error(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "arguments"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)
+
+
+class ToolRegistry:
+    """The tools of a session, by name, in the order they were added."""
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        """Raises ``ConfigError`` if two tools share a name."""
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        """Register ``tool``. Raises ``ConfigError`` if its name is already taken."""
+        name = tool.spec.name
+        if name in self._tools:
+            raise ConfigError(f"a tool named {name!r} is already registered")
+        self._tools[name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None``."""
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """The names of all tools, in the order added."""
+        return tuple(self._tools)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """The specs of all tools, in the order added, as sent to the model."""
+        return tuple(tool.spec for tool in self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self._tools)!r})"
+
+
+def _error(call: FunctionCall, message: str) -> FunctionCallOutput:
+    return FunctionCallOutput(call_id=call.call_id, output=f"error: {message}", is_error=True)
+
+
+async def execute_call(
+    registry: ToolRegistry, call: FunctionCall, *, default_timeout: float
+) -> FunctionCallOutput:
+    """Run one tool call and return its output; every failure becomes an error output.
+
+    Error outputs have ``is_error=True`` and text starting with ``error:``. Raises nothing but
+    the cancellation of the calling task.
+    """
+    tool = registry.get(call.name)
+    if tool is None:
+        available = ", ".join(registry.names()) or "none"
+        return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+    # Some models send "" for a tool without arguments.
+    raw = call.arguments if call.arguments.strip() else "{}"
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return _error(call, f"arguments for {call.name} are not valid JSON: {exc}")
+    try:
+        arguments = tool.validate(decoded)
+    except Exception as exc:  # a Tool may raise anything from validate; the model must hear it
+        return _error(call, f"invalid arguments for {call.name}: {exc}")
+    timeout = tool.timeout if tool.timeout is not None else default_timeout
+    result: object = None
+    try:
+        with anyio.move_on_after(timeout) as scope:
+            result = await tool.run(arguments)
+    except ToolError as exc:
+        return _error(call, str(exc))
+    except Exception as exc:  # the point of the executor: a failing tool is an output
+        return _error(call, f"{call.name} failed: {type(exc).__name__}: {exc}")
+    if scope.cancelled_caught:
+        return _error(call, f"{call.name} timed out after {timeout:g} s")
+    if not isinstance(result, str):
+        return _error(call, f"{call.name} returned {type(result).__name__}, not text")
+    return FunctionCallOutput(call_id=call.call_id, output=result)
+
+
+async def execute_calls(
+    registry: ToolRegistry,
+    calls: Sequence[FunctionCall],
+    *,
+    default_timeout: float,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> tuple[FunctionCallOutput, ...]:
+    """Run ``calls`` concurrently, at most ``limiter.total_tokens`` at once if given.
+
+    Returns the outputs in the order of ``calls``. Raises nothing but the cancellation of the
+    calling task.
+    """
+    outputs: list[FunctionCallOutput | None] = [None] * len(calls)
+
+    async def run_one(index: int, call: FunctionCall) -> None:
+        if limiter is None:
+            outputs[index] = await execute_call(registry, call, default_timeout=default_timeout)
+        else:
+            async with limiter:
+                outputs[index] = await execute_call(registry, call, default_timeout=default_timeout)
+
+    async with anyio.create_task_group() as tg:
+        for index, call in enumerate(calls):
+            tg.start_soon(run_one, index, call)
+    done = tuple(output for output in outputs if output is not None)
+    assert len(done) == len(calls)  # every task wrote its slot or the group raised
+    return done

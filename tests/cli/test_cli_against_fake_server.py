@@ -1,0 +1,109 @@
+"""Black box: the CLI, in separate processes, against the fake server in its own process.
+
+What an independent recording server must see: compactions happening, no request carrying a
+tool call without its output, summary requests without tools, and no pre-compaction item
+coming back after a resume in a new process. Both wire APIs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from stowage.testing import call_ids, orphan_calls
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")} | {
+    "PYTHONUNBUFFERED": "1"
+}
+
+
+@pytest.fixture
+def fake_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    record = tmp_path / "requests.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stowage.testing.fake_server",
+            "--port",
+            "0",
+            "--record",
+            str(record),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("listening "), line
+        yield line.removeprefix("listening "), record
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def stowage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stowage.cli", *args],
+        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def recorded(path: Path) -> list[dict]:
+    return [json.loads(line)["body"] for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_call(
+    fake_server: tuple[str, Path], tmp_path: Path, wire: str
+) -> None:
+    url, record = fake_server
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("alpha.txt", "beta.txt", "gamma.txt"):
+        (work / name).write_text(f"{name} holds " + "data " * 300)
+    common = ["--store", "st", "--model", "fake-model", "--base-url", url, "--api-key", "sk-test",
+              "--wire-api", wire, "--compact-threshold", "1200"]  # fmt: skip
+    first = stowage("run", "--session", "bb", "read the alpha file", *common, cwd=work)
+    assert first.returncode == 0, first.stderr
+    assert "sk-test" not in first.stderr + first.stdout
+    for n in range(4):
+        done = stowage("resume", "bb", f"now look at file number {n}", *common, cwd=work)
+        assert done.returncode == 0, done.stderr
+
+    bodies = recorded(record)
+    assert all(orphan_calls(body) == [] for body in bodies)
+    summaries = [b for b in bodies if not b.get("tools")]
+    assert summaries, "no summary request reached the server"
+    assert all("tool_choice" not in b for b in summaries)
+    log = [json.loads(line) for line in (work / "st" / "bb.jsonl").read_text().splitlines()]
+    compactions = [r for r in log if r["type"] == "compaction"]
+    assert len(compactions) == len(summaries) >= 2
+
+    # a resume in a new process sends nothing the newest compaction absorbed
+    before = len(bodies)
+    last = stowage("resume", "bb", "one more thing", *common, cwd=work)
+    assert last.returncode == 0, last.stderr
+    log = [json.loads(line) for line in (work / "st" / "bb.jsonl").read_text().splitlines()]
+    newest = [r for r in log if r["type"] == "compaction"][-1]
+    absorbed = {
+        r["item"]["call_id"]
+        for r in log
+        if r["type"] == "item"
+        and r["item"]["type"] == "function_call"
+        and r["seq"] <= newest["covers_through"]
+    }
+    after = recorded(record)[before:]
+    assert after
+    assert all(not (call_ids(body) & absorbed) for body in after)
+    assert stowage("check", "bb", "--store", "st", cwd=work).returncode == 0

@@ -1,0 +1,192 @@
+"""Shared limits: never more in flight than configured; a 429 storm is ridden out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pydantic
+import pytest
+import structlog
+from stowage import (
+    ConfigError,
+    FunctionTool,
+    ModelConnectionError,
+    ModelRequest,
+    ModelResponse,
+    RateLimitError,
+    Runtime,
+    Settings,
+    ToolRegistry,
+)
+from stowage.actors._retry import backoff_delay, call_with_retries
+from stowage.core._gateway import StreamEvent
+from stowage.model._limits import LimitedGateway
+from stowage.model._scripted import ScriptedModel
+
+
+class CountingGateway:
+    """Wraps a gateway; records the most calls in flight at once, by purpose."""
+
+    def __init__(self, inner: Any, *, fail_first: int = 0, error: Exception | None = None) -> None:
+        self.inner = inner
+        self.in_flight = {"round": 0, "summary": 0}
+        self.peak = {"round": 0, "summary": 0, "all": 0}
+        self.fail_first = fail_first
+        self.error = error
+        self.calls = 0
+
+    def _enter(self, purpose: str) -> None:
+        self.calls += 1
+        if self.calls <= self.fail_first:
+            assert self.error is not None
+            raise self.error
+        self.in_flight[purpose] += 1
+        self.peak[purpose] = max(self.peak[purpose], self.in_flight[purpose])
+        self.peak["all"] = max(self.peak["all"], sum(self.in_flight.values()))
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        self._enter(request.purpose)
+        try:
+            return await self.inner.create(request)  # type: ignore[no-any-return]
+        finally:
+            self.in_flight[request.purpose] -= 1
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self._enter(request.purpose)
+        try:
+            async for event in self.inner.stream(request):
+                yield event
+        finally:
+            self.in_flight[request.purpose] -= 1
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class NoArgs(pydantic.BaseModel):
+    pass
+
+
+def counting_tools(peak: dict[str, int]) -> ToolRegistry:
+    running = 0
+
+    async def work(args: NoArgs) -> str:
+        nonlocal running
+        running += 1
+        peak["tools"] = max(peak.get("tools", 0), running)
+        try:
+            for _ in range(5):  # stay in flight across a few scheduling rounds
+                await anyio.lowlevel.checkpoint()
+            return "x" * 2000
+        finally:
+            running -= 1
+
+    return ToolRegistry(
+        [
+            FunctionTool(name=name, description=name, args_model=NoArgs, fn=work)
+            for name in ("fetch_a", "fetch_b")
+        ]
+    )
+
+
+async def test_model_compaction_and_tool_calls_never_exceed_their_limits(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        gateway = CountingGateway(ScriptedModel(tool_rounds=2, latency=0.002))
+        peak: dict[str, int] = {}
+        settings = Settings(store=tmp_path, compact_threshold=1500, tools="none")
+        async with (
+            Runtime(
+                settings,
+                gateway=gateway,
+                tools=counting_tools(peak),
+                max_model_calls=3,
+                max_compactions=2,
+                max_tool_calls=2,
+            ) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            for n in range(30):
+
+                async def drive(session_id: str = f"s{n}") -> None:
+                    for turn in range(3):
+                        await rt.send(session_id, f"turn {turn}: fetch things")
+
+                tg.start_soon(drive)
+        # the limits held, and they were reached: the test could have seen a breach
+        assert gateway.peak["all"] == 3
+        assert gateway.peak["summary"] == 2
+        assert peak["tools"] == 2
+
+
+async def test_a_429_storm_is_ridden_out_without_counting_as_failures(tmp_path: Path) -> None:
+    with anyio.fail_after(30):
+        # ten 429s in a row: far more than max_retries, which only 5xx and timeouts spend
+        gateway = CountingGateway(
+            ScriptedModel(tool_rounds=1),
+            fail_first=10,
+            error=RateLimitError("slow down", retry_after=0),
+        )
+        settings = Settings(store=tmp_path, tools="none", max_retries=2, auto_compact=False)
+        async with Runtime(settings, gateway=gateway) as rt:
+            result = await rt.send("storm", "hello")
+        assert result.stopped == "answered"
+        assert gateway.calls > 10
+
+
+async def test_server_errors_still_fail_the_turn_after_max_retries(tmp_path: Path) -> None:
+    with anyio.fail_after(30):
+        gateway = CountingGateway(
+            ScriptedModel(tool_rounds=1), fail_first=10, error=ModelConnectionError("500")
+        )
+        settings = Settings(store=tmp_path, tools="none", max_retries=2, auto_compact=False)
+        async with Runtime(settings, gateway=gateway) as rt:
+            with pytest.raises(ModelConnectionError):
+                await rt.send("errors", "hello")
+        assert gateway.calls == 3
+
+
+async def test_rate_limits_give_up_once_the_wait_budget_is_spent() -> None:
+    with anyio.fail_after(10):
+        calls = 0
+
+        async def always_429() -> None:
+            nonlocal calls
+            calls += 1
+            raise RateLimitError("slow down", retry_after=0.02)
+
+        with pytest.raises(RateLimitError):
+            await call_with_retries(
+                always_429, attempts=1, log=structlog.get_logger(), what="t", rate_limit_wait=0.2
+            )
+        assert 2 <= calls <= 11
+
+
+def test_retry_after_is_honoured_with_jitter_and_never_zero() -> None:
+    delays = [backoff_delay(1, retry_after=2.0) for _ in range(200)]
+    assert all(2.0 <= d <= 2.2 for d in delays)
+    assert len(set(delays)) > 1
+    assert all(backoff_delay(1, retry_after=0) > 0 for _ in range(50))
+
+
+async def test_a_streamed_call_holds_its_token_until_the_stream_ends() -> None:
+    with anyio.fail_after(10):
+        limiter = anyio.CapacityLimiter(1)
+        gateway = LimitedGateway(ScriptedModel(tool_rounds=0, answer_chars=64), limiter)
+        request = ModelRequest(model="m", input=())
+        stream = gateway.stream(request)
+        await anext(stream)
+        assert limiter.borrowed_tokens == 1
+        async for _ in stream:
+            pass
+        assert limiter.borrowed_tokens == 0
+
+
+def test_limits_below_one_are_refused(tmp_path: Path) -> None:
+    settings = Settings(store=tmp_path, tools="none")
+    with pytest.raises(ConfigError, match="max_model_calls"):
+        Runtime(settings, max_model_calls=0)
+    with pytest.raises(ConfigError, match="idle_timeout"):
+        Runtime(settings, idle_timeout=0)

@@ -1,0 +1,126 @@
+"""Small load runs inside the suite: every verification must hold, and each check can fail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from rich.console import Console
+from stowage import AssistantMessage, FunctionCall, FunctionCallOutput, SystemMessage, UserMessage
+from stowage.core._errors import ConfigError
+from stowage.core._records import ItemRecord, RoundCommittedRecord, SessionRecord, TurnRecord
+from stowage.load._checks import check_session
+from stowage.load._endpoint import orphan_items, parse_rates
+from stowage.load._engine import LoadConfig, run_load
+
+QUIET = Console(quiet=True)
+
+
+async def test_fifty_sessions_in_process_compact_several_times_and_pass_every_check(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        report = await run_load(
+            LoadConfig(sessions=50, turns=6, in_process=True, store=tmp_path, progress=False),
+            console=QUIET,
+        )
+    assert report["ok"], report["problems"]
+    assert all(report["checks"].values())
+    assert report["turns_answered"] == 50 * 6
+    assert report["compactions_per_session"]["min"] >= 2
+    assert report["requests"] == report["rounds"] + report["summary_requests"]
+
+
+async def test_load_through_the_fake_server_process_rides_out_injected_faults(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(90):
+        report = await run_load(
+            LoadConfig(
+                sessions=20,
+                turns=4,
+                store=tmp_path,
+                progress=False,
+                faults="429:0.1,500:0.02,slow:0.02",
+                slow_delay=0.05,
+                retry_after=0.01,
+            ),
+            console=QUIET,
+        )
+    assert report["ok"], report["problems"]
+    assert report["faults_injected"].get("rate_limit", 0) > 0
+    assert report["turns_answered"] + sum(report["turn_errors"].values()) == 20 * 4
+    assert report["compactions"] >= 20
+
+
+def test_fault_spec_with_an_unknown_fault_is_refused() -> None:
+    assert parse_rates("429:0.05,slow:0.01") == {"429": 0.05, "slow": 0.01}
+    with pytest.raises(ConfigError, match="418"):
+        parse_rates("418:0.1")
+    with pytest.raises(ConfigError, match="more than 1"):
+        parse_rates("429:0.7,500:0.6")
+
+
+def test_a_call_without_its_output_in_a_request_is_an_orphan() -> None:
+    call = FunctionCall(call_id="c1", name="t", arguments="{}")
+    assert orphan_items([UserMessage(text="hi"), call]) == ["c1"]
+    assert orphan_items([call, FunctionCallOutput(call_id="c1", output="ok")]) == []
+
+
+def _log() -> list[ItemRecord | SessionRecord | RoundCommittedRecord | TurnRecord]:
+    return [
+        SessionRecord(seq=1, model="m", tools=(), settings={}),
+        ItemRecord(seq=2, item=SystemMessage(text="s")),
+        ItemRecord(seq=3, item=UserMessage(text="hi")),
+        TurnRecord(seq=4, turn=1, phase="started"),
+        ItemRecord(seq=5, item=AssistantMessage(text="hello"), round=1),
+        RoundCommittedRecord(seq=6, round=1, usage=None, first_seq=5, last_seq=6),
+        TurnRecord(seq=7, turn=1, phase="finished"),
+    ]
+
+
+def test_session_check_passes_when_log_and_live_history_agree() -> None:
+    records = _log()
+    live = [SystemMessage(text="s"), UserMessage(text="hi"), AssistantMessage(text="hello")]
+    verdict = check_session(
+        "s", records=records, tail_records=records, live=live,
+        acknowledged_rounds=[1], acknowledged_turns=1,
+    )  # fmt: skip
+    assert verdict.ok, verdict.problems
+
+
+def test_session_check_fails_on_a_live_history_the_log_does_not_give() -> None:
+    records = _log()
+    live = [SystemMessage(text="s"), UserMessage(text="hi"), AssistantMessage(text="other")]
+    verdict = check_session(
+        "s", records=records, tail_records=records, live=live,
+        acknowledged_rounds=[1], acknowledged_turns=1,
+    )  # fmt: skip
+    assert not verdict.ok
+    assert any("replay" in problem for problem in verdict.problems)
+
+
+def test_session_check_fails_on_an_acknowledged_round_missing_from_the_log() -> None:
+    records = _log()[:5]
+    live = [SystemMessage(text="s"), UserMessage(text="hi"), AssistantMessage(text="hello")]
+    verdict = check_session(
+        "s", records=records, tail_records=records, live=live,
+        acknowledged_rounds=[1], acknowledged_turns=1,
+    )  # fmt: skip
+    assert any("acknowledged rounds missing" in problem for problem in verdict.problems)
+    assert any("turns acknowledged" in problem for problem in verdict.problems)
+
+
+def test_stowage_load_command_writes_its_report_and_exits_zero(tmp_path: Path) -> None:
+    from stowage.cli._main import main
+
+    out = tmp_path / "load.json"
+    status = main(
+        ["load", "--sessions", "5", "--turns", "3", "--in-process", "--no-progress",
+         "--store", str(tmp_path / "logs"), "--json", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["sessions"] == 5 and report["compactions"] >= 5

@@ -1,0 +1,403 @@
+"""The OpenAI gateway: pure wire mapping, and the real SDK against the fake server over HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import httpx
+import pytest
+from stowage.core._errors import (
+    ConfigError,
+    ContextLengthExceeded,
+    ModelAuthError,
+    ModelConnectionError,
+    ModelError,
+    ModelResponseError,
+    RateLimitError,
+)
+from stowage.core._gateway import ModelRequest, ResponseDone, TextDelta, ToolSpec
+from stowage.core._items import (
+    AssistantMessage,
+    CompactionSummary,
+    FunctionCall,
+    FunctionCallOutput,
+    SystemMessage,
+    UserMessage,
+)
+from stowage.core._records import Usage
+from stowage.core._settings import Settings
+from stowage.model._brain import ScriptedBrain
+from stowage.model._openai_gateway import (
+    OpenAIGateway,
+    chat_body,
+    chat_messages,
+    make_gateway,
+    parse_retry_after,
+    responses_body,
+    responses_input,
+)
+from stowage.model._openai_wire import (
+    ChatStreamAccumulator,
+    ResponsesStreamAccumulator,
+    is_context_length_error,
+)
+from stowage.model._scripted import ScriptedModel
+from stowage.testing import FakeOpenAIServer, Fault
+from stowage.testing._fake_wire import request_from_chat, request_from_responses
+
+WireApi = Literal["chat", "responses"]
+TOOLS = (
+    ToolSpec(name="list_dir", description="List a directory.", parameters={"type": "object"}),
+    ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object"}),
+)
+ITEMS = (
+    SystemMessage(text="be brief"),
+    UserMessage(text="what is in the repo?"),
+    AssistantMessage(text="let me look"),
+    FunctionCall(call_id="c1", name="list_dir", arguments='{"path": "."}'),
+    FunctionCall(call_id="c2", name="read_file", arguments='{"path": "a.py"}'),
+    FunctionCallOutput(call_id="c1", output="a.py"),
+    FunctionCallOutput(call_id="c2", output="print(1)", is_error=False),
+    CompactionSummary(text="earlier we did X"),
+)
+
+
+@pytest.fixture(params=["chat", "responses"])
+def gw_wire_api(request: pytest.FixtureRequest) -> WireApi:
+    api: WireApi = request.param
+    return api
+
+
+@asynccontextmanager
+async def _serving(
+    wire_api: WireApi, *, max_retries: int = 0
+) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
+    # Not a fixture: the server's task group must be entered and left by the test's own task.
+    async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
+        gateway = OpenAIGateway(
+            base_url=server.base_url, api_key="sk-test", wire_api=wire_api, max_retries=max_retries
+        )
+        try:
+            yield server, gateway
+        finally:
+            await gateway.aclose()
+
+
+def _request(*items: object, tools: tuple[ToolSpec, ...] = TOOLS, **kw: object) -> ModelRequest:
+    base = (SystemMessage(text="be brief"), UserMessage(text="list the repo"))
+    return ModelRequest(model="m", input=base + tuple(items), tools=tools, **kw)  # type: ignore[arg-type]
+
+
+# --- pure mapping -------------------------------------------------------------------------
+
+
+def test_chat_messages_maps_every_item_and_groups_consecutive_calls_with_preceding_text() -> None:
+    assert chat_messages(ITEMS) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "what is in the repo?"},
+        {
+            "role": "assistant",
+            "content": "let me look",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "list_dir", "arguments": '{"path": "."}'},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "tool", "tool_call_id": "c2", "content": "print(1)"},
+        {"role": "user", "content": "Summary of the conversation so far:\nearlier we did X"},
+    ]
+
+
+def test_chat_messages_starts_a_new_assistant_message_for_calls_after_a_tool_output() -> None:
+    items = (
+        FunctionCall(call_id="a", name="x", arguments="{}"),
+        FunctionCallOutput(call_id="a", output="1"),
+        FunctionCall(call_id="b", name="x", arguments="{}"),
+    )
+    messages = chat_messages(items)
+    assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"]
+    assert messages[0]["content"] is None
+    assert [len(m.get("tool_calls", [])) for m in messages] == [1, 0, 1]
+
+
+def test_responses_input_maps_every_item_type() -> None:
+    assert responses_input(ITEMS) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "what is in the repo?"},
+        {"role": "assistant", "content": "let me look"},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "list_dir",
+            "arguments": '{"path": "."}',
+        },
+        {
+            "type": "function_call",
+            "call_id": "c2",
+            "name": "read_file",
+            "arguments": '{"path": "a.py"}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+        {"type": "function_call_output", "call_id": "c2", "output": "print(1)"},
+        {"role": "user", "content": "Summary of the conversation so far:\nearlier we did X"},
+    ]
+
+
+def test_bodies_carry_tools_and_max_tokens_and_omit_tool_choice_without_tools() -> None:
+    with_tools = _request(max_output_tokens=50)
+    chat = chat_body(with_tools, stream=True)
+    assert chat["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "list_dir",
+            "description": "List a directory.",
+            "parameters": {"type": "object"},
+        },
+    }
+    assert chat["tool_choice"] == "auto" and chat["max_tokens"] == 50
+    assert chat["stream_options"] == {"include_usage": True}
+    responses = responses_body(with_tools, stream=False)
+    assert responses["tools"][0]["name"] == "list_dir" and responses["max_output_tokens"] == 50
+    assert "stream" not in responses
+    summary = _request(tools=(), tool_choice="none", purpose="summary")
+    for body in (chat_body(summary, stream=False), responses_body(summary, stream=True)):
+        assert "tools" not in body and "tool_choice" not in body
+
+
+def test_fake_server_inverts_the_gateway_mapping_on_both_wire_apis() -> None:
+    request = ModelRequest(model="m", input=ITEMS, tools=TOOLS)
+    assert request_from_chat(chat_body(request, stream=False)).input == ITEMS
+    assert request_from_responses(responses_body(request, stream=False)).input == ITEMS
+
+
+def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    later = format_datetime(now + timedelta(seconds=30), usegmt=True)
+    assert parse_retry_after("2.5") == 2.5
+    assert parse_retry_after(later, now=now.timestamp()) == pytest.approx(30)
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+
+
+def test_gateway_without_any_api_key_raises_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="--api-key"):
+        OpenAIGateway(base_url=None, api_key=None, wire_api="chat")
+
+
+def test_make_gateway_gives_the_scripted_model_for_model_scripted() -> None:
+    assert isinstance(make_gateway(Settings(model="scripted")), ScriptedModel)
+
+
+# --- over HTTP with the real SDK ----------------------------------------------------------
+
+
+async def test_stream_text_deltas_join_to_the_final_text(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        async with _serving(gw_wire_api) as (_, gateway):
+            # no tools: the brain answers at once (the purpose header says "round")
+            events = [e async for e in gateway.stream(_request(tools=()))]
+        deltas = [e.text for e in events if isinstance(e, TextDelta)]
+        done = [e for e in events if isinstance(e, ResponseDone)]
+        assert len(done) == 1 and events[-1] is done[0]
+        assert len(deltas) > 1
+        assert "".join(deltas) == done[0].response.text != ""
+
+
+async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        request = _request()
+        expected = ScriptedBrain(tool_rounds=1)(request)
+        async with _serving(gw_wire_api) as (_, gateway):
+            created = await gateway.create(request)
+            streamed = [e async for e in gateway.stream(request)][-1]
+        assert isinstance(streamed, ResponseDone)
+        for response in (created, streamed.response):
+            assert response.calls == expected.calls
+            assert response.calls[0].name == "list_dir"
+            assert response.calls[0].call_id.startswith("call_0_0_")
+            assert json.loads(response.calls[0].arguments) == {"path": "."}
+
+
+async def test_usage_and_answer_text_are_parsed_streaming_and_not(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        request = _request(
+            FunctionCall(call_id="c", name="list_dir", arguments="{}"),
+            FunctionCallOutput(call_id="c", output="a.py"),
+        )
+        expected = ScriptedBrain(tool_rounds=1)(request)
+        assert isinstance(expected.usage, Usage)
+        async with _serving(gw_wire_api) as (_, gateway):
+            created = await gateway.create(request)
+            streamed = [e async for e in gateway.stream(request)][-1]
+        assert isinstance(streamed, ResponseDone)
+        assert created.usage == streamed.response.usage == expected.usage
+        assert created.text == streamed.response.text == expected.text
+        assert not created.calls
+
+
+async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
+    gw_wire_api: WireApi,
+) -> None:
+    with anyio.fail_after(15):
+        async with _serving(gw_wire_api) as (server, gateway):
+            summary = _request(tools=(), tool_choice="none", purpose="summary")
+            response = await gateway.create(summary)
+            body = server.requests[-1]
+        assert "tools" not in body and "tool_choice" not in body
+        assert response.text.startswith("Summary of the session so far.")
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault.rate_limit(retry_after=7), RateLimitError),
+        (Fault.server_error(500), ModelConnectionError),
+        (Fault.server_error(503), ModelConnectionError),
+        (Fault.context_length(), ContextLengthExceeded),
+        (Fault.auth(), ModelAuthError),
+        (Fault.garbage(), ModelResponseError),
+    ],
+    ids=["429", "500", "503", "context_length", "401", "garbage"],
+)
+@pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
+async def test_injected_faults_map_to_model_errors(
+    gw_wire_api: WireApi, fault: Fault, error: type[ModelError], streaming: bool
+) -> None:
+    with anyio.fail_after(15):
+        async with _serving(gw_wire_api) as (server, gateway):
+            server.inject(fault)
+            with pytest.raises(error) as caught:
+                if streaming:
+                    [e async for e in gateway.stream(_request())]
+                else:
+                    await gateway.create(_request())
+            # the fault was used up: the next call succeeds
+            assert (await gateway.create(_request())).calls
+        if isinstance(caught.value, RateLimitError):
+            assert caught.value.retry_after == 7
+        assert caught.value.__cause__ is not None
+
+
+async def test_unreachable_endpoint_raises_model_connection_error(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        gateway = OpenAIGateway(
+            base_url="http://127.0.0.1:9/v1", api_key="k", wire_api=gw_wire_api, max_retries=0
+        )
+        try:
+            with pytest.raises(ModelConnectionError):
+                await gateway.create(_request())
+        finally:
+            await gateway.aclose()
+
+
+async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        async with _serving(gw_wire_api) as (server, gateway):
+            server.inject(Fault.server_error(), when="summary")
+            assert (await gateway.create(_request())).calls
+            with pytest.raises(ModelConnectionError):
+                await gateway.create(_request(tools=(), purpose="summary"))
+
+
+async def test_the_sdk_retries_a_rate_limit_then_succeeds() -> None:
+    with anyio.fail_after(15):
+        async with _serving("chat", max_retries=1) as (server, gateway):
+            server.inject(Fault.rate_limit(retry_after=0))
+            response = await gateway.create(_request())
+        assert response.calls and len(server.requests) == 2
+
+
+def test_responses_stream_error_event_maps_to_context_length_exceeded() -> None:
+    accumulator = ResponsesStreamAccumulator()
+    assert accumulator.feed({"type": "response.output_text.delta", "delta": "hi"}) == "hi"
+    event = {
+        "type": "response.failed",
+        "response": {"error": {"code": "context_length_exceeded", "message": "too long"}},
+    }
+    with pytest.raises(ContextLengthExceeded):
+        accumulator.feed(event)
+    with pytest.raises(ModelResponseError, match="before response"):
+        ResponsesStreamAccumulator().finish()
+
+
+def test_chat_stream_accumulates_tool_call_deltas_by_index() -> None:
+    accumulator = ChatStreamAccumulator()
+    chunks = [
+        {"choices": [{"delta": {"content": "ok "}}]},
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "y"}}]}}
+            ]
+        },
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "x"}}]}}
+            ]
+        },
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"p"'}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+    ]
+    assert [accumulator.feed(c) for c in chunks] == ["ok ", "", "", "", "", ""]
+    response = accumulator.finish()
+    assert response.text == "ok "
+    assert response.calls == (
+        FunctionCall(call_id="a", name="x", arguments='{"p": 1}'),
+        FunctionCall(call_id="b", name="y", arguments=""),
+    )
+    assert response.usage == Usage(input_tokens=3, output_tokens=2, total_tokens=5)
+    with pytest.raises(ModelResponseError):
+        ChatStreamAccumulator().finish()
+
+
+async def test_faults_can_be_injected_over_http_and_requests_are_recorded(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(15):
+        record = tmp_path / "requests.jsonl"
+        async with FakeOpenAIServer(record=record) as server:
+            root = server.base_url.removesuffix("/v1")
+            async with httpx.AsyncClient(base_url=root) as http:
+                fault = {"fault": "context_length", "when": "round", "times": 1}
+                assert (await http.post("/_fake/faults", json=fault)).json()["pending"] == 1
+                body = chat_body(_request(), stream=False)
+                failed = await http.post("/v1/chat/completions", json=body)
+                answered = await http.post("/v1/chat/completions", json=body)
+                recorded = (await http.get("/_fake/requests")).json()
+        assert failed.status_code == 400
+        assert failed.json()["error"]["code"] == "context_length_exceeded"
+        assert answered.status_code == 200
+        assert recorded == [body, body]
+        lines = [json.loads(line) for line in record.read_text().splitlines()]
+        assert [line["body"] for line in lines] == [body, body]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "expected"),
+    [
+        ("context_length_exceeded", "", True),
+        (None, "This model's maximum context length is 4096 tokens. However, you asked 5000", True),
+        (None, "Input exceeds the context window of this model", True),
+        (None, "invalid tool schema", False),
+    ],
+)
+def test_context_length_errors_are_recognised_by_code_or_message(
+    code: str | None, message: str, expected: bool
+) -> None:
+    assert is_context_length_error(code, message) is expected
