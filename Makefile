@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean venv
+STAGE := build/stage
+
+.PHONY: demo test lint typecheck clean venv stage test-min
 
 venv: $(STAMP)
 
@@ -20,11 +22,31 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
-	$(BIN)/ruff check runtime actors storage tests scripts
+# The suite against the lowest versions of the core dependencies that pyproject.toml declares.
+.venv-min/.installed: pyproject.toml .ci/constraints-min.txt
+	test -d .venv-min || $(PYTHON) -m venv .venv-min
+	.venv-min/bin/python -m pip install --quiet --upgrade pip
+	.venv-min/bin/python -m pip install --quiet -e '.[dev]' -c .ci/constraints-min.txt
+	touch .venv-min/.installed
 
-typecheck: $(STAMP)
-	$(BIN)/mypy
+test-min: .venv-min/.installed
+	.venv-min/bin/python -m pytest -q -p no:cacheprovider
+
+# A tree of symlinks shaped like the wheel (runtime/ as stowage/, actors/ and storage/ inside it),
+# for the tools that cannot follow the editable install's folder mapping: mypy and import-linter.
+stage:
+	rm -rf $(STAGE) && mkdir -p $(STAGE)/stowage
+	cp -rs $(CURDIR)/runtime/. $(STAGE)/stowage/
+	cp -rs $(CURDIR)/actors $(STAGE)/stowage/actors
+	cp -rs $(CURDIR)/storage $(STAGE)/stowage/storage
+	find $(STAGE) -name __pycache__ -prune -exec rm -rf {} +
+
+lint: $(STAMP) stage
+	$(BIN)/ruff check runtime actors storage tests scripts
+	cd $(STAGE) && PYTHONPATH=. $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/pyproject.toml
+
+typecheck: $(STAMP) stage
+	cd $(STAGE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p stowage
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .stowage
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .stowage

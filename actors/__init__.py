@@ -8,10 +8,10 @@ from ._context import SessionContext
 from ._mailbox import Reply, Slot, mailbox
 from ._messages import (
     Append,
+    CommittedSnapshot,
     CompactNow,
     PlanOutcome,
     Protect,
-    RoundCommitted,
     RunTools,
     SamplerCommand,
     TurnResult,
@@ -24,11 +24,11 @@ from .tool_executor import run_tool_executor
 
 __all__ = [
     "Append",
+    "CommittedSnapshot",
     "CompactNow",
     "PlanOutcome",
     "Protect",
     "Reply",
-    "RoundCommitted",
     "RunTools",
     "Sampler",
     "SamplerCommand",

@@ -11,13 +11,13 @@ from ._mailbox import Reply, Slot
 
 __all__ = [
     "Append",
+    "CommittedSnapshot",
     "CompactNow",
     "Plan",
     "PlanFailed",
     "PlanOutcome",
     "PlanRequest",
     "Protect",
-    "RoundCommitted",
     "RunTools",
     "SamplerCommand",
     "TurnResult",
@@ -37,8 +37,9 @@ class PlanRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RoundCommitted:
-    """A committed snapshot: the compactor's only input. Sent by persistence once durable.
+class CommittedSnapshot:
+    """The history as of the last committed round: the compactor's only input. Sent by
+    persistence once the round is durable (not the ``RoundCommitted`` event subscribers get).
 
     ``manual`` marks a snapshot the sampler re-sent because the user asked to compact now;
     it still describes the last committed round, never a half one.
@@ -70,8 +71,8 @@ class Append:
     session_id: str
     records: tuple[Record, ...]
     reply: Reply[None]
-    committed: RoundCommitted | None = None
-    notify: Slot[RoundCommitted] | None = None
+    committed: CommittedSnapshot | None = None
+    notify: Slot[CommittedSnapshot] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

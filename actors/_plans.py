@@ -9,7 +9,6 @@ projection would lose a protected entry is refused whole, the old history kept.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import structlog
 from stowage.core import (
@@ -31,10 +30,9 @@ from stowage.core import (
 )
 from stowage.core import render as render_protected
 
+from ._context import SessionContext
+from ._journal import Journal
 from ._messages import Plan
-
-if TYPE_CHECKING:
-    from .sampler import Sampler
 
 __all__ = ["PlanApplier"]
 
@@ -42,31 +40,36 @@ _log = structlog.get_logger("stowage.sampler")
 
 
 class PlanApplier:
-    """The sampler's compaction and protected-state writes."""
+    """Compaction and protected-state writes of one session, through its journal."""
 
-    def __init__(self, sampler: Sampler) -> None:
-        self.sampler = sampler
-        self._log = _log.bind(session=sampler.ctx.session_id, actor="sampler")
+    def __init__(self, ctx: SessionContext, journal: Journal) -> None:
+        self.ctx = ctx
+        self.journal = journal
+        self._log = _log.bind(session=ctx.session_id, actor="sampler")
 
-    async def apply(self, plan: Plan) -> bool:
-        """Apply ``plan`` at a round boundary; False when it was stale or refused."""
-        state = self.sampler.state
+    async def apply(
+        self, plan: Plan, *, user_budget_chars: int, chars_per_token: float, tool_tokens: int
+    ) -> bool:
+        """Apply ``plan`` at a round boundary; False when it was stale or refused.
+
+        ``user_budget_chars`` is what recent user words may keep; ``chars_per_token`` and
+        ``tool_tokens`` turn the new projection into the token figure the record carries.
+        Raises what ``Journal.write`` raises.
+        """
+        state = self.journal.state
         if plan.based_on_compaction_seq != state.last_compaction_seq:
             reason = f"stale plan for round {plan.round}: history was compacted since"
-            self.sampler.ctx.publish(
-                CompactionSkipped(session_id=self.sampler.ctx.session_id, reason=reason)
-            )
+            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
             return False
         review = review_updates(state.protected, plan.protected_ops)
         protected_records = self._protected_records(plan, review)
         seq = state.last_seq + 1 + len(protected_records)
-        user_budget = self.sampler._pressure.user_budget()
         result = apply_compaction(
             state.history,
             summary=plan.summary,
             summary_seq=seq,
             covers_through=plan.covers_through,
-            user_budget_chars=user_budget,
+            user_budget_chars=user_budget_chars,
         )
         projection = build_projection(
             result.history,
@@ -78,9 +81,7 @@ class PlanApplier:
         if lost:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
-        tokens_after = self.sampler._pressure.tool_tokens + estimate_tokens(
-            projection, self.sampler._pressure.ratio()
-        )
+        tokens_after = tool_tokens + estimate_tokens(projection, chars_per_token)
         record = CompactionRecord(
             seq=seq,
             kind="full" if plan.kind == "full" else "fallback",
@@ -93,12 +94,12 @@ class PlanApplier:
             removed=result.removed,
             round=state.round,
             turn=state.turn,
-            user_budget_chars=user_budget,
+            user_budget_chars=user_budget_chars,
             protected=review.state.snapshot(),
             estimated=plan.estimated,
-            chars_per_token=self.sampler._pressure.ratio(),
+            chars_per_token=chars_per_token,
         )
-        await self.sampler._persist([*protected_records, record])
+        await self.journal.write([*protected_records, record])
         self._publish_protected(plan, review, applied=True)
         self._log.info(
             "history_compacted",
@@ -108,9 +109,9 @@ class PlanApplier:
             retained=len(result.retained),
             reason=plan.reason,
         )
-        self.sampler.ctx.publish(
+        self.ctx.publish(
             HistoryCompacted(
-                session_id=self.sampler.ctx.session_id,
+                session_id=self.ctx.session_id,
                 kind=record.kind,
                 tokens_before=plan.tokens_before,
                 tokens_after=tokens_after,
@@ -130,23 +131,21 @@ class PlanApplier:
 
         Raises ``ProtectedStateViolation`` naming the entry when an op cannot apply.
         """
-        _, canonical = prepare_all(self.sampler.state.protected, ops, "user")
+        _, canonical = prepare_all(self.journal.state.protected, ops, "user")
         if not canonical:
             return  # every op repeats what is already there
-        await self.sampler._persist(
-            [ProtectedRecord(seq=self.sampler.state.last_seq + 1, ops=canonical, source="user")]
+        await self.journal.write(
+            [ProtectedRecord(seq=self.journal.state.last_seq + 1, ops=canonical, source="user")]
         )
         self._log.info("protected_changed", source="user", ops=len(canonical))
-        self.sampler.ctx.publish(
-            ProtectedChanged(
-                session_id=self.sampler.ctx.session_id, source="user", ops=len(canonical)
-            )
+        self.ctx.publish(
+            ProtectedChanged(session_id=self.ctx.session_id, source="user", ops=len(canonical))
         )
 
     def _protected_records(self, plan: Plan, review: UpdatesReview) -> list[Record]:
         """Error records for the summarizer's refused or malformed updates, then the
         ``protected`` record of the accepted ones; seqs follow the state's last one."""
-        first = self.sampler.state.last_seq + 1
+        first = self.journal.state.last_seq + 1
         notes = [("protected_updates_malformed", p) for p in plan.protected_problems]
         notes += [("protected_refused", f"{r.entry}: {r.reason}") for r in review.refused]
         records: list[Record] = [
@@ -161,19 +160,19 @@ class PlanApplier:
 
     def _publish_protected(self, plan: Plan, review: UpdatesReview, *, applied: bool) -> None:
         """Events for what the summarizer's updates did, once the records are durable."""
-        session_id = self.sampler.ctx.session_id
+        session_id = self.ctx.session_id
         refusals = [("", problem) for problem in plan.protected_problems]
         refusals += [(r.entry, r.reason) for r in review.refused]
         for entry, reason in refusals:
             self._log.warning("protected_refused", entry=entry, reason=reason)
-            self.sampler.ctx.publish(
+            self.ctx.publish(
                 ProtectedRefused(
                     session_id=session_id, source="summarizer", entry=entry, reason=reason
                 )
             )
         if applied and review.ops:
             self._log.info("protected_changed", source="summarizer", ops=len(review.ops))
-            self.sampler.ctx.publish(
+            self.ctx.publish(
                 ProtectedChanged(session_id=session_id, source="summarizer", ops=len(review.ops))
             )
 
@@ -191,17 +190,17 @@ class PlanApplier:
             f"{', '.join(missing)}"
         )
         refusal = ErrorRecord(
-            seq=self.sampler.state.last_seq + 1 + len(notes),
+            seq=self.journal.state.last_seq + 1 + len(notes),
             kind="compaction_refused",
             message=reason,
         )
-        await self.sampler._persist([*notes, refusal])
+        await self.journal.write([*notes, refusal])
         self._publish_protected(plan, review, applied=False)
         self._log.error("compaction_refused", entries=missing, round=plan.round)
         for entry in missing:
-            self.sampler.ctx.publish(
+            self.ctx.publish(
                 ProtectedRefused(
-                    session_id=self.sampler.ctx.session_id,
+                    session_id=self.ctx.session_id,
                     source="summarizer",
                     entry=entry,
                     reason=reason,

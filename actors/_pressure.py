@@ -1,17 +1,16 @@
 """The sampler's side of the watermark policy: microcompact, ask for plans, block, fall back.
 
-The sampler calls it at four points, all at round boundaries: after a round is committed
-(``after_commit``), before a request is sent (``before_request``), when a plan was applied
-(``after_compaction``) and when the provider said a request did not fit (``recover_overflow``).
-Decisions are the pure ``runtime._policy``; this module only writes records, puts snapshots in
-the compactor's slot and waits for plans. In threshold mode (the seed rule) it stays out of
-the way except for overflow recovery.
+The sampler calls it at round boundaries only: after a round is committed (``after_commit``),
+before a request is sent (``before_request``), when the provider said a request did not fit
+(``recover_overflow``), and to apply what the compactor sent back (``apply_ready_plan``,
+``apply_plan_for``), so that the plan in flight and the compactions of a turn are counted in
+one place. Decisions are the pure ``stowage.policy``; this module only writes records through
+the session's ``Journal``, sends snapshots to the compactor through it and waits for plans.
+In threshold mode (the seed rule) its own policy stays out of the way except for overflow
+recovery; it still applies the plans the seed's rule waits for.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -41,10 +40,11 @@ from stowage.policy import (
     tokens_after_compaction,
 )
 
-from ._messages import Plan, PlanOutcome, PlanRequest
-
-if TYPE_CHECKING:
-    from .sampler import Sampler
+from ._context import SessionContext
+from ._journal import Journal
+from ._mailbox import Slot
+from ._messages import Plan, PlanFailed, PlanOutcome, PlanRequest
+from ._plans import PlanApplier
 
 __all__ = ["Pressure"]
 
@@ -57,19 +57,33 @@ _MIN_GAIN = 0.05
 
 
 class Pressure:
-    """Watermark bookkeeping of one sampler: the budget, the plan in flight, time waited."""
+    """Watermark bookkeeping of one sampler: the budget, the plan in flight, time waited.
 
-    def __init__(self, sampler: Sampler) -> None:
-        self.sampler = sampler
-        settings = sampler.ctx.settings
+    ``journal`` is how it reads and writes the session, ``applier`` applies plans, and
+    ``outcomes`` is the slot the compactor answers in. Raises ``ConfigError`` when the
+    settings' window leaves no usable budget.
+    """
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        journal: Journal,
+        applier: PlanApplier,
+        outcomes: Slot[PlanOutcome],
+    ) -> None:
+        self.ctx = ctx
+        self.journal = journal
+        self.applier = applier
+        self.outcomes = outcomes
+        settings = ctx.settings
         self.settings = settings
         self.marks = Watermarks.from_settings(settings)
         self.threshold = effective_threshold(settings)
-        self.budget: Budget | None = resolve_budget(settings, sampler.ctx.tools.specs())
+        self.budget: Budget | None = resolve_budget(settings, ctx.tools.specs())
         self.requested: int | None = None
         self.waited = 0.0
         self.turn_compactions = 0
-        self._log = _log.bind(session=sampler.ctx.session_id, actor="sampler")
+        self._log = _log.bind(session=ctx.session_id, actor="sampler")
         if self.threshold is not None and settings.compact_threshold is None:
             self._log.info(
                 "compaction_threshold_mode", model=settings.model, threshold=self.threshold
@@ -95,13 +109,13 @@ class Pressure:
 
     def ratio(self) -> float:
         """The session's calibrated chars per token."""
-        return calibrated_ratio(self.sampler.state, self.tool_tokens)
+        return calibrated_ratio(self.journal.state, self.tool_tokens)
 
     def status(self) -> TokenStatus:
         """Tokens of the next request, reported + estimated."""
-        protected = self.sampler._protected_text()
+        protected = self.journal.protected_text()
         return token_status(
-            self.sampler.state,
+            self.journal.state,
             tool_tokens=self.tool_tokens,
             extra_chars=len(protected) if protected else 0,
             require_reported=self.settings.require_reported_usage,
@@ -116,10 +130,30 @@ class Pressure:
     def turn_started(self) -> None:
         self.turn_compactions = 0
 
-    def settled(self, outcome: PlanOutcome) -> None:
-        """A plan or a failure came back; a request it answers is no longer in flight."""
+    async def apply_ready_plan(self) -> None:
+        """Apply the compactor's answer if one is waiting; never waits for one."""
+        outcome = self.outcomes.take()
+        if outcome is not None:
+            await self.apply_outcome(outcome)
+
+    async def apply_plan_for(self, round_: int) -> bool:
+        """Wait for the compactor's answer on round ``round_`` (or a later one) and apply it;
+        True when history was compacted."""
+        outcome = await self.outcomes.get_when(lambda o: o.round >= round_)
+        return await self.apply_outcome(outcome)
+
+    async def apply_outcome(self, outcome: PlanOutcome) -> bool:
+        """Apply a plan (a failure is logged and applies nothing); True when history was
+        compacted. A request the outcome answers is no longer in flight."""
         if self.requested is not None and outcome.round >= self.requested:
             self.requested = None
+        if isinstance(outcome, PlanFailed):
+            self._log.warning("compaction_unavailable", round=outcome.round, error=outcome.error)
+            return False
+        applied = await self._apply(outcome)
+        if applied:
+            await self._after_compaction(outcome)
+        return applied
 
     async def after_commit(self) -> None:
         """Soft mark: microcompact; compaction mark: ask for a plan in the background."""
@@ -143,20 +177,18 @@ class Pressure:
         assert requested is not None
         started = anyio.current_time()
         try:
-            outcome = await self.sampler.plans.get_when(lambda o: o.round >= requested)
-            await self.sampler._apply_outcome(outcome)
+            await self.apply_plan_for(requested)
         finally:
             self._waited(started, why)
 
     def _waited(self, started: float, why: str) -> None:
-        sampler = self.sampler
         seconds = anyio.current_time() - started
         self.waited += seconds
         self._log.info("compaction_waited", seconds=round(seconds, 4), why=why)
-        sampler.ctx.publish(
+        self.ctx.publish(
             CompactionWaited(
-                session_id=sampler.ctx.session_id,
-                round=sampler.state.round,
+                session_id=self.ctx.session_id,
+                round=self.journal.state.round,
                 seconds=seconds,
                 reason=why,
             )
@@ -194,7 +226,7 @@ class Pressure:
         )
         await self._relieve(self._announce(decision), why="context_length_exceeded", forced=True)
 
-    async def after_compaction(self, plan: Plan) -> None:
+    async def _after_compaction(self, plan: Plan) -> None:
         """The target: a compaction that leaves more than ``target_after`` of the budget is
         followed by the no-model fallback, which says why."""
         self.turn_compactions += 1
@@ -218,7 +250,7 @@ class Pressure:
 
     def _announce(self, decision: PolicyDecision) -> PolicyDecision:
         if decision.action != "none":
-            state = self.sampler.state
+            state = self.journal.state
             self._log.info(
                 "compaction_decided",
                 action=decision.action,
@@ -228,9 +260,9 @@ class Pressure:
                 usable=decision.usable,
                 fraction=round(decision.fraction or 0.0, 3),
             )
-            self.sampler.ctx.publish(
+            self.ctx.publish(
                 CompactionDecided(
-                    session_id=self.sampler.ctx.session_id,
+                    session_id=self.ctx.session_id,
                     round=state.round,
                     action=decision.action,
                     watermark=decision.watermark,
@@ -245,9 +277,7 @@ class Pressure:
 
     def _skip(self, reason: str) -> None:
         self._log.info("compaction_skipped", reason=reason)
-        self.sampler.ctx.publish(
-            CompactionSkipped(session_id=self.sampler.ctx.session_id, reason=reason)
-        )
+        self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
 
     def _worth_compacting(self, decision: PolicyDecision, *, forced: bool = False) -> bool:
         """Whether a compaction of everything so far would free enough to be worth one: no
@@ -259,7 +289,7 @@ class Pressure:
                 f"{self.settings.max_compactions_per_turn})"
             )
             return False
-        state = self.sampler.state
+        state = self.journal.state
         if decision.tokens is None:
             return False
         try:
@@ -281,23 +311,22 @@ class Pressure:
         return True
 
     def _request(self, decision: PolicyDecision, *, urgent: bool) -> None:
-        sampler = self.sampler
         request = PlanRequest(
             reason=decision.reason,
             tokens=decision.tokens,
             estimated=decision.estimated,
             urgent=urgent,
         )
-        snapshot = replace(sampler._snapshot(), request=request)
+        snapshot = self.journal.snapshot(request=request)
         self.requested = snapshot.round
         self._log.info("compaction_requested", round=snapshot.round, urgent=urgent)
-        sampler.committed.put(snapshot)
+        self.journal.send_to_compactor(snapshot)
 
     async def _microcompact(
         self, decision: PolicyDecision, keep_rounds: int, *, min_chars: int = MIN_STUB_CHARS
     ) -> PolicyDecision | None:
         """Stub old tool outputs; returns the decision after, or None if nothing was stubbed."""
-        state = self.sampler.state
+        state = self.journal.state
         seqs = microcompact_candidates(
             state.history, state.stubbed, keep_rounds, min_chars=min_chars
         )
@@ -317,7 +346,7 @@ class Pressure:
             tokens_after=after,
             estimated=decision.estimated,
         )
-        await self.sampler._persist([record])
+        await self.journal.write([record])
         self._log.info(
             "microcompacted",
             stubbed=len(seqs),
@@ -326,9 +355,9 @@ class Pressure:
             estimated=decision.estimated,
             watermark=decision.watermark,
         )
-        self.sampler.ctx.publish(
+        self.ctx.publish(
             Microcompacted(
-                session_id=self.sampler.ctx.session_id,
+                session_id=self.ctx.session_id,
                 stubbed=len(seqs),
                 tokens_before=before,
                 tokens_after=after,
@@ -338,8 +367,16 @@ class Pressure:
         )
         return self.decision() if self.budget is not None else None
 
+    async def _apply(self, plan: Plan) -> bool:
+        return await self.applier.apply(
+            plan,
+            user_budget_chars=self.user_budget(),
+            chars_per_token=self.ratio(),
+            tool_tokens=self.tool_tokens,
+        )
+
     async def _fallback(self, decision: PolicyDecision, reason: str) -> None:
-        state = self.sampler.state
+        state = self.journal.state
         summary = fallback_summary([e.item for e in state.history], reason=reason)
         plan = Plan(
             round=state.round,
@@ -352,7 +389,7 @@ class Pressure:
             kind="fallback",
         )
         self._log.warning("compaction_fallback", reason=reason, tokens=decision.tokens)
-        if await self.sampler._apply_plan(plan):
+        if await self._apply(plan):
             self.turn_compactions += 1
 
     def _below_hard(self) -> bool:
@@ -365,7 +402,6 @@ class Pressure:
         ``forced`` (the provider refused a request): compact whatever the estimate says and
         return, for one more attempt. Raises ``ContextLengthExceeded`` as ``before_request``.
         """
-        sampler = self.sampler
         started = anyio.current_time()
         try:
             if self.budget is not None:
@@ -377,8 +413,7 @@ class Pressure:
                     self._request(decision, urgent=True)
                 requested = self.requested
                 assert requested is not None
-                outcome = await sampler.plans.get_when(lambda o: o.round >= requested)
-                if not await sampler._apply_outcome(outcome):
+                if not await self.apply_plan_for(requested):
                     decision = self.decision() if self.budget is not None else decision
                     if (forced or not self._below_hard()) and self._worth_compacting(
                         decision, forced=forced

@@ -1,8 +1,8 @@
 """The compactor actor: turns committed snapshots into compaction plans.
 
-Its only input is ``RoundCommitted``, put in its slot by persistence after the round is durable
-(or re-sent by the sampler for a manual compaction), so it never sees a half round and can
-never interrupt a tool call. It never touches history: it hands a ``Plan`` back through a
+Its only input is a ``CommittedSnapshot``, put in its slot by persistence after the round is
+durable (or re-sent by the sampler for a manual compaction), so it never sees a half round and
+can never interrupt a tool call. It never touches history: it hands a ``Plan`` back through a
 one-slot edge and the sampler applies it at a round boundary.
 """
 
@@ -22,7 +22,7 @@ from stowage.policy import (
 )
 
 from ._mailbox import Slot
-from ._messages import Plan, PlanFailed, PlanOutcome, RoundCommitted
+from ._messages import CommittedSnapshot, Plan, PlanFailed, PlanOutcome
 from ._summarizer import Breaker, summarize
 
 __all__ = ["MIN_GROWTH", "decide_for", "run_compactor"]
@@ -34,7 +34,7 @@ MIN_GROWTH = 0.25
 _log = structlog.get_logger("stowage.compactor")
 
 
-def decide_for(snapshot: RoundCommitted, settings: Settings) -> CompactionDecision:
+def decide_for(snapshot: CommittedSnapshot, settings: Settings) -> CompactionDecision:
     """The compaction decision for a committed snapshot; the sampler runs the same function
     to know whether it must wait for the plan before its next request."""
     tokens = snapshot.usage.total_tokens if snapshot.usage is not None else None
@@ -79,7 +79,7 @@ async def run_compactor(
     session_id: str,
     settings: Settings,
     gateway: ModelGateway,
-    inbox: Slot[RoundCommitted],
+    inbox: Slot[CommittedSnapshot],
     plans: Slot[PlanOutcome],
     publish: Callable[[Event], None],
     *,
@@ -99,7 +99,7 @@ async def run_compactor(
             continue
         log.info("compaction_planning", round=snapshot.round, reason=decision.reason)
 
-        def build(items: list[Item], snapshot: RoundCommitted = snapshot) -> ModelRequest:
+        def build(items: list[Item], snapshot: CommittedSnapshot = snapshot) -> ModelRequest:
             return build_summary_request(
                 items,
                 model=settings.compact_model or settings.model,

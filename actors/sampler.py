@@ -3,8 +3,11 @@
 A round: project history, stream one response, write the assistant text and calls (durable
 before any tool runs), have the tool executor run the calls, write the outputs with a
 ``round_committed`` record. Compaction plans are applied only here and only between rounds.
-State changes only by folding the records it has written (``SessionState.apply``), which is
-what replay does: live and replayed history cannot drift apart.
+
+Three named helpers share the work, each on its own small interface: the ``Journal`` (every
+state change is a batch of records it folds in, as replay does, and makes durable), the
+``PlanApplier`` (compaction and protected-state writes) and ``Pressure`` (the watermark
+policy's actions and the plans the compactor sends back). None of them knows the sampler.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.core import (
@@ -31,6 +33,7 @@ from stowage.core import (
     ProtectedStateViolation,
     Record,
     ResponseDone,
+    RoundCommitted,
     RoundCommittedRecord,
     RoundStarted,
     SessionFailed,
@@ -43,19 +46,15 @@ from stowage.core import (
     build_projection,
     estimate_tokens,
 )
-from stowage.core import RoundCommitted as RoundCommittedEvent
-from stowage.core import render as render_protected
 
 from ._context import SessionContext
+from ._journal import Journal
 from ._mailbox import Reply, Slot
 from ._messages import (
-    Append,
+    CommittedSnapshot,
     CompactNow,
-    Plan,
-    PlanFailed,
     PlanOutcome,
     Protect,
-    RoundCommitted,
     RunTools,
     SamplerCommand,
     TurnResult,
@@ -105,14 +104,16 @@ class Sampler:
     ctx: SessionContext
     state: SessionState
     tools: MemoryObjectSendStream[RunTools]
-    committed: Slot[RoundCommitted]
+    committed: Slot[CommittedSnapshot]
     plans: Slot[PlanOutcome]
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
-        # the watermark policy's side of this actor (runtime._policy decides, this acts)
-        self._pressure = Pressure(self)
-        self._plans = PlanApplier(self)
+        # every change of state goes through the journal, the helpers' one way to write
+        self._journal = Journal(ctx=self.ctx, state=self.state, compactor=self.committed)
+        self._applier = PlanApplier(self.ctx, self._journal)
+        # the watermark policy's side of this actor (stowage.policy decides, this acts)
+        self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans)
 
     @property
     def settings(self) -> Settings:
@@ -145,7 +146,7 @@ class Sampler:
             self._commit_record(round_, None, first, interrupted=True, offset=len(records))
         )
         self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
-        await self._persist(records)
+        await self._journal.write(records)
 
     async def _serve(self, command: SamplerCommand) -> None:
         match command:
@@ -178,7 +179,7 @@ class Sampler:
     async def _turn(self, text: str, pinned: bool) -> TurnResult:
         turn = self.state.turn + 1
         seq = self.state.last_seq
-        await self._persist(
+        await self._journal.write(
             [
                 ItemRecord(seq=seq + 1, item=UserMessage(text=text, pinned=pinned)),
                 TurnRecord(seq=seq + 2, turn=turn, phase="started"),
@@ -186,7 +187,7 @@ class Sampler:
         )
         self._pressure.turn_started()
         for rounds in range(1, self.settings.max_rounds_per_turn + 1):
-            await self._apply_ready_plan()
+            await self._pressure.apply_ready_plan()
             answer = await self._round(turn)
             if answer is not None:
                 return TurnResult(text=answer, rounds=rounds)
@@ -239,7 +240,7 @@ class Sampler:
             )
             return response.text
         # write-ahead: the calls are durable before any tool runs
-        await self._persist(sampled)
+        await self._journal.write(sampled)
         reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
         await self.tools.send(RunTools(round=round_, calls=calls, reply=reply))
         outputs = await reply.wait()
@@ -306,9 +307,11 @@ class Sampler:
         # in watermark mode the sampler itself hands the compactor the snapshots it asks plans
         # for; in threshold mode persistence hands over this one, and the seed's rule is decided
         # here on the very same snapshot (one copy of the history per commit, not two)
-        snapshot = await self._persist(records, snapshot=self._pressure.threshold is not None)
+        snapshot = await self._journal.write(
+            records, notify_compactor=self._pressure.threshold is not None
+        )
         self.ctx.publish(
-            RoundCommittedEvent(
+            RoundCommitted(
                 session_id=self.ctx.session_id, round=round_, usage=response.usage, calls=calls
             )
         )
@@ -318,13 +321,12 @@ class Sampler:
 
     # -- compaction ----------------------------------------------------------------------
 
-    async def _threshold_rule(self, snapshot: RoundCommitted) -> None:
+    async def _threshold_rule(self, snapshot: CommittedSnapshot) -> None:
         """The seed's rule, decided on the snapshot the compactor got: a due compaction is
         waited for before the next round; one that would free nothing is skipped, and said."""
         decision = decide_for(snapshot, self.settings)
         if decision.compact:
-            outcome = await self.plans.get_when(lambda o: o.round >= snapshot.round)
-            await self._apply_outcome(outcome)
+            await self._pressure.apply_plan_for(snapshot.round)
         elif decision.skipped:
             self._log.info("compaction_skipped", tokens=decision.tokens, reason=decision.reason)
             self.ctx.publish(
@@ -333,89 +335,24 @@ class Sampler:
 
     async def _compact_now(self, focus: str | None) -> bool:
         """Manual compaction on the last committed snapshot; True when history was compacted."""
-        await self._apply_ready_plan()
-        snapshot = self._snapshot(manual=True, focus=focus)
+        await self._pressure.apply_ready_plan()
+        snapshot = self._journal.snapshot(manual=True, focus=focus)
         if not decide_for(snapshot, self.settings).compact:
             return False
-        self.committed.put(snapshot)
-        outcome = await self.plans.get_when(lambda o: o.round >= snapshot.round)
-        return await self._apply_outcome(outcome)
-
-    async def _apply_ready_plan(self) -> None:
-        outcome = self.plans.take()
-        if outcome is not None:
-            await self._apply_outcome(outcome)
-
-    async def _apply_outcome(self, outcome: PlanOutcome) -> bool:
-        self._pressure.settled(outcome)
-        if isinstance(outcome, PlanFailed):
-            self._log.warning("compaction_unavailable", round=outcome.round, error=outcome.error)
-            return False
-        applied = await self._apply_plan(outcome)
-        if applied:
-            await self._pressure.after_compaction(outcome)
-        return applied
-
-    async def _apply_plan(self, plan: Plan) -> bool:
-        return await self._plans.apply(plan)
+        self._journal.send_to_compactor(snapshot)
+        return await self._pressure.apply_plan_for(snapshot.round)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
-        await self._plans.protect(ops)
+        await self._applier.protect(ops)
 
     # -- helpers -------------------------------------------------------------------------
 
     def _taken_call_ids(self) -> set[str]:
         return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}
 
-    def _protected_text(self) -> str | None:
-        return render_protected(self.state.protected) or None
-
     def _projection(self) -> tuple[Item, ...]:
         return build_projection(
-            self.state.history, stubbed=self.state.stubbed, protected_text=self._protected_text()
+            self.state.history,
+            stubbed=self.state.stubbed,
+            protected_text=self._journal.protected_text(),
         )
-
-    def _snapshot(self, *, manual: bool = False, focus: str | None = None) -> RoundCommitted:
-        state = self.state
-        return RoundCommitted(
-            session_id=self.ctx.session_id,
-            round=state.round,
-            history=tuple(state.history),
-            usage=state.round_usage,
-            last_seq=state.last_seq,
-            last_compaction_seq=state.last_compaction_seq,
-            usage_after_compaction=state.usage_after_compaction,
-            manual=manual,
-            focus=focus,
-            protected_text=self._protected_text(),
-        )
-
-    async def _persist(
-        self, records: Sequence[Record], *, snapshot: bool = False
-    ) -> RoundCommitted | None:
-        """Fold one batch into the state and wait until it is durable.
-
-        Folding first lets the committed snapshot include the batch; if the write fails the
-        session fails with it, so no caller ever sees state that is not on disk. With
-        ``snapshot``, persistence hands the compactor that snapshot once the batch is durable,
-        and it is returned.
-        """
-        if not records:
-            return None
-        for record in records:
-            self.state.apply(record)
-        committed = self._snapshot() if snapshot else None
-        reply: Reply[None] = Reply()
-        await self.ctx.persistence.send(
-            Append(
-                session_id=self.ctx.session_id,
-                records=tuple(records),
-                reply=reply,
-                committed=committed,
-                notify=self.committed if snapshot else None,
-            )
-        )
-        with anyio.fail_after(self.ctx.write_timeout, shield=True):
-            # a write already sent must be answered before this task may be cancelled
-            await reply.wait()
-        return committed

@@ -159,7 +159,7 @@ async def _run_bare(args: argparse.Namespace) -> int:
 async def _run_stowage(args: argparse.Namespace) -> int:
     from stowage import Event, RoundCommitted, Runtime, Settings
     from stowage.core._logging import configure_logging
-    from stowage.load._engine import load_tools
+    from stowage.load._engine import synthetic_tools
 
     configure_logging("console", "warning")
     calls = 0
@@ -182,7 +182,7 @@ async def _run_stowage(args: argparse.Namespace) -> int:
             system=_SYSTEM,
             compact_threshold=args.compact_threshold,
         )
-        async with Runtime(settings, tools=load_tools(args.tool_kb)) as rt:
+        async with Runtime(settings, tools=synthetic_tools(args.tool_kb)) as rt:
             rt.subscribe(count)
 
             async def one(index: int) -> int:

@@ -29,7 +29,7 @@ import anyio
 async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     from stowage import Runtime, Settings
     from stowage.core._logging import configure_logging
-    from stowage.load._engine import load_tools
+    from stowage.load._engine import synthetic_tools
     from stowage.model._scripted import ScriptedModel
 
     configure_logging("console", "warning")
@@ -45,7 +45,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         async with Runtime(
             settings,
             gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
-            tools=load_tools(args.tool_kb),
+            tools=synthetic_tools(args.tool_kb),
         ) as rt:
             await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
             await rt.hibernate("warm-up")

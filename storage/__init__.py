@@ -1,7 +1,11 @@
 """Durable session logs behind one Protocol, and the codec that gives every store one format.
 
 ``open_store`` picks a store from a spec: a plain path is a JSONL directory (the default),
-``sqlite:///path`` a SQLite file, ``postgresql://...`` a PostgreSQL database.
+``sqlite:///path`` a SQLite file, ``postgresql://...`` a PostgreSQL database (asyncpg, the
+``[postgres]`` extra, is imported only when one is opened).
+
+Every store lets one writer per session write, across processes: see ``LogStore.acquire`` and
+the ``stowage.core`` store module for the writer lease.
 """
 
 from __future__ import annotations

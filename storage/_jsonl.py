@@ -8,7 +8,18 @@ Writes go through one thread hop per call (``append_batches`` writes and syncs e
 was given in that hop), because the persistence actor batches across many sessions and a hop per
 file would cost more than the writes. A failed write is cut back to where the file stood, so an
 acknowledged batch is whole and an unacknowledged one is absent (a crash can still leave a torn
-last line, which the next read cuts off and reports).
+last line: bytes after the last newline).
+
+One writer per session: the writer lease is an exclusive ``flock`` on ``<id>.lock`` beside the
+log (see ``_jsonl_lock``), held by the store object from its ``acquire``, ``create`` or first
+append of the session until ``release`` or ``aclose``, and by nobody once the process is gone. A
+second writer, in another process or through another store (or a second ``acquire`` through
+this one), gets ``SessionBusy`` naming the holder. The store remembers the leases it holds, so
+appends carry no token; holding the lock is the fence. Taking the lease cuts a torn last line
+off the log, and only the lease holder ever cuts one: a reader reports it and changes nothing
+(``read(..., repair=False)``), unless it asks to ``repair`` and the lease is free, in which case
+it takes the lease for the cut and gives it back. Readers never create the root, a log or a lock
+file; the root is created by the first ``create``.
 """
 
 from __future__ import annotations
@@ -30,9 +41,12 @@ import anyio.to_thread
 import structlog
 from stowage.core import (
     ConfigError,
+    FencingError,
     InvalidSessionId,
+    LeaseHolder,
     LogRead,
     Record,
+    SessionBusy,
     SessionExists,
     SessionNotFound,
     StoreError,
@@ -40,17 +54,28 @@ from stowage.core import (
     validate_session_id,
 )
 
+from . import _jsonl_lock
 from ._codec import encode_record
 from ._fdcache import FdCache
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
+from ._lease import Lease, new_owner
 
 __all__ = ["JsonlStore"]
 
 log = structlog.get_logger("stowage.storage")
 
 _SUFFIX = ".jsonl"
+_LOCK_SUFFIX = ".lock"
 _PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loop
 _sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append needs
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A lease this store holds: the locked descriptor of the lock file is the lease."""
+
+    fd: int
+    lease: Lease
 
 
 @dataclass(eq=False, slots=True)
@@ -102,11 +127,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class JsonlStore:
-    """Session logs as ``<root>/<session_id>.jsonl``, one record per line.
+    """Session logs as ``<root>/<session_id>.jsonl``, one record per line, each written under
+    the ``flock`` of ``<root>/<session_id>.lock``.
 
     ``durability="fsync"`` syncs every batch before acknowledging it; ``"none"`` leaves it to the
-    OS (fast, loses recent batches on a power cut, never corrupts the middle of a log).
-    Raises ``ConfigError`` for an unknown durability or a root that cannot be created.
+    OS (fast, loses recent batches on a power cut, never corrupts the middle of a log). The root
+    is created by the first ``create``, not here. Raises ``ConfigError`` for an unknown
+    durability or a root that exists and is not a directory.
     """
 
     def __init__(
@@ -118,15 +145,15 @@ class JsonlStore:
     ) -> None:
         if durability not in ("fsync", "none"):
             raise ConfigError(f"durability must be 'fsync' or 'none', got {durability!r}")
-        try:
-            Path(root).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create store root {str(root)!r}: {exc}") from exc
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise ConfigError(f"store root {str(root)!r} exists and is not a directory")
         self._root = os.path.realpath(root)
         self._fsync = durability == "fsync"
         self._fds = FdCache(max_open_files)
         self._locks = _SessionLocks()
-        self._last_seq: dict[str, int] = {}  # per session, while known; reloaded from the file
+        self._owner = new_owner()
+        self._held: dict[str, _Held] = {}  # the leases this store holds, by session id
+        self._last_seq: dict[str, int] = {}  # per held session; reloaded from the file if lost
         self._closed = False
 
     def __repr__(self) -> str:
@@ -140,10 +167,37 @@ class JsonlStore:
 
     # -- LogStore ---------------------------------------------------------------------------
 
-    async def create(self, session_id: str, records: Sequence[Record]) -> None:
-        """Start a log holding ``records`` (seqs 1, 2, ...), atomically.
+    async def acquire(self, session_id: str) -> Lease:
+        """Take the session's writer lease (the ``flock``), cutting a torn last line off the log.
 
-        Raises ``InvalidSessionId``, ``SessionExists``, or ``StoreError`` for bad seqs or I/O.
+        Raises ``InvalidSessionId``, ``SessionNotFound`` (creating no file), ``SessionBusy``
+        naming the holder when another store or process holds the lock or this store has handed
+        the lease out already, ``CorruptLogError`` for a bad line that is not a torn tail, and
+        ``StoreError`` when the lock file cannot be written.
+        """
+        path = self._path(session_id)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            held = self._held.get(session_id)
+            if held is not None:
+                if held.lease.handed_out:
+                    raise SessionBusy(session_id, held.lease.holder, where=self._lock_path(path))
+                held.lease.handed_out = True  # taken by a write; now the caller's
+                return held.lease
+            lease = await self._take_locked(session_id, path)
+            lease.handed_out = True
+            return lease
+
+    async def renew_leases(self) -> list[str]:
+        """Nothing to renew: a ``flock`` lasts until released. Returns ``[]``."""
+        self._check_open()
+        return []
+
+    async def create(self, session_id: str, records: Sequence[Record]) -> None:
+        """Start a log holding ``records`` (seqs 1, 2, ...), atomically, and hold its lease.
+
+        Raises ``InvalidSessionId``, ``SessionExists``, ``SessionBusy`` when another writer
+        holds the lock of a session not created yet, or ``StoreError`` for bad seqs or I/O.
         """
         path = self._path(session_id)
         if records and records[0].seq != 1:
@@ -152,22 +206,44 @@ class JsonlStore:
         data = _encode(session_id, records)
         async with self._locks.hold((session_id,)):
             self._check_open()
-            await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
+            taken: tuple[int, int, LeaseHolder] | None = None
+            if session_id not in self._held:
+                await anyio.to_thread.run_sync(self._make_root)
+                try:
+                    taken = await self._lock(session_id, path)
+                except SessionBusy:
+                    if await aiofiles.os.path.isfile(path):
+                        raise SessionExists(
+                            f"session {session_id!r} already has a log at {path}"
+                        ) from None
+                    raise
+            try:
+                await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
+            except BaseException:
+                if taken is not None:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(_jsonl_lock.release, taken[0], taken[1])
+                raise
+            if taken is not None:
+                self._hold(session_id, *taken, repaired=None)
             self._last_seq[session_id] = records[-1].seq if records else 0
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append one batch, written whole and synced before this returns.
 
-        Raises ``InvalidSessionId``, ``SessionNotFound``, ``StoreError`` when the seqs do not
-        continue the log exactly, or on I/O failure (then nothing of the batch remains).
+        Raises ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` when another writer
+        holds the session, ``StoreError`` when the seqs do not continue the log exactly, or on
+        I/O failure (then nothing of the batch remains).
         """
         await self.append_batches(((session_id, records),))
 
     async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
         """Append several sessions' batches, then sync each file once (group commit).
 
-        All or nothing: if any batch is refused (``InvalidSessionId``, ``SessionNotFound``,
-        ``StoreError`` naming the session and seqs) or a write fails, no batch is kept.
+        Every session is written under this store's lease, taken here if it is not held yet
+        (cutting a torn tail first). All or nothing: if any batch is refused
+        (``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy``, ``StoreError`` naming the
+        session and seqs) or a write fails, no batch is kept.
         """
         planned: list[tuple[str, str, Sequence[Record], bytes]] = []
         for session_id, records in batches:
@@ -179,9 +255,10 @@ class JsonlStore:
         paths = {session_id: path for session_id, path, _, _ in planned}
         async with self._locks.hold(paths):
             self._check_open()
+            await self._hold_all(paths)
             for session_id in sorted(paths):
-                if session_id not in self._last_seq:
-                    await self._load_last_seq(session_id, paths[session_id])
+                if session_id not in self._last_seq:  # a failed write forgot it
+                    await self._load_end(session_id, paths[session_id])
             last = {session_id: self._last_seq[session_id] for session_id in paths}
             chunks: dict[str, list[bytes]] = {}
             for session_id, _, records, data in planned:
@@ -208,34 +285,42 @@ class JsonlStore:
                 raise
             self._last_seq.update(last)
 
-    async def read(self, session_id: str) -> LogRead:
-        """Every record, in seq order; a torn last line is cut off and reported.
+    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
+        """Every record, in seq order, and a torn last line if there is one.
 
+        The torn line is cut off (``removed``) only when ``repair`` is true and this store
+        holds the lease or can take it (then only for the cut: it is given back); otherwise it
+        is reported and the file is left byte for byte as it was, and no lock file is made.
         Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError`` naming the file and
-        line of a bad record that is not the last, or of a seq out of place.
+        line of a bad record that is not a torn tail, or of a seq out of place.
         """
         path = self._path(session_id)
         async with self._locks.hold((session_id,)):
             self._check_open()
-            records, torn = await self._read_locked(session_id, path)
-            return LogRead(records=tuple(records), torn_tail=torn)
+            records, end = await self._read_locked(session_id, path)
+            if end.torn_bytes and repair:
+                cut = await self._repair_as_writer(session_id, path)
+                if cut is not False:
+                    records, _ = await self._read_locked(session_id, path)
+                    return LogRead(records=tuple(records), torn_tail=cut)
+            return LogRead(records=tuple(records), torn_tail=self._report(path, end))
 
-    async def read_tail(self, session_id: str) -> LogRead:
+    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record, then every record from the newest compaction's
         ``covers_through + 1`` on; reads backwards, so its cost grows with the tail only.
 
-        Raises like ``read``.
+        Torn tails and errors as ``read``.
         """
         path = self._path(session_id)
         async with self._locks.hold((session_id,)):
             self._check_open()
-            try:
-                end, records = await self._read_tail_locked(session_id, path)
-            except NeedFullScan:
-                full, torn = await self._read_locked(session_id, path)
-                return LogRead(records=tail_of(full), torn_tail=torn)
-            self._last_seq[session_id] = end.last.seq if end.last is not None else 0
-            return LogRead(records=records, torn_tail=await self._repair(session_id, path, end))
+            records, end = await self._read_tail_or_all(session_id, path)
+            if end.torn_bytes and repair:
+                cut = await self._repair_as_writer(session_id, path)
+                if cut is not False:
+                    records, _ = await self._read_tail_or_all(session_id, path)
+                    return LogRead(records=records, torn_tail=cut)
+            return LogRead(records=records, torn_tail=self._report(path, end))
 
     async def exists(self, session_id: str) -> bool:
         """Whether a log exists for the id; raises ``InvalidSessionId``."""
@@ -243,25 +328,145 @@ class JsonlStore:
         return await aiofiles.os.path.isfile(path)
 
     async def list_sessions(self) -> list[str]:
-        """Ids of every log under the root, sorted; raises ``StoreError`` if it cannot list."""
+        """Ids of every log under the root (none if it does not exist), sorted; raises
+        ``StoreError`` if it cannot list."""
         try:
             return await anyio.to_thread.run_sync(self._list_sync)
         except OSError as exc:
             raise StoreError(f"cannot list store root {self._root!r}: {exc}") from exc
 
     async def aclose(self) -> None:
-        """Wait for writes in flight, then close every open file; later calls raise."""
+        """Wait for writes in flight, release every lease, close every open file; later calls
+        raise."""
         if self._closed:
             return
-        async with self._locks.hold(self._locks.known()):
+        async with self._locks.hold([*self._locks.known(), *self._held]):
             self._closed = True
+            with anyio.CancelScope(shield=True):
+                for held in list(self._held.values()):
+                    await self._drop_locked(held.lease)
             self._fds.close_all()
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _lock(self, session_id: str, path: str) -> tuple[int, int, LeaseHolder]:
+        """Lock the session's lock file: ``(fd, token, holder)``; ``SessionBusy`` if held."""
+        lock_path = self._lock_path(path)
+        try:
+            return await anyio.to_thread.run_sync(
+                _jsonl_lock.take, session_id, lock_path, self._owner
+            )
+        except OSError as exc:
+            raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
+
+    def _hold(
+        self,
+        session_id: str,
+        fd: int,
+        token: int,
+        holder: LeaseHolder,
+        *,
+        repaired: TornTail | None,
+    ) -> Lease:
+        lease = Lease(
+            session_id=session_id,
+            token=token,
+            holder=holder,
+            repaired=repaired,
+            renew_every=None,
+            renew=self._renew_lease,
+            release=self._release_lease,
+        )
+        self._held[session_id] = _Held(fd=fd, lease=lease)
+        return lease
+
+    async def _take_locked(self, session_id: str, path: str) -> Lease:
+        """Take the lease of an existing log, cut its torn tail, learn where it ends."""
+        if not await aiofiles.os.path.isfile(path):  # before the lock file is made
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}")
+        fd, token, holder = await self._lock(session_id, path)
+        try:
+            repaired = await self._load_end(session_id, path)
+        except BaseException:
+            self._last_seq.pop(session_id, None)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_jsonl_lock.release, fd, token)
+            raise
+        return self._hold(session_id, fd, token, holder, repaired=repaired)
+
+    async def _hold_all(self, paths: dict[str, str]) -> None:
+        """Take the lease of every session not held yet; on a refusal, none of them."""
+        taken: list[Lease] = []
+        try:
+            for session_id in sorted(paths):
+                if session_id not in self._held:
+                    taken.append(await self._take_locked(session_id, paths[session_id]))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for lease in taken:
+                    await self._drop_locked(lease)
+            raise
+
+    async def _drop_locked(self, lease: Lease) -> None:
+        held = self._held.get(lease.session_id)
+        if held is None or held.lease is not lease:
+            return
+        del self._held[lease.session_id]
+        lease.released = True
+        self._last_seq.pop(lease.session_id, None)  # another writer may append from now on
+        self._fds.discard(lease.session_id)
+        await anyio.to_thread.run_sync(_jsonl_lock.release, held.fd, lease.token)
+
+    async def _release_lease(self, lease: Lease) -> None:
+        async with self._locks.hold((lease.session_id,)):  # after the writes in flight
+            await self._drop_locked(lease)
+
+    async def _renew_lease(self, lease: Lease) -> None:
+        held = self._held.get(lease.session_id)
+        if held is None or held.lease is not lease:
+            raise FencingError(f"session {lease.session_id!r}: lease {lease.token} is not held")
+
+    async def _repair_as_writer(
+        self, session_id: str, path: str
+    ) -> TornTail | Literal[False] | None:
+        """Cut a torn tail as its writer: under the lease this store holds, or under one taken
+        for the cut and given back; returns what was cut (``None`` if the tail was whole by
+        then). ``False`` when another writer holds the lease (or the lock file cannot be made,
+        say on a read-only disk): then nothing is cut."""
+        if session_id in self._held:
+            return await self._load_end(session_id, path)
+        try:
+            lease = await self._take_locked(session_id, path)
+        except SessionBusy:
+            return False
+        except StoreError as exc:
+            if isinstance(exc.__cause__, OSError):  # the lock file could not be made
+                return False
+            raise
+        with anyio.CancelScope(shield=True):
+            await self._drop_locked(lease)
+        return lease.repaired
+
+    @staticmethod
+    def _report(path: str, end: LogEnd) -> TornTail | None:
+        if not end.torn_bytes:
+            return None
+        line = end.last.seq + 1 if end.last is not None else 1
+        return TornTail(path=path, line=line, bytes_removed=end.torn_bytes, removed=False)
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _read_locked(
+    async def _read_tail_or_all(
         self, session_id: str, path: str
-    ) -> tuple[list[Record], TornTail | None]:
+    ) -> tuple[tuple[Record, ...], LogEnd]:
+        try:
+            end, records = await self._read_tail_locked(session_id, path)
+        except NeedFullScan:
+            full, end = await self._read_locked(session_id, path)
+            return tail_of(full), end
+        return records, end
+
+    async def _read_locked(self, session_id: str, path: str) -> tuple[list[Record], LogEnd]:
         try:
             async with aiofiles.open(path, "rb") as file:
                 data = await file.read()
@@ -270,11 +475,8 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc}") from exc
         if len(data) > _PARSE_IN_THREAD:
-            records, end = await anyio.to_thread.run_sync(parse_all, data, path)
-        else:
-            records, end = parse_all(data, path)
-        self._last_seq[session_id] = records[-1].seq if records else 0
-        return records, await self._repair(session_id, path, end)
+            return await anyio.to_thread.run_sync(parse_all, data, path)
+        return parse_all(data, path)
 
     async def _read_tail_locked(
         self, session_id: str, path: str
@@ -290,23 +492,26 @@ class JsonlStore:
             raise StoreError(f"cannot read {path}: {exc}") from exc
         return end, records
 
-    async def _load_last_seq(self, session_id: str, path: str) -> None:
-        """Learn where a log ends before its first append, cutting a torn tail off first."""
+    async def _load_end(self, session_id: str, path: str) -> TornTail | None:
+        """Learn where a held log ends, cutting a torn tail off first; only a lease holder may.
+
+        Raises ``CorruptLogError`` for a bad line that is not a torn tail.
+        """
         try:
             try:
                 async with aiofiles.open(path, "rb") as file:
                     end = await scan_end(Suffix(file, await file.seek(0, os.SEEK_END)))
             except NeedFullScan:
-                await self._read_locked(session_id, path)  # names the bad line, or repairs
-                return
+                _, end = await self._read_locked(session_id, path)  # names the bad line
         except FileNotFoundError:
             raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc}") from exc
-        await self._repair(session_id, path, end)
+        torn = await self._cut(session_id, path, end)
         self._last_seq[session_id] = end.last.seq if end.last is not None else 0
+        return torn
 
-    async def _repair(self, session_id: str, path: str, end: LogEnd) -> TornTail | None:
+    async def _cut(self, session_id: str, path: str, end: LogEnd) -> TornTail | None:
         if not end.torn_bytes:
             return None
         await anyio.to_thread.run_sync(self._truncate_sync, path, end.good_end)
@@ -379,8 +584,16 @@ class JsonlStore:
             for session_id in pinned:
                 self._fds.release(session_id)
 
+    def _make_root(self) -> None:
+        try:
+            Path(self._root).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create store root {self._root!r}: {exc}") from exc
+
     def _list_sync(self) -> list[str]:
-        ids = []
+        ids: list[str] = []
+        if not os.path.isdir(self._root):
+            return ids
         with os.scandir(self._root) as entries:
             for entry in entries:
                 if entry.name.endswith(_SUFFIX) and entry.is_file():
@@ -424,6 +637,10 @@ class JsonlStore:
         if os.path.dirname(os.path.realpath(path)) != self._root:
             raise InvalidSessionId(f"session id {session_id!r} resolves outside {self._root!r}")
         return path
+
+    @staticmethod
+    def _lock_path(path: str) -> str:
+        return path[: -len(_SUFFIX)] + _LOCK_SUFFIX
 
     def _check_open(self) -> None:
         if self._closed:

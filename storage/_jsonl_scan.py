@@ -86,19 +86,19 @@ def _try_decode(line: bytes) -> Record | None:
 
 
 def parse_all(data: bytes, path: str) -> tuple[list[Record], LogEnd]:
-    """Every record of a log's bytes; raises ``CorruptLogError`` for a bad line not last."""
+    """Every record of a log's bytes, and the incomplete last line (no newline) after them.
+
+    Raises ``CorruptLogError`` for a complete line (one that ends in a newline) that does not
+    decode, the last one included: only a line the crash cut short is a torn tail.
+    """
     lines = data.split(b"\n")
     partial = lines.pop()  # b"" when the file ends in a newline
     records: list[Record] = []
     torn = len(partial)
-    last_line = len(lines)
     for number, line in enumerate(lines, 1):
         try:
             record = decode_record(line)
         except ValueError as exc:
-            if number == last_line and not partial:
-                torn = len(line) + 1
-                break
             raise CorruptLogError(str(exc), path=path, line=number) from None
         if record.seq != number:
             raise CorruptLogError(
@@ -125,7 +125,8 @@ def tail_of(records: Sequence[Record]) -> tuple[Record, ...]:
 
 
 async def scan_end(sx: Suffix) -> LogEnd:
-    """Find the last good line and any torn line after it, reading from the end."""
+    """Find the last good line and any torn line (bytes after the last newline) after it,
+    reading from the end; a complete last line that does not decode needs the full scan."""
     size = sx.size
     if size == 0:
         return LogEnd(good_end=0, last=None, torn_bytes=0)
@@ -133,11 +134,10 @@ async def scan_end(sx: Suffix) -> LogEnd:
     if last_newline == size - 1:
         start = await sx.rfind(b"\n", size - 1) + 1
         record = _try_decode(sx.slice(start, size - 1))
-        if record is not None:
-            return LogEnd(good_end=size, last=record, torn_bytes=0)
-        torn_start = start  # a whole but undecodable last line: torn too
-    else:
-        torn_start = last_newline + 1  # no trailing newline: the write was cut
+        if record is None:
+            raise NeedFullScan  # corrupt, not torn: the full read names the line
+        return LogEnd(good_end=size, last=record, torn_bytes=0)
+    torn_start = last_newline + 1  # no trailing newline: the write was cut
     if torn_start == 0:
         return LogEnd(good_end=0, last=None, torn_bytes=size)
     previous = await sx.rfind(b"\n", torn_start - 1) + 1

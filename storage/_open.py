@@ -8,6 +8,8 @@ from typing import Literal
 from stowage.core import ConfigError, LogStore
 
 from ._jsonl import JsonlStore
+from ._postgres import PostgresStore
+from ._sqlite import SqliteStore
 
 __all__ = ["open_store"]
 
@@ -21,7 +23,9 @@ def open_store(spec: str | Path, *, durability: Literal["fsync", "none"] = "fsyn
     """The store ``spec`` names: a path is a ``JsonlStore`` directory, ``sqlite:///path`` a
     ``SqliteStore``, ``postgresql://...`` (or ``postgres://``) a ``PostgresStore``.
 
-    Raises ``ConfigError`` naming the spec and the accepted forms when it is none of them.
+    Raises ``ConfigError`` naming the spec and the accepted forms when it is none of them, or
+    naming the ``[postgres]`` extra for a PostgreSQL spec without asyncpg installed. Opening
+    creates nothing: a JSONL root or SQLite file is made by the first write.
     """
     if isinstance(spec, Path):
         return JsonlStore(spec, durability=durability)
@@ -33,11 +37,7 @@ def open_store(spec: str | Path, *, durability: Literal["fsync", "none"] = "fsyn
     if scheme == "sqlite":
         if not rest.startswith("/") or rest == "/":
             raise ConfigError(f"store spec {spec!r} names no file; use {_FORMS}")
-        from ._sqlite import SqliteStore
-
         return SqliteStore(rest[1:], durability=durability)
     if scheme in ("postgresql", "postgres"):
-        from ._postgres import PostgresStore
-
         return PostgresStore(spec)
     raise ConfigError(f"store spec {spec!r} has an unsupported scheme {scheme!r}; use {_FORMS}")

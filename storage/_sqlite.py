@@ -2,12 +2,24 @@
 
 One connection, one operation at a time: SQLite has a single writer anyway, and a group commit
 (``append_batches``) is one transaction, so batching across sessions is where the speed is.
+
+One writer per session, across processes: a ``leases`` row per session holds the last fencing
+token granted, the holder (owner, pid, host, since) and an expiry. Taking the lease is an
+``UPDATE`` in a ``BEGIN IMMEDIATE`` transaction (SQLite's write lock serialises it against every
+other process); every append reads the row in its own transaction and writes only if the token
+and owner are still this store's (``FencingError`` otherwise), so a writer whose lease was taken
+over cannot add one record. A lease is free when released, expired (``lease_ttl`` seconds after
+its last renewal) or held by a process of this host that no longer exists (a killed writer does
+not block its sessions for a whole TTL). Readers never write: they create no file and no table.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -15,14 +27,27 @@ import anyio
 import anyio.to_thread
 from stowage.core import (
     ConfigError,
+    FencingError,
+    LeaseHolder,
     LogRead,
     Record,
+    SessionBusy,
     SessionExists,
     SessionNotFound,
     StoreError,
     validate_session_id,
 )
 
+from ._lease import (
+    Lease,
+    LeaseRow,
+    busy,
+    check_lease_row,
+    lease_is_free,
+    lease_times,
+    new_owner,
+    now_holder,
+)
 from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch
 
 __all__ = ["SqliteStore"]
@@ -41,35 +66,113 @@ CREATE TABLE IF NOT EXISTS records (
     body TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    token INTEGER NOT NULL,
+    owner TEXT,
+    pid INTEGER,
+    host TEXT,
+    since TEXT,
+    expires REAL
+) WITHOUT ROWID;
 """
+
+_Taken = tuple[str, int, LeaseHolder]  # (session_id, token, holder), registered after commit
 
 
 class SqliteStore:
-    """Session logs as rows of one SQLite file (created if missing).
+    """Session logs as rows of one SQLite file (created by the first write if missing).
 
     ``durability="fsync"`` runs with ``synchronous=FULL`` (every commit synced); ``"none"`` with
-    ``synchronous=OFF``. Raises ``ConfigError`` for an unknown durability.
+    ``synchronous=OFF``. Writer leases last ``lease_ttl`` seconds past their last renewal and
+    should be renewed every ``lease_renew_every`` (default a third of the TTL). Raises
+    ``ConfigError`` for an unknown durability or lease times that are not positive, or a renew
+    interval not below the TTL.
     """
 
-    def __init__(self, path: Path | str, *, durability: Literal["fsync", "none"] = "fsync") -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        durability: Literal["fsync", "none"] = "fsync",
+        lease_ttl: float = 30.0,
+        lease_renew_every: float | None = None,
+    ) -> None:
         if durability not in ("fsync", "none"):
             raise ConfigError(f"durability must be 'fsync' or 'none', got {durability!r}")
+        self._ttl, self._renew_every = lease_times(lease_ttl, lease_renew_every)
         self._path = str(path)
         self._synchronous = "FULL" if durability == "fsync" else "OFF"
         self._conn: sqlite3.Connection | None = None
+        self._schema_ready = False
         self._lock = anyio.Lock()
         self._closed = False
+        self._owner = new_owner()
+        self._held: dict[str, Lease] = {}
 
     def __repr__(self) -> str:
         return f"SqliteStore({self._path!r})"
 
     # -- LogStore ---------------------------------------------------------------------------
 
-    async def create(self, session_id: str, records: Sequence[Record]) -> None:
-        """Start a log; raises ``InvalidSessionId``, ``SessionExists``, ``StoreError``."""
-        batch = plan_batch(session_id, records, create=True)
+    async def acquire(self, session_id: str) -> Lease:
+        """Take the session's writer lease; raises ``InvalidSessionId``, ``SessionNotFound``,
+        ``SessionBusy`` naming the holder (this store's own when it handed the lease out)."""
+        validate_session_id(session_id)
+        held = self._held.get(session_id)
+
+        def run(conn: sqlite3.Connection) -> _Taken | None:
+            if held is not None and not held.lost:
+                row = self._lease_row(conn, session_id)
+                if row.token == held.token and row.owner == self._owner:
+                    if held.handed_out:
+                        raise SessionBusy(session_id, held.holder, where=self._path)
+                    self._extend(conn, session_id, held.token)
+                    return None  # a lease a write took: the caller's now
+            if not _session_exists(conn, session_id):
+                raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+            return self._take(conn, session_id)
+
+        def missing() -> _Taken | None:
+            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+
+        taken = await self._run(run, write=True, missing=missing)
+        if taken is None and held is not None:
+            held.handed_out = True
+            return held
+        assert taken is not None
+        if held is not None:  # lost to another writer meanwhile; this is a new grant
+            held.lost = True
+        lease = self._register(taken)
+        lease.handed_out = True
+        return lease
+
+    async def renew_leases(self) -> list[str]:
+        """Renew every lease this store holds in one transaction; returns the ids of those lost
+        to another writer, sorted."""
+        leases = list(self._held.values())
 
         def run(conn: sqlite3.Connection) -> None:
+            for lease in leases:
+                if lease.lost:
+                    continue
+                row = self._lease_row(conn, lease.session_id)
+                if row.token == lease.token and row.owner == self._owner:
+                    self._extend(conn, lease.session_id, lease.token)
+                else:
+                    lease.lost = True
+
+        if leases:
+            await self._run(run, write=True)
+        return sorted(lease.session_id for lease in leases if lease.lost)
+
+    async def create(self, session_id: str, records: Sequence[Record]) -> None:
+        """Start a log and hold its lease; raises ``InvalidSessionId``, ``SessionExists``,
+        ``StoreError``."""
+        batch = plan_batch(session_id, records, create=True)
+        held = session_id in self._held
+
+        def run(conn: sqlite3.Connection) -> _Taken | None:
             try:
                 conn.execute(
                     "INSERT INTO sessions (session_id, last_seq, tail_from) VALUES (?, ?, ?)",
@@ -79,31 +182,53 @@ class SqliteStore:
                 raise SessionExists(
                     f"session {session_id!r} already exists in {self._path}"
                 ) from None
+            taken = None if held else self._take(conn, session_id)
             conn.executemany("INSERT INTO records VALUES (?, ?, ?)", batch.rows)
+            return taken
 
-        await self._run(run, write=True)
+        taken = await self._run(run, write=True)
+        if taken is not None:
+            self._register(taken)
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap."""
+        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
+        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
         await self.append_batches(((session_id, records),))
 
     async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
-        """Append every batch in one transaction; all or nothing."""
+        """Append every batch in one transaction, each under this store's lease (taken here
+        when not held yet); all or nothing. Raises like ``append``."""
         planned = [plan_batch(session_id, records) for session_id, records in batches]
         if not planned:
             return
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: sqlite3.Connection) -> list[_Taken]:
+            taken: list[_Taken] = []
+            for session_id in sorted({batch.session_id for batch in planned}):
+                if not _session_exists(conn, session_id):
+                    raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+                lease = self._held.get(session_id)
+                if lease is None:
+                    taken.append(self._take(conn, session_id))
+                else:
+                    row = self._lease_row(conn, session_id)
+                    check_lease_row(session_id, lease, row, owner=self._owner, where=self._path)
             for batch in planned:
                 self._append_one(conn, batch)
+            return taken
 
-        await self._run(run, write=True)
+        def missing() -> list[_Taken]:
+            raise SessionNotFound(f"no log for session {planned[0].session_id!r} in {self._path}")
 
-    async def read(self, session_id: str) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``."""
+        for taken in await self._run(run, write=True, missing=missing):
+            self._register(taken)
+
+    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
+        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
+        nothing: a transaction is never torn."""
         return await self._read(session_id, tail=False)
 
-    async def read_tail(self, session_id: str) -> LogRead:
+    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record and every record from the newest compaction's covers_through + 1."""
         return await self._read(session_id, tail=True)
 
@@ -112,10 +237,9 @@ class SqliteStore:
         validate_session_id(session_id)
 
         def run(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
-            return row.fetchone() is not None
+            return _session_exists(conn, session_id)
 
-        return await self._run(run)
+        return await self._run(run, missing=lambda: False)
 
     async def list_sessions(self) -> list[str]:
         """Every session id, sorted."""
@@ -123,15 +247,123 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> list[str]:
             return [row[0] for row in conn.execute("SELECT session_id FROM sessions")]
 
-        return sorted(await self._run(run))
+        return sorted(await self._run(run, missing=list))
 
     async def aclose(self) -> None:
-        """Close the connection once operations in flight are done; later calls raise."""
+        """Release every lease, then close the connection once operations in flight are done;
+        later calls raise."""
         async with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            if self._conn is not None:
-                conn, self._conn = self._conn, None
-                await anyio.to_thread.run_sync(conn.close)
+            leases, self._held = list(self._held.values()), {}
+            if self._conn is None:
+                return
+            conn, self._conn = self._conn, None
+
+            def run(conn: sqlite3.Connection) -> None:
+                for lease in leases:
+                    self._free(conn, lease)
+
+            with anyio.CancelScope(shield=True):
+                try:
+                    if leases:
+                        await anyio.to_thread.run_sync(self._transact, conn, run)
+                except sqlite3.Error:
+                    pass  # the leases expire; closing must not fail
+                finally:
+                    for lease in leases:
+                        lease.released = True
+                    await anyio.to_thread.run_sync(conn.close)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def _lease_row(self, conn: sqlite3.Connection, session_id: str) -> LeaseRow:
+        row = conn.execute(
+            "SELECT token, owner, pid, host, since, expires FROM leases WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        if row is None:
+            return LeaseRow(token=0, owner=None, expired=True, holder=None)
+        token, owner, pid, host, since, expires = row
+        holder = None
+        if owner is not None:
+            holder = LeaseHolder(
+                owner=owner, pid=pid, host=host, since=datetime.fromisoformat(since)
+            )
+        expired = expires is None or expires < time.time()
+        return LeaseRow(token=token, owner=owner, expired=expired, holder=holder)
+
+    def _take(self, conn: sqlite3.Connection, session_id: str) -> _Taken:
+        """Grant this store the lease if it is free; ``SessionBusy`` naming the holder if not."""
+        row = self._lease_row(conn, session_id)
+        if not lease_is_free(row, dead_pid_frees=True):
+            raise busy(session_id, row, where=self._path)
+        token = row.token + 1
+        holder = now_holder(self._owner, datetime.now(UTC))
+        conn.execute(
+            "INSERT OR REPLACE INTO leases (session_id, token, owner, pid, host, since, expires) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                token,
+                self._owner,
+                holder.pid,
+                holder.host,
+                holder.since.isoformat(),
+                time.time() + self._ttl,
+            ),
+        )
+        return session_id, token, holder
+
+    def _extend(self, conn: sqlite3.Connection, session_id: str, token: int) -> None:
+        conn.execute(
+            "UPDATE leases SET expires = ? WHERE session_id = ? AND token = ? AND owner = ?",
+            (time.time() + self._ttl, session_id, token, self._owner),
+        )
+
+    def _free(self, conn: sqlite3.Connection, lease: Lease) -> None:
+        conn.execute(
+            "UPDATE leases SET owner = NULL, pid = NULL, host = NULL, since = NULL, "
+            "expires = NULL WHERE session_id = ? AND token = ? AND owner = ?",
+            (lease.session_id, lease.token, self._owner),
+        )
+
+    def _register(self, taken: _Taken) -> Lease:
+        session_id, token, holder = taken
+        lease = Lease(
+            session_id=session_id,
+            token=token,
+            holder=holder,
+            repaired=None,
+            renew_every=self._renew_every,
+            renew=self._renew_lease,
+            release=self._release_lease,
+        )
+        self._held[session_id] = lease
+        return lease
+
+    async def _renew_lease(self, lease: Lease) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            row = self._lease_row(conn, lease.session_id)
+            check_lease_row(lease.session_id, lease, row, owner=self._owner, where=self._path)
+            self._extend(conn, lease.session_id, lease.token)
+
+        if self._held.get(lease.session_id) is not lease:
+            raise FencingError(f"session {lease.session_id!r}: lease {lease.token} is not held")
+        await self._run(run, write=True)
+
+    async def _release_lease(self, lease: Lease) -> None:
+        if self._held.get(lease.session_id) is not lease:
+            return
+        del self._held[lease.session_id]
+        if lease.lost:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            self._free(conn, lease)
+
+        await self._run(run, write=True)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -169,37 +401,73 @@ class SqliteStore:
             )
             return LogRead(records=decode_rows(rows, where=where, tail_from=tail_from))
 
-        return await self._run(run)
+        def missing() -> LogRead:
+            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+        return await self._run(run, missing=missing)
+
+    async def _run(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        write: bool = False,
+        missing: Callable[[], T] | None = None,
+    ) -> T:
+        """Run ``fn`` in a worker thread, in a transaction if it writes. ``missing()`` answers
+        instead when there is no database file yet (and, for a read, no tables), so that
+        reads and refusals never create the file."""
         async with self._lock:
-            if self._closed:
-                raise StoreError(f"{self!r} is closed")
-            return await anyio.to_thread.run_sync(self._call, fn, write)
+            self._check_open()
+            return await anyio.to_thread.run_sync(self._call, fn, write, missing)
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed")
+
+    def _call(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        write: bool,
+        missing: Callable[[], T] | None,
+    ) -> T:
+        if missing is not None and self._conn is None and not os.path.exists(self._path):
+            return missing()
         try:
-            conn = self._connect()
+            conn = self._connect(write)
             if not write:
                 return fn(conn)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
-            return result
+            return self._transact(conn, fn)
         except (sqlite3.Error, OSError) as exc:
+            no_table = isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
+            if missing is not None and no_table:
+                return missing()
             raise StoreError(f"sqlite store {self._path}: {exc}") from exc
 
-    def _connect(self) -> sqlite3.Connection:
+    def _transact(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+        return result
+
+    def _connect(self, write: bool) -> sqlite3.Connection:
         if self._conn is None:
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            if write:
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.executescript(_SCHEMA)
             self._conn = conn
+        if write and not self._schema_ready:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.executescript(_SCHEMA)
+            self._schema_ready = True
         return self._conn
+
+
+def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
+    return row.fetchone() is not None

@@ -12,13 +12,31 @@ contract. Run them all with ``pytest.mark.parametrize("check", CHECKS)``::
         with anyio.fail_after(10):
             await check(open_store)
 
+Three more families test what only some stores can offer or need a view of the backing data:
+
+- ``BACKING_CHECKS`` take the factory and a ``Backing``: an async ``snapshot()`` of everything
+  the store keeps (files, rows), compared before and after readers ran, and for stores whose
+  writes can tear an async ``tear(session_id)`` that leaves a partial last record, as a crash
+  mid-write does.
+- ``EXPIRY_CHECKS`` take an ``ExpiringStoreFactory``: called with a lease TTL in seconds, for
+  stores whose leases expire (SQLite, PostgreSQL; a JSONL ``flock`` never does).
+- ``check_writer_in_another_process`` runs a real second process that holds a lease; call it
+  with the source of an expression that opens the same store in that process.
+
 No pytest import here: the module ships with the package for third-party stores.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeAlias
 
@@ -27,16 +45,19 @@ from stowage.core import (
     AssistantMessage,
     CompactionRecord,
     ErrorRecord,
+    FencingError,
     FunctionCall,
     FunctionCallOutput,
     HistoryEntry,
     InvalidSessionId,
     ItemRecord,
+    LeaseHolder,
     LogStore,
     MicrocompactRecord,
     ProtectedRecord,
     Record,
     RoundCommittedRecord,
+    SessionBusy,
     SessionExists,
     SessionNotFound,
     SessionRecord,
@@ -45,13 +66,21 @@ from stowage.core import (
     TurnRecord,
     Usage,
     UserMessage,
+    WriterLease,
 )
 
 __all__ = [
+    "BACKING_CHECKS",
     "CHECKS",
+    "EXPIRY_CHECKS",
     "INVALID_SESSION_IDS",
+    "Backing",
+    "BackingCheck",
     "Check",
+    "ExpiringStoreFactory",
+    "ExpiryCheck",
     "StoreFactory",
+    "check_writer_in_another_process",
     "compaction",
     "expected_tail",
     "round_records",
@@ -60,6 +89,25 @@ __all__ = [
 
 StoreFactory: TypeAlias = Callable[[], Awaitable[LogStore]]
 Check: TypeAlias = Callable[[StoreFactory], Awaitable[None]]
+ExpiringStoreFactory: TypeAlias = Callable[[float], Awaitable[LogStore]]
+"""Opens a store over the same data whose writer leases last the given seconds unrenewed."""
+ExpiryCheck: TypeAlias = Callable[[ExpiringStoreFactory], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backing:
+    """A view of a store's backing data, for checks that readers change none of it.
+
+    ``snapshot()`` returns everything the store keeps (say, every file under a directory with
+    its bytes), comparable with ``==``; ``tear(session_id)``, for stores whose writes can tear,
+    leaves a partial record at the end of the session's log as a crash mid-write would.
+    """
+
+    snapshot: Callable[[], Awaitable[object]]
+    tear: Callable[[str], Awaitable[None]] | None = None
+
+
+BackingCheck: TypeAlias = Callable[[StoreFactory, Backing], Awaitable[None]]
 
 INVALID_SESSION_IDS = ("../x", "a/b", "", ".", "..", "x y", "é", "a\nb", "x" * 129)
 """Ids every store must refuse with ``InvalidSessionId`` before touching its backing data."""
@@ -159,6 +207,15 @@ async def _records(store: LogStore, session_id: str) -> tuple[Record, ...]:
     return read.records
 
 
+def _is_this_process(holder: LeaseHolder | None, what: str) -> LeaseHolder:
+    assert holder is not None, f"{what}: SessionBusy names no holder"
+    assert holder.pid == os.getpid(), f"{what}: holder pid {holder.pid}, not {os.getpid()}"
+    assert holder.host == socket.gethostname(), f"{what}: holder host {holder.host!r}"
+    age = datetime.now(UTC) - holder.since
+    assert timedelta(seconds=-60) < age < timedelta(minutes=10), f"{what}: since {holder.since}"
+    return holder
+
+
 # -- checks -------------------------------------------------------------------------------------
 
 
@@ -211,6 +268,7 @@ async def check_missing_session_raises_not_found(open_store: StoreFactory) -> No
         await _raises(SessionNotFound, store.append_batches([("nope", [])]), "append_batches")
         await _raises(SessionNotFound, store.read("nope"), "read")
         await _raises(SessionNotFound, store.read_tail("nope"), "read_tail")
+        await _raises(SessionNotFound, store.acquire("nope"), "acquire")
         assert not await store.exists("nope")
         assert await store.list_sessions() == [], "a failed call created a session"
 
@@ -226,6 +284,7 @@ async def check_invalid_session_ids_refused(open_store: StoreFactory) -> None:
                 ("read", partial(store.read, bad)),
                 ("read_tail", partial(store.read_tail, bad)),
                 ("exists", partial(store.exists, bad)),
+                ("acquire", partial(store.acquire, bad)),
             ]
             for name, call in calls:
                 await _raises(InvalidSessionId, call(), f"{name}({bad!r})")
@@ -390,6 +449,86 @@ async def check_list_sessions_sorted(open_store: StoreFactory) -> None:
         assert await store.list_sessions() == ["A_1", "a", "b-2", "c"]
 
 
+# -- one writer per session ------------------------------------------------------------------
+
+
+async def check_second_writer_refused_naming_the_holder(open_store: StoreFactory) -> None:
+    """While one store holds a session's lease (taken by ``create``, or handed out by
+    ``acquire``), another store's acquire and appends raise ``SessionBusy`` naming the holder,
+    and so does a second ``acquire`` through the holding store; readers are not refused."""
+    log = session_start()
+    async with _opened(open_store) as holder, _opened(open_store) as other:
+        await holder.create("s1", log)
+        busy = await _raises(SessionBusy, other.acquire("s1"), "acquire by a second store")
+        named = _is_this_process(getattr(busy, "holder", None), "acquire by a second store")
+        assert str(os.getpid()) in str(busy), f"the message does not name the holder: {busy}"
+        await _raises(SessionBusy, other.append("s1", round_records(4, 1)), "append, 2nd store")
+        batch: list[tuple[str, Sequence[Record]]] = [("s1", round_records(4, 1))]
+        await _raises(SessionBusy, other.append_batches(batch), "append_batches, 2nd store")
+        lease = await holder.acquire("s1")  # hands out the lease create took
+        assert isinstance(lease, WriterLease), f"{lease!r} is not a WriterLease"
+        assert lease.session_id == "s1" and lease.token >= 1, lease
+        assert lease.holder.owner == named.owner, "the holder named is not the lease's"
+        again = await _raises(SessionBusy, holder.acquire("s1"), "a second acquire, same store")
+        _is_this_process(getattr(again, "holder", None), "a second acquire through one store")
+        await holder.append("s1", round_records(4, 1))
+        log = [*log, *round_records(4, 1)]
+        assert list(await _records(other, "s1")) == log, "a reader was refused or saw old data"
+        assert (await other.read_tail("s1", repair=False)).records == tuple(log)
+        await _raises(SessionBusy, other.acquire("s1"), "acquire after the reads")
+        await _raises(SessionExists, other.create("s1", session_start()), "create of a held log")
+        await holder.append_batches([("s1", round_records(8, 2))])
+        assert len(await _records(holder, "s1")) == 11
+
+
+async def check_release_then_reacquire(open_store: StoreFactory) -> None:
+    """A released lease can be taken by another store, with a greater token, and back; a
+    released lease cannot be renewed; closing a store releases its leases."""
+    log: list[Record] = session_start()
+    async with _opened(open_store) as one, _opened(open_store) as two:
+        await one.create("s1", log)
+        first = await one.acquire("s1")
+        await first.renew()
+        assert await one.renew_leases() == [], "a held lease reported lost"
+        await first.release()
+        await first.release()  # idempotent
+        await _raises(FencingError, first.renew(), "renew of a released lease")
+        second = await two.acquire("s1")
+        assert second.token > first.token, f"token {second.token} after {first.token}"
+        await two.append("s1", round_records(4, 1))
+        log += round_records(4, 1)
+        await second.release()
+        async with await one.acquire("s1") as third:
+            assert third.token > second.token
+            await one.append("s1", round_records(8, 2))
+            log += round_records(8, 2)
+        fourth = await two.acquire("s1")  # the async with released it
+        assert fourth.token > third.token
+        await two.append("s1", round_records(12, 3))
+        log += round_records(12, 3)
+    async with _opened(open_store) as three:  # closing two released fourth
+        fifth = await three.acquire("s1")
+        assert fifth.token > fourth.token
+        assert list(await _records(three, "s1")) == log
+
+
+async def check_writer_that_let_go_is_refused(open_store: StoreFactory) -> None:
+    """A store that released its lease, which another store then took, cannot write: its
+    append is refused and writes nothing, and its old lease cannot be renewed."""
+    log = session_start()
+    async with _opened(open_store) as stale, _opened(open_store) as fresh:
+        await stale.create("s1", log)
+        old = await stale.acquire("s1")
+        await old.release()
+        new = await fresh.acquire("s1")
+        await _raises(StoreError, stale.append("s1", round_records(4, 1)), "stale append")
+        await _raises(FencingError, old.renew(), "renew of the stale lease")
+        assert list(await _records(fresh, "s1")) == log, "the stale writer wrote"
+        await fresh.append("s1", round_records(4, 1))
+        await new.release()
+        assert len(await _records(stale, "s1")) == 7
+
+
 CHECKS: tuple[Check, ...] = (
     check_create_append_read_round_trip,
     check_fresh_store_sees_appends,
@@ -406,5 +545,244 @@ CHECKS: tuple[Check, ...] = (
     check_append_batches_all_or_nothing,
     check_concurrent_appends,
     check_list_sessions_sorted,
+    check_second_writer_refused_naming_the_holder,
+    check_release_then_reacquire,
+    check_writer_that_let_go_is_refused,
 )
 """Every check, in a stable order."""
+
+
+# -- backing data: readers change nothing ---------------------------------------------------------
+
+
+async def check_readers_create_nothing(open_store: StoreFactory, backing: Backing) -> None:
+    """Opening a store over nothing and reading from it creates no directory, file, table or
+    row."""
+    before = await backing.snapshot()
+    async with _opened(open_store) as store:
+        assert not await store.exists("s1")
+        assert await store.list_sessions() == []
+        await _raises(SessionNotFound, store.read("s1"), "read")
+        await _raises(SessionNotFound, store.read("s1", repair=False), "read without repair")
+        await _raises(SessionNotFound, store.read_tail("s1"), "read_tail")
+        await _raises(SessionNotFound, store.read_tail("s1", repair=False), "read_tail")
+    assert await backing.snapshot() == before, "a reader created something"
+
+
+async def check_readers_change_nothing(open_store: StoreFactory, backing: Backing) -> None:
+    """Reads of a log another store is writing change no byte of the backing data."""
+    log = [*session_start(), *round_records(4, 1)]
+    async with _opened(open_store) as writer:
+        await writer.create("s1", log[:3])
+        await writer.append("s1", log[3:])
+        lease = await writer.acquire("s1")
+        before = await backing.snapshot()
+        async with _opened(open_store) as reader:
+            assert list(await _records(reader, "s1")) == log
+            assert (await reader.read("s1", repair=False)).records == tuple(log)
+            assert (await reader.read_tail("s1")).records == tuple(log)
+            assert await reader.exists("s1")
+            assert await reader.list_sessions() == ["s1"]
+        assert await backing.snapshot() == before, "a reader changed the store"
+        await lease.release()
+
+
+async def check_torn_tail_is_cut_only_by_the_writer(
+    open_store: StoreFactory, backing: Backing
+) -> None:
+    """A torn last record is reported by readers and left alone, byte for byte (also by a
+    reader asked to repair while another store holds the lease); the next writer to acquire
+    the session cuts it, reports it in ``lease.repaired``, and appends after it."""
+    if backing.tear is None:
+        return  # this store's writes cannot tear
+    log = [*session_start(), *round_records(4, 1)]
+    async with _opened(open_store) as writer:
+        await writer.create("s1", log)
+    await backing.tear("s1")  # the crash
+    before = await backing.snapshot()
+    async with _opened(open_store) as reader:
+        for read in (
+            await reader.read("s1", repair=False),
+            await reader.read_tail("s1", repair=False),
+        ):
+            torn = read.torn_tail
+            assert torn is not None, "a torn tail was not reported"
+            assert not torn.removed and torn.line == 8 and torn.bytes_removed > 0, torn
+            assert read.records == tuple(log), "a reader returned the torn record"
+        assert await reader.exists("s1") and await reader.list_sessions() == ["s1"]
+        assert await backing.snapshot() == before, "a reader changed a torn log"
+        async with _opened(open_store) as busy_writer:
+            lease = await busy_writer.acquire("s1")  # the tear is its own write, in flight
+            assert lease.repaired is not None, "acquire did not cut the torn tail"
+            await backing.tear("s1")
+            torn_now = await backing.snapshot()
+            read = await reader.read("s1")  # repair=True, but the lease is not free
+            assert read.torn_tail is not None and not read.torn_tail.removed
+            assert await backing.snapshot() == torn_now, "a reader cut another writer's line"
+            await lease.release()
+        async with _opened(open_store) as next_writer:
+            lease = await next_writer.acquire("s1")
+            cut = lease.repaired
+            assert cut is not None and cut.removed and cut.line == 8, f"repaired: {cut}"
+            assert await backing.snapshot() != torn_now, "the writer left the torn tail"
+            clean = await reader.read("s1", repair=False)
+            assert clean.torn_tail is None and clean.records == tuple(log)
+            await next_writer.append("s1", round_records(8, 2))
+            assert len(await _records(reader, "s1")) == 11
+
+
+BACKING_CHECKS: tuple[BackingCheck, ...] = (
+    check_readers_create_nothing,
+    check_readers_change_nothing,
+    check_torn_tail_is_cut_only_by_the_writer,
+)
+"""Checks that need the backing data, in a stable order."""
+
+
+# -- leases that expire ---------------------------------------------------------------------------
+
+_TTL = 0.5
+
+
+async def check_taken_over_writer_is_fenced(open_store: ExpiringStoreFactory) -> None:
+    """A lease left unrenewed past its TTL can be taken by another store; from then on the
+    first holder cannot write one record, renew, or acquire while the new lease is live."""
+    log = session_start()
+    async with (
+        _opened(partial(open_store, _TTL)) as slow,
+        _opened(partial(open_store, _TTL)) as other,
+    ):
+        await slow.create("s1", log)
+        await slow.create("s2", log)
+        lease = await slow.acquire("s1")
+        every = lease.renew_every
+        assert every is not None and 0 < every < _TTL, f"renew_every {every} for a TTL {_TTL}"
+        await _raises(SessionBusy, other.acquire("s1"), "acquire of a live lease")
+        await anyio.sleep(_TTL + 0.3)  # slow stalls; its leases expire
+        taken = await other.acquire("s1")
+        assert taken.token > lease.token
+        await other.append("s2", round_records(4, 1))  # an implicit lease is taken over too
+        for session_id in ("s1", "s2"):
+            batch = round_records(4, 1)
+            await _raises(
+                FencingError, slow.append(session_id, batch), f"stale append {session_id}"
+            )
+            grouped: list[tuple[str, Sequence[Record]]] = [(session_id, batch)]
+            await _raises(FencingError, slow.append_batches(grouped), "stale append_batches")
+        await _raises(FencingError, lease.renew(), "renew of a lease taken over")
+        assert await slow.renew_leases() == ["s1", "s2"]
+        await taken.renew()
+        await _raises(SessionBusy, slow.acquire("s1"), "acquire while the new lease is live")
+        assert list(await _records(other, "s1")) == log, "the fenced writer wrote"
+        await other.append("s1", round_records(4, 1))
+        await lease.release()  # gives up nothing of the new holder's
+        await other.append("s1", round_records(8, 2))
+        await taken.renew()
+        assert len(await _records(other, "s1")) == 11
+
+
+async def check_renewed_lease_outlives_its_ttl(open_store: ExpiringStoreFactory) -> None:
+    """A lease renewed in time stays with its holder well past its TTL."""
+    async with (
+        _opened(partial(open_store, _TTL)) as holder,
+        _opened(partial(open_store, _TTL)) as other,
+    ):
+        await holder.create("s1", session_start())
+        lease = await holder.acquire("s1")
+        for n in range(6):
+            await anyio.sleep(_TTL / 3)
+            if n % 2:
+                assert await holder.renew_leases() == [], "a renewed lease reported lost"
+            else:
+                await lease.renew()
+            await _raises(SessionBusy, other.acquire("s1"), f"acquire after {n + 1} renewals")
+        await holder.append("s1", round_records(4, 1))
+        await lease.release()
+        await other.acquire("s1")
+
+
+EXPIRY_CHECKS: tuple[ExpiryCheck, ...] = (
+    check_taken_over_writer_is_fenced,
+    check_renewed_lease_outlives_its_ttl,
+)
+"""Checks for stores whose leases expire, in a stable order."""
+
+
+# -- a second process ------------------------------------------------------------------------------
+
+_CHILD = """
+import json, os
+import anyio
+from stowage.storage import *
+
+async def main():
+    store = {store}
+    lease = await store.acquire({session_id!r})
+    print(json.dumps({{"pid": os.getpid(), "token": lease.token}}), flush=True)
+    while True:
+        await anyio.sleep(lease.renew_every or 3600)
+        await lease.renew()
+
+anyio.run(main)
+"""
+
+
+async def check_writer_in_another_process(
+    open_store: StoreFactory, store_source: str, *, takeover_within: float = 0.0
+) -> None:
+    """A session another process holds is refused with ``SessionBusy`` naming that process;
+    once the process is killed (SIGKILL), its lease frees within ``takeover_within`` seconds.
+
+    ``store_source`` is the source of an expression that opens the same store in the child,
+    after ``from stowage.storage import *``, e.g. ``"JsonlStore('/srv/logs')"``.
+    """
+    async with _opened(open_store) as store:
+        await store.create("s1", session_start())
+    code = _CHILD.format(store=store_source, session_id="s1")
+    async with await anyio.open_process([sys.executable, "-c", code]) as child:
+        try:
+            line = b""
+            assert child.stdout is not None and child.stderr is not None
+            with anyio.move_on_after(30):
+                async for chunk in child.stdout:
+                    line += chunk
+                    if b"\n" in line:
+                        break
+            if b"\n" not in line:
+                error = b""
+                with anyio.move_on_after(1):
+                    async for chunk in child.stderr:
+                        error += chunk
+                raise AssertionError(f"the child did not take the lease: {error.decode()}")
+            held = json.loads(line)
+            assert held["pid"] == child.pid
+            async with _opened(open_store) as store:
+                busy = await _raises(SessionBusy, store.acquire("s1"), "acquire held elsewhere")
+                holder = getattr(busy, "holder", None)
+                assert holder is not None and holder.pid == child.pid, f"holder {holder}"
+                assert holder.host == socket.gethostname(), f"holder {holder}"
+                assert str(child.pid) in str(busy), f"the message does not name the pid: {busy}"
+                await _raises(SessionBusy, store.append("s1", round_records(4, 1)), "append")
+                assert list(await _records(store, "s1")) == session_start()
+                child.send_signal(signal.SIGKILL)
+                await child.wait()
+                deadline = anyio.current_time() + takeover_within
+                while True:
+                    try:
+                        lease = await store.acquire("s1")
+                        break
+                    except SessionBusy:
+                        if anyio.current_time() >= deadline:
+                            raise AssertionError(
+                                f"the lease of the killed writer still blocks after "
+                                f"{takeover_within} s"
+                            ) from None
+                        await anyio.sleep(0.1)
+                assert lease.token > held["token"], f"token {lease.token} after {held['token']}"
+                await store.append("s1", round_records(4, 1))
+                assert len(await _records(store, "s1")) == 7
+        finally:
+            if child.returncode is None:
+                child.kill()
+                with anyio.CancelScope(shield=True):
+                    await child.wait()

@@ -1,8 +1,16 @@
-"""The public surface of each package is pinned: adding or removing a name is a decision."""
+"""The public surface of each package is pinned: adding or removing a name is a decision.
+
+``stowage`` is the facade (Runtime, Session, TurnResult), Settings, the items, the events, the
+errors, the tool types and ``__version__``; ``stowage.storage`` the store protocol, the stores,
+the codec and ``open_store``; ``stowage.testing`` the doubles shipped for users' tests.
+``stowage.storage.contract``, the checks a third-party store runs, is still growing: only its
+core is pinned.
+"""
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import version
 
 import pytest
 
@@ -47,3 +55,17 @@ def test_every_exported_name_resolves_and_is_public(package: str) -> None:
     for name in module.__all__:
         assert not name.startswith("_") or name == "__version__"
         assert getattr(module, name) is not None
+
+
+def test_version_is_the_installed_distributions() -> None:
+    import stowage
+
+    assert stowage.__version__ == version("stowage-runtime")
+
+
+def test_the_store_contract_ships_its_checks() -> None:
+    contract = importlib.import_module("stowage.storage.contract")
+    assert {"CHECKS", "Check", "StoreFactory"} <= set(contract.__all__)
+    assert contract.CHECKS and all(callable(check) for check in contract.CHECKS)
+    for name in contract.__all__:
+        assert getattr(contract, name) is not None

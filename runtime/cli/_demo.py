@@ -15,6 +15,9 @@ from stowage.core import (
     Settings,
     ToolFinished,
 )
+from stowage.facade import Runtime
+from stowage.policy import check_log
+from stowage.storage import open_store
 
 __all__ = ["run_demo"]
 
@@ -39,10 +42,6 @@ async def run_demo(
 ) -> int:
     """Run ``turns`` turns of the scripted model over the current directory; print every
     compaction, then a table of figures and the log check. Returns the exit status."""
-    from stowage.facade import Runtime
-    from stowage.policy import check_log
-    from stowage.storage import open_store
-
     console = Console(stderr=False)
     # stowage's own sources: real, read-only, the same size wherever the demo is run from
     workspace = _SOURCES

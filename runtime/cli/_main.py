@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from stowage._version import DISTRIBUTION, __version__
 from stowage.core import (
     AssistantDelta,
     ConfigError,
@@ -23,8 +24,13 @@ from stowage.core import (
     configure_logging,
     validate_session_id,
 )
+from stowage.facade import Runtime
+from stowage.load import add_load_arguments, main_load
+from stowage.policy import check_log
+from stowage.storage import encode_record, open_store
 from stowage.tools import ToolRegistry
 
+from ._demo import run_demo
 from ._policy_options import (
     add_compact_arguments,
     add_policy_options,
@@ -32,6 +38,7 @@ from ._policy_options import (
     policy_settings,
 )
 from ._protected import add_protect_options, protect_main
+from ._show import render_transcript
 
 __all__ = ["main"]
 
@@ -89,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stowage", description="A runtime for long-running LLM agents."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"stowage {__version__} ({DISTRIBUTION})"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start a session (or continue --session) with MESSAGE")
@@ -131,8 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--compact-threshold", type=int, default=None, help="the seed's rule instead")
     demo.add_argument("--context-window", type=int, default=6000)
     _common(demo)
-
-    from stowage.load import add_load_arguments
 
     load = sub.add_parser(
         "load", help="many sessions x turns with compaction, then verify every log; exit 1 if not"
@@ -186,7 +194,7 @@ def _printer(stream_answer: bool) -> Any:
     return on_event
 
 
-def load_tools(spec: str) -> ToolRegistry:
+def tools_from_spec(spec: str) -> ToolRegistry:
     """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one.
 
     Raises ``ConfigError`` naming the spec when it cannot be imported or is not a registry.
@@ -207,10 +215,8 @@ def load_tools(spec: str) -> ToolRegistry:
 
 
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
-    from stowage.facade import Runtime
-
     settings = settings_from(args)
-    tools = load_tools(args.tools_from) if args.tools_from else None
+    tools = tools_from_spec(args.tools_from) if args.tools_from else None
     async with Runtime(settings, tools=tools) as rt:
         rt.subscribe(_printer(stream_answer=settings.stream))
         if resume:
@@ -233,10 +239,6 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    from stowage.storage import encode_record, open_store
-
-    from ._show import render_transcript
-
     store = open_store(args.store)
     try:
         read = await store.read(validate_session_id(args.session))
@@ -251,9 +253,6 @@ async def _show(args: argparse.Namespace) -> int:
 
 
 async def _check(args: argparse.Namespace) -> int:
-    from stowage.policy import check_log
-    from stowage.storage import open_store
-
     session_id = validate_session_id(args.session)
     store = open_store(args.store)
     try:
@@ -277,8 +276,6 @@ async def _check(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
-
     return await run_demo(
         store=Path(args.store),
         turns=args.turns,
@@ -288,8 +285,6 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _load(args: argparse.Namespace) -> int:
-    from stowage.load import main_load
-
     return await main_load(args)
 
 

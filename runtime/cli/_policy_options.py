@@ -14,6 +14,7 @@ from stowage.core import (
     HistoryCompacted,
     Settings,
 )
+from stowage.facade import Runtime
 
 __all__ = ["add_compact_arguments", "add_policy_options", "compact_main", "policy_settings"]
 
@@ -102,7 +103,6 @@ def _report(event: Event) -> None:
 
 async def compact_main(args: argparse.Namespace, settings: Settings) -> int:
     """Compact session ``args.session`` now; prints the figures. Returns the exit status."""
-    from stowage.facade import Runtime
 
     compacted: list[HistoryCompacted] = []
     async with Runtime(settings) as rt:

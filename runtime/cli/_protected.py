@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from stowage.core import Settings, render
+from stowage.facade import Runtime
 
 __all__ = ["add_protect_options", "protect_main"]
 
@@ -44,7 +45,6 @@ async def protect_main(args: argparse.Namespace) -> int:
     Raises ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed) and what
     ``Runtime.resume`` raises; the CLI turns them into exit status 2.
     """
-    from stowage.facade import Runtime
 
     # the model is never called: a protect changes state between turns, it runs none
     settings = Settings(store=Path(args.store), tools="none", model="scripted")

@@ -15,6 +15,7 @@ from ._errors import (
     ModelResponseError,
     ProtectedStateViolation,
     RateLimitError,
+    SessionBusy,
     SessionClosed,
     SessionError,
     SessionExists,
@@ -91,13 +92,16 @@ from ._records import (
     TurnRecord,
     Usage,
 )
+from ._redact import REDACTED, redact_url
 from ._replay import SessionState, replay
 from ._settings import DEFAULT_COMPACT_THRESHOLD, Settings, new_session_id, validate_session_id
 from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars
-from ._store import LogRead, LogStore, TornTail
+from ._store import LeaseHolder, LogRead, LogStore, TornTail, WriterLease
 from ._tool import Tool
 
 __all__ = [
+    "REDACTED",
+    "redact_url",
     "AssistantDelta",
     "AssistantMessage",
     "CompactionDecided",
@@ -123,6 +127,7 @@ __all__ = [
     "InvalidSessionId",
     "Item",
     "ItemRecord",
+    "LeaseHolder",
     "LogRead",
     "LogRepaired",
     "LogStore",
@@ -147,6 +152,7 @@ __all__ = [
     "RoundCommitted",
     "RoundCommittedRecord",
     "RoundStarted",
+    "SessionBusy",
     "SessionClosed",
     "SessionError",
     "SessionExists",
@@ -175,6 +181,7 @@ __all__ = [
     "UpdatesReview",
     "Usage",
     "UserMessage",
+    "WriterLease",
     "apply_compaction",
     "build_projection",
     "configure_logging",

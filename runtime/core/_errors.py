@@ -10,7 +10,8 @@ Exceptions from openai, httpx, aiofiles and database drivers are mapped at the b
     │   ├── SessionNotFound
     │   ├── SessionExists
     │   ├── CorruptLogError          a bad record in the middle of a log (file and line named)
-    │   └── FencingError             a write from a worker whose lease is gone
+    │   ├── FencingError             a write from a worker whose lease is gone
+    │   └── SessionBusy              another writer holds the session's lease (holder named)
     ├── ModelError
     │   ├── ModelConnectionError     transient: network, timeout, 5xx
     │   ├── RateLimitError           transient: 429, carries ``retry_after``
@@ -26,6 +27,8 @@ Exceptions from openai, httpx, aiofiles and database drivers are mapped at the b
 
 from __future__ import annotations
 
+from ._store import LeaseHolder
+
 __all__ = [
     "CompactionError",
     "ConfigError",
@@ -39,6 +42,7 @@ __all__ = [
     "ModelResponseError",
     "ProtectedStateViolation",
     "RateLimitError",
+    "SessionBusy",
     "SessionClosed",
     "SessionError",
     "SessionExists",
@@ -83,7 +87,22 @@ class CorruptLogError(StoreError):
 
 
 class FencingError(StoreError):
-    """Raised when an append carries a fencing token older than the session's lease."""
+    """Raised when a write or renewal comes under a lease that was released or lost."""
+
+
+class SessionBusy(StoreError):
+    """Raised when another writer holds the session's lease; ``holder`` names it if known."""
+
+    def __init__(self, session_id: str, holder: LeaseHolder | None, *, where: str = "") -> None:
+        if holder is None:
+            who = "another writer (its lock names no holder yet)"
+        else:
+            since = holder.since.isoformat(timespec="seconds")
+            who = f"pid {holder.pid} on host {holder.host} since {since} ({holder.owner})"
+        place = f" in {where}" if where else ""
+        super().__init__(f"session {session_id!r}{place} is being written by {who}")
+        self.session_id = session_id
+        self.holder = holder
 
 
 class ModelError(StowageError):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ConfigError, InvalidSessionId
+from ._redact import redact_url
 
 __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
@@ -45,7 +46,8 @@ class Settings:
     """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
 
     model: str = "scripted"
-    base_url: str | None = None
+    #: the endpoint; it may carry credentials, so only ``redact_url(base_url)`` is ever recorded
+    base_url: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     wire_api: Literal["chat", "responses"] = "chat"
     store: Path = Path(".stowage")
@@ -81,6 +83,17 @@ class Settings:
     request_timeout: float = 120.0
     max_retries: int = 2
     stream: bool = True
+    #: workspace tools: the most bytes one read_file call returns (it never reads more)
+    read_max_bytes: int = 256 * 1024
+    #: workspace tools: the most matching lines one search_text call returns
+    search_max_matches: int = 200
+    #: workspace tools: search_text skips files larger than this many bytes
+    search_max_file_bytes: int = 1024 * 1024
+    #: workspace tools: hide and refuse paths the workspace's .gitignore files ignore
+    workspace_gitignore: bool = True
+    #: workspace tools: gitignore-style patterns readable even if ignored or secret-looking
+    #: (never the session store)
+    workspace_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.wire_api not in ("chat", "responses"):
@@ -132,7 +145,7 @@ class Settings:
         """The settings worth recording in a log: no secrets, paths as strings."""
         return {
             "model": self.model,
-            "base_url": self.base_url,
+            "base_url": redact_url(self.base_url),
             "wire_api": self.wire_api,
             "compact_threshold": self.compact_threshold,
             "context_window": self.context_window,

@@ -1,23 +1,71 @@
-"""The log store boundary: one Protocol that JSONL, SQLite and PostgreSQL stores implement."""
+"""The log store boundary: one Protocol that JSONL, SQLite and PostgreSQL stores implement.
+
+One writer per session, by construction. A session is written only under its *writer lease*, and
+at most one store object (in any process, on any machine) holds a session's lease at a time:
+
+- ``acquire(session_id)`` takes the lease and returns a ``WriterLease``: a fencing ``token`` that
+  grows with every grant, the ``holder`` (owner, pid, host, since), ``renew()`` and ``release()``.
+  A session whose lease another store holds raises ``SessionBusy`` naming that holder; that
+  includes a second ``acquire`` through the same store while the first lease is out.
+- Decision: **the store remembers the leases it holds**; ``append``/``append_batches`` take no
+  token argument. Each append checks, in the same transaction as the write (JSONL: while the
+  ``flock`` is held), that this store still holds the session's current lease, and raises
+  ``FencingError`` when the lease was lost (expired and taken over by another writer). So a
+  stale writer cannot write even one record, and callers never thread tokens through.
+- A store that holds no lease for a session takes one on its first ``create`` or append to it
+  (an *implicit* lease, kept until ``release`` or ``aclose``): single-process callers keep
+  working unchanged, and a second writer is still refused (``SessionBusy``). A later ``acquire``
+  through the same store hands that lease out as a ``WriterLease``. A lost lease is never taken
+  again implicitly: appends keep raising ``FencingError`` until the lease is released.
+- Leases that can expire (SQLite, PostgreSQL: a TTL) must be renewed every ``renew_every``
+  seconds: ``lease.renew()`` for one, ``store.renew_leases()`` for every lease the store holds
+  (one round trip; it returns the ids whose lease was lost). JSONL leases are ``flock`` locks:
+  they never expire and die with the process (``renew_every`` is ``None``).
+- Readers never take the lease: ``read(..., repair=False)``, ``read_tail(..., repair=False)``,
+  ``exists`` and ``list_sessions`` change no byte and create no file or directory; a torn last
+  line is reported (``TornTail.removed`` false), never cut. Only the writer that acquires a session
+  cuts a torn tail (``WriterLease.repaired``). ``repair=True`` (the default until the runtime
+  acquires before it resumes) takes the lease for the cut when it is free and gives it back
+  after; when another writer holds it the read only reports.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ._records import Record
 
-__all__ = ["LogRead", "LogStore", "TornTail"]
+__all__ = ["LeaseHolder", "LogRead", "LogStore", "TornTail", "WriterLease"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseHolder:
+    """Who holds a session's writer lease: enough for a person to find the process.
+
+    ``owner`` names the store object (``host:pid:random``), so two stores in one process differ.
+    """
+
+    owner: str
+    pid: int
+    host: str
+    since: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TornTail:
-    """A last record that was cut mid-write and has been removed."""
+    """A last record that was cut mid-write: ``bytes_removed`` bytes on line ``line``.
+
+    ``removed`` says whether those bytes were cut off; a reader without the writer lease reports
+    them and leaves the file alone (``removed=False``).
+    """
 
     path: str
     line: int
     bytes_removed: int
+    removed: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,32 +77,81 @@ class LogRead:
 
 
 @runtime_checkable
+class WriterLease(Protocol):
+    """The right to append to one session, held by one store until released or lost.
+
+    ``token`` is the fencing token (it grows with every grant of the session's lease);
+    ``repaired`` is the torn tail this grant cut off the log, if any; ``renew_every`` is how
+    often, in seconds, ``renew`` must be called to keep the lease (``None``: never).
+    Usable as ``async with await store.acquire(sid) as lease:`` (released on exit).
+    """
+
+    session_id: str
+    token: int
+    holder: LeaseHolder
+    repaired: TornTail | None
+    renew_every: float | None
+
+    async def renew(self) -> None:
+        """Extend the lease; raises ``FencingError`` if it was released or lost."""
+        ...
+
+    async def release(self) -> None:
+        """Give the lease up (idempotent); the store stops writing the session under it."""
+        ...
+
+    async def __aenter__(self) -> WriterLease: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+
+@runtime_checkable
 class LogStore(Protocol):
-    """Durable, append-only session logs.
+    """Durable, append-only session logs, each written by one lease holder at a time.
 
     Every method raises only ``StoreError`` subclasses. ``append`` returns once the batch is
     durable to the store's setting (fsync per batch by default); a batch is written whole.
+    Writes need this store to hold the session's writer lease (see the module docstring: it is
+    taken implicitly by the first write when free); ``SessionBusy`` when another holds it,
+    ``FencingError`` when this store's lease was lost.
     """
 
+    async def acquire(self, session_id: str) -> WriterLease:
+        """Take the session's writer lease and cut a torn tail off its log.
+
+        Raises ``SessionNotFound``, ``InvalidSessionId``, ``SessionBusy`` naming the holder when
+        another writer (or an earlier ``acquire`` through this store) holds it, and
+        ``CorruptLogError`` for a bad line that is not a torn tail.
+        """
+        ...
+
+    async def renew_leases(self) -> list[str]:
+        """Renew every lease this store holds; returns the ids whose lease was lost, sorted."""
+        ...
+
     async def create(self, session_id: str, records: Sequence[Record]) -> None:
-        """Start a log; raises ``SessionExists`` if there is one, ``InvalidSessionId``."""
+        """Start a log and hold its lease; raises ``SessionExists`` if there is one,
+        ``InvalidSessionId``, ``SessionBusy``."""
         ...
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap."""
+        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
+        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
         ...
 
     async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
         """Append several sessions' batches with one durability point (group commit)."""
         ...
 
-    async def read(self, session_id: str) -> LogRead:
-        """Every record; a torn tail is cut off and reported, a bad middle line raises."""
+    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
+        """Every record; a bad middle line raises ``CorruptLogError``. A torn tail is reported;
+        it is cut only when this store holds or can take the lease and ``repair`` is true."""
         ...
 
-    async def read_tail(self, session_id: str) -> LogRead:
+    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record, then every record from the newest compaction's
-        ``covers_through + 1`` on (everything when there is no compaction)."""
+        ``covers_through + 1`` on (everything when there is no compaction); torn tails as
+        ``read``."""
         ...
 
     async def exists(self, session_id: str) -> bool:
@@ -66,5 +163,5 @@ class LogStore(Protocol):
         ...
 
     async def aclose(self) -> None:
-        """Release files and connections."""
+        """Release every lease this store holds, then files and connections."""
         ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import anyio
 import structlog
@@ -21,8 +21,8 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.actors import (
     Append,
+    CommittedSnapshot,
     PlanOutcome,
-    RoundCommitted,
     RunTools,
     Sampler,
     SamplerCommand,
@@ -61,12 +61,13 @@ from stowage.core import (
     user_ops,
     validate_session_id,
 )
-from stowage.model import LimitedGateway
-from stowage.tools import ToolRegistry, with_recall
+from stowage.model import LimitedGateway, make_gateway
+from stowage.storage import open_store
+from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
 from ._session import Session
 
-__all__ = ["Runtime", "Session"]
+__all__ = ["Runtime"]
 
 _log = structlog.get_logger("stowage.runtime")
 
@@ -98,16 +99,10 @@ class Runtime:
         idle_timeout: float | None = None,
         mailbox_capacity: int = 256,
     ) -> None:
-        from stowage.storage import open_store
-
         if not structlog.is_configured():
             # structlog's own default prints every debug line to stdout; an embedding
             # application that configures structlog itself keeps its configuration
             configure_logging("console", "warning")
-
-        from stowage.model import make_gateway
-        from stowage.tools import workspace_tools
-
         for name, limit in (
             ("max_model_calls", max_model_calls),
             ("max_compactions", max_compactions),
@@ -126,7 +121,7 @@ class Runtime:
         self.gateway = gateway if gateway is not None else make_gateway(self.settings)
         if tools is None:
             tools = (
-                workspace_tools(self.settings.workspace)
+                workspace_tools(self.settings.workspace, settings=self.settings)
                 if self.settings.tools == "workspace"
                 else ToolRegistry()
             )
@@ -197,7 +192,7 @@ class Runtime:
                     self._reaper.cancel()
                 closing = [*self._sessions.values(), *self._hibernating.values()]
                 for session in closing:  # all at once: their actors wind down concurrently
-                    session._commands.close()
+                    session.close_input()
                 for session in closing:
                     await session.close()
                 await self._persistence.aclose()
@@ -280,7 +275,7 @@ class Runtime:
                 return await session.send(text, pin=pin)
             except SessionClosed:
                 # hibernated between open and send: wake it again; a real close is re-raised
-                if not session._hibernated:
+                if not session.hibernated:
                     raise
         raise SessionClosed(f"session {session_id} keeps hibernating before it can take input")
 
@@ -304,15 +299,15 @@ class Runtime:
         return True
 
     async def _hibernate(self, session: Session) -> None:
-        idle = anyio.current_time() - session._last_active
-        session._hibernated = True
+        idle = anyio.current_time() - session.last_active
+        session.mark_hibernated()
         self._sessions.pop(session.id, None)
         self._hibernating[session.id] = session
         try:
             await session.close()
         finally:
             del self._hibernating[session.id]
-        if session._failure is None:
+        if session.failed is None:
             self._hibernated.add(session.id)
             _log.debug("session_hibernated", session=session.id)
             self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
@@ -327,9 +322,7 @@ class Runtime:
                 idle = [
                     session
                     for session in self._sessions.values()
-                    if not session._waiting
-                    and now - session._last_active >= idle_timeout
-                    and not session._commands.statistics().current_buffer_used
+                    if not session.busy and now - session.last_active >= idle_timeout
                 ]
                 for session in idle:
                     await self._hibernate(session)
@@ -347,7 +340,7 @@ class Runtime:
         try:
             hibernating = self._hibernating.get(session_id)
             if hibernating is not None:
-                await hibernating._stopped.wait()  # its last writes land before we read
+                await hibernating.close()  # already closing: its last writes land before we read
             known = session_id in self._hibernated
             if create and not known and not await self.store.exists(session_id):
                 return await self.create(session_id)
@@ -384,13 +377,7 @@ class Runtime:
         if self._tg is None or self._persistence is None:
             raise StowageError("the runtime is not running: use 'async with Runtime(...) as rt'")
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
-        session = Session(
-            id=state.session_id,
-            state=state,
-            _commands=send,
-            _runtime=self,
-            _last_active=anyio.current_time(),
-        )
+        session = Session(state.session_id, state, send)
         self._sessions[session.id] = session
         self._tg.start_soon(self._supervise, session, receive)
         return session
@@ -425,7 +412,7 @@ class Runtime:
             tool_limiter=self._limits["tools"],
         )
         tools_box = mailbox(1, RunTools)
-        committed: Slot[RoundCommitted] = Slot()
+        committed: Slot[CommittedSnapshot] = Slot()
         plans: Slot[PlanOutcome] = Slot()
         sampler = Sampler(
             ctx=ctx, state=session.state, tools=tools_box.send, committed=committed, plans=plans
@@ -442,12 +429,14 @@ class Runtime:
             self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(exc)))
         finally:
             self._sessions.pop(session.id, None)
-            for stream in (session._commands, commands, tools_box.send, tools_box.receive):
-                stream.close()  # idempotent; after a failure some were never closed by their owner
-            session._stop(failure)
+            # idempotent; after a failure some were never closed by their owner
+            session.close_input()
+            for stream in (commands, tools_box.send, tools_box.receive):
+                stream.close()
+            session.mark_stopped(failure)
 
 
-async def _tool_executor(ctx: SessionContext, inbox: Any) -> None:
+async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[RunTools]) -> None:
     await run_tool_executor(
         ctx.session_id,
         ctx.tools,
@@ -459,7 +448,7 @@ async def _tool_executor(ctx: SessionContext, inbox: Any) -> None:
 
 
 async def _compactor(
-    ctx: SessionContext, committed: Slot[RoundCommitted], plans: Slot[PlanOutcome]
+    ctx: SessionContext, committed: Slot[CommittedSnapshot], plans: Slot[PlanOutcome]
 ) -> None:
     await run_compactor(
         ctx.session_id,

@@ -2,41 +2,51 @@
 
 A ``Session`` is a handle on one sampler's command mailbox; the runtime owns its actors and
 stops them. Every ask gets a private reply, failed for the asker if the session dies first.
+
+The runtime that hosts a session drives it through a few named members (``busy``,
+``last_active``, ``hibernated``, ``mark_hibernated``, ``close_input``, ``mark_stopped``) and
+never touches its private state; the session knows nothing of the runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from stowage.actors import CompactNow, Protect, Reply, SamplerCommand, TurnResult, UserTurn
 from stowage.core import Item, ProtectedState, SessionClosed, SessionFailed, SessionState, user_ops
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
-
 __all__ = ["Session"]
 
 T = TypeVar("T")
 
 
-@dataclass(eq=False)
 class Session:
-    """A live session. ``send`` runs one turn; ``history`` is what the next request builds on."""
+    """A live session. ``send`` runs one turn; ``history`` is what the next request builds on.
 
-    id: str
-    state: SessionState
-    _commands: MemoryObjectSendStream[SamplerCommand]
-    _runtime: Runtime
-    _stopped: anyio.Event = field(default_factory=anyio.Event)
-    _failure: BaseException | None = None
-    _waiting: set[Reply[Any]] = field(default_factory=set)
-    #: event-loop time of the last ask or answer; hibernation measures idleness from it
-    _last_active: float = 0.0
-    _hibernated: bool = False
+    Built by its ``Runtime`` (inside the event loop) on the send end of its sampler's commands.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        state: SessionState,
+        commands: MemoryObjectSendStream[SamplerCommand],
+    ) -> None:
+        self.id = session_id
+        self.state = state
+        self._commands = commands
+        self._stopped = anyio.Event()
+        self._failure: BaseException | None = None
+        self._waiting: set[Reply[Any]] = set()
+        # event-loop time of the last ask or answer; hibernation measures idleness from it
+        self._last_active = anyio.current_time()
+        self._hibernated = False
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r})"
 
     @property
     def history(self) -> tuple[Item, ...]:
@@ -47,6 +57,26 @@ class Session:
     def failed(self) -> BaseException | None:
         """The error the session stopped on, if it failed."""
         return self._failure
+
+    @property
+    def stopped(self) -> bool:
+        """Whether its actors have stopped (closed, hibernated or failed)."""
+        return self._stopped.is_set()
+
+    @property
+    def hibernated(self) -> bool:
+        """Whether its runtime hibernated it: this handle is spent, ``Runtime.open`` wakes it."""
+        return self._hibernated
+
+    @property
+    def last_active(self) -> float:
+        """Event-loop time of the last ask or answer."""
+        return self._last_active
+
+    @property
+    def busy(self) -> bool:
+        """Whether an ask waits for its answer or a command waits to be served."""
+        return bool(self._waiting) or self._commands.statistics().current_buffer_used > 0
 
     async def send(self, text: str, *, pin: bool = False) -> TurnResult:
         """Run one turn with ``text`` as the user's input; returns the final answer.
@@ -99,6 +129,26 @@ class Session:
         await self._commands.aclose()
         await self._stopped.wait()
 
+    def close_input(self) -> None:
+        """Take no more asks; what was sent is still served. Never waits; idempotent."""
+        self._commands.close()
+
+    def mark_hibernated(self) -> None:
+        """Its runtime is hibernating it: asks on this handle now say so."""
+        self._hibernated = True
+
+    def mark_stopped(self, failure: BaseException | None) -> None:
+        """Its actors stopped (on ``failure``, if any): a session that dies must not leave its
+        askers waiting, so every pending ask fails with ``SessionFailed`` or ``SessionClosed``."""
+        self._failure = failure
+        self._stopped.set()
+        for reply in tuple(self._waiting):
+            reply.fail(
+                SessionFailed(f"session {self.id} stopped: {failure!r}")
+                if failure is not None
+                else SessionClosed(f"session {self.id} closed")
+            )
+
     async def _ask(self, command: SamplerCommand) -> None:
         self._last_active = anyio.current_time()
         if self._hibernated:
@@ -123,14 +173,3 @@ class Session:
         finally:
             self._waiting.discard(reply)
             self._last_active = anyio.current_time()
-
-    def _stop(self, failure: BaseException | None) -> None:
-        """Mark the session stopped; a session that dies must not leave its askers waiting."""
-        self._failure = failure
-        self._stopped.set()
-        for reply in tuple(self._waiting):
-            reply.fail(
-                SessionFailed(f"session {self.id} stopped: {failure!r}")
-                if failure is not None
-                else SessionClosed(f"session {self.id} closed")
-            )

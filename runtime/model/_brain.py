@@ -113,7 +113,7 @@ class ScriptedBrain:
 
     def _summary(self, request: ModelRequest) -> str:
         transcript = transcript_items(request.input)
-        text = summarize(transcript, loss=self.loss, seed=self.seed)
+        text = scripted_summary(transcript, loss=self.loss, seed=self.seed)
         if asks_for_updates(request):
             ops = propose_updates(transcript, protected_section(request))
             text += "\n\n" + updates_block(ops)
@@ -298,7 +298,7 @@ def transcript_items(items: Sequence[Item]) -> list[Item]:
     return parsed
 
 
-def summarize(items: Sequence[Item], *, loss: float = 0.0, seed: int = 0) -> str:
+def scripted_summary(items: Sequence[Item], *, loss: float = 0.0, seed: int = 0) -> str:
     """A deterministic summary of ``items`` that keeps every fact of earlier summaries, or
     with ``loss`` drops that fraction of them (goals, errors, done, notes), seeded."""
     body = list(items)

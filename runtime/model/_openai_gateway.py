@@ -1,10 +1,16 @@
 """The OpenAI(-compatible) model gateway: one ``AsyncOpenAI`` client, two wire APIs.
 
-Bodies are built by the pure functions of ``runtime._openai_wire`` and sent through the client's
-low-level ``post`` (auth, retries with Retry-After, timeouts and error classes stay the SDK's);
-the answer is parsed as plain JSON with orjson. That skips the SDK's typed request
-transformation and model construction, which are most of its CPU cost. Every openai/httpx
-failure is mapped here to a ``ModelError``.
+Bodies are built by the pure functions of ``_openai_wire`` and, on the fast wire path, sent
+through the client's low-level ``post`` (auth, retries with Retry-After, timeouts and error
+classes stay the SDK's); the answer is parsed as plain JSON with orjson. That skips the SDK's
+typed request transformation and model construction, which are most of its CPU cost. Every
+openai/httpx failure is mapped here to a ``ModelError``.
+
+The fast path leans on private parts of the SDK (``post`` with ``content=`` and
+``stream_cls=``, an ``AsyncStream`` subclass). ``fast_wire_gaps`` checks them when a gateway
+starts; an SDK that lacks one (openai before 2.16 has no ``content=``) gets the public API
+instead, ``chat.completions.create`` or ``responses.create``, whose typed results are turned
+back into the same plain JSON and go through the same parsers, with one warning per process.
 
 Calls are spread over shards of at most ``SHARD_CALLS`` calls in flight, one client (and one
 connection pool) each, opened as concurrency grows: the HTTP pool checks every idle connection
@@ -14,10 +20,12 @@ the more sessions there are, and small pools keep that cost flat.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
+from types import TracebackType
 from typing import Any, Literal, NoReturn
 
 import openai
@@ -53,6 +61,7 @@ from ._openai_wire import (
     responses_input,
     responses_tools,
 )
+from ._scripted import ScriptedModel
 from ._sse import JsonEventStream
 
 __all__ = [
@@ -62,6 +71,7 @@ __all__ = [
     "chat_body",
     "chat_messages",
     "chat_tools",
+    "fast_wire_gaps",
     "make_gateway",
     "map_openai_error",
     "parse_retry_after",
@@ -76,6 +86,129 @@ PURPOSE_HEADER = "x-stowage-purpose"
 _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
 SHARD_CALLS = 16
+
+# The private hooks of the SDK the fast wire path calls, exactly as it calls them:
+#   AsyncOpenAI.post(path, cast_to=bytes | object, content=<bytes>, options={...},
+#                    stream=True, stream_cls=JsonEventStream)
+# where JsonEventStream subclasses AsyncStream, overrides __stream__, reads self.response (the
+# SDK builds it with response=...) and is used with ``async with`` and ``aiter``.
+_POST_KEYWORDS = ("cast_to", "content", "options", "stream", "stream_cls")
+_STREAM_METHODS = ("__stream__", "__aiter__", "__anext__", "__aenter__", "__aexit__")
+_fallback_logged = False
+
+
+def _missing_keywords(function: Any, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that ``function`` does not take as keyword arguments."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return list(names)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [n for n in names if n not in parameters or parameters[n].kind not in keyword]
+
+
+def fast_wire_gaps(sdk: Any = openai) -> tuple[str, ...]:
+    """The private hooks of the openai module ``sdk`` that the fast wire path uses and ``sdk``
+    lacks, as short descriptions; empty when it has them all."""
+    gaps: list[str] = []
+    post = getattr(getattr(sdk, "AsyncOpenAI", None), "post", None)
+    if callable(post):
+        gaps += [f"AsyncOpenAI.post({n}=...)" for n in _missing_keywords(post, _POST_KEYWORDS)]
+    else:
+        gaps.append("AsyncOpenAI.post")
+    stream = getattr(sdk, "AsyncStream", None)
+    if not isinstance(stream, type):
+        return (*gaps, "AsyncStream")
+    if not issubclass(JsonEventStream, stream):
+        gaps.append("AsyncStream as a base class")
+    gaps += [f"AsyncStream.{m}" for m in _STREAM_METHODS if not callable(getattr(stream, m, None))]
+    if "response" not in getattr(stream, "__annotations__", {}):
+        gaps.append("AsyncStream.response")
+    gaps += [f"AsyncStream(<{n}=...>)" for n in _missing_keywords(stream, ("response",))]
+    return tuple(gaps)
+
+
+def _takes_security(sdk: Any = openai) -> bool:
+    """Whether the SDK's request options have ``security`` (openai 2.34 and later): then the fast
+    path asks for bearer auth only, as the SDK's own chat and responses calls do."""
+    options = getattr(getattr(sdk, "_models", None), "FinalRequestOptions", None)
+    return "security" in (getattr(options, "model_fields", None) or {})
+
+
+def _plain(value: Any) -> Any:
+    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from.
+
+    Raises ``ModelResponseError`` for anything else, such as the text the SDK returns for an
+    answer that is not JSON.
+    """
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        raise ModelResponseError(f"unusable model response: {type(value).__name__}")
+    return to_dict(warnings=False)
+
+
+class _PlainEvents:
+    """The SDK's typed ``AsyncStream`` as plain JSON events, used like ``JsonEventStream``: its
+    transport failures become ``openai.APIConnectionError`` as there."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def __aenter__(self) -> _PlainEvents:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stream.close()
+
+    def __aiter__(self) -> _PlainEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            event = await anext(self._stream)
+        except (StopAsyncIteration, *_BOUNDARY):
+            raise
+        except Exception as exc:  # the transport's own error classes: a broken stream
+            raise openai.APIConnectionError(request=self._stream.response.request) from exc
+        return _plain(event)
+
+
+def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:
+    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any).
+
+    Raises ``ConfigError`` if the SDK has no public API for ``wire_api`` (the responses API came
+    with openai 1.66).
+    """
+    if wire_api == "chat":
+        endpoint = getattr(getattr(client, "chat", None), "completions", None)
+    else:
+        endpoint = getattr(client, "responses", None)
+    create = getattr(endpoint, "create", None)
+    if not callable(create):
+        version = getattr(openai, "__version__", "unknown")
+        raise ConfigError(f"openai {version} has no {wire_api} API: upgrade the openai package")
+    try:
+        parameters = inspect.signature(create).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters)
+
+
+def _split_body(
+    body: dict[str, Any], parameters: frozenset[str] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``body`` as the keyword arguments of a public ``create`` that takes ``parameters`` (None:
+    any), and the rest of it, to be sent as ``extra_body``."""
+    if parameters is None:
+        return body, {}
+    known = {k: v for k, v in body.items() if k in parameters}
+    return known, {k: v for k, v in body.items() if k not in parameters}
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -144,9 +277,15 @@ class OpenAIGateway:
         wire_api: Literal["chat", "responses"],
         timeout: float = 120,
         max_retries: int = 2,
+        fast_wire: bool | None = None,
     ) -> None:
-        """Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, or
-        ``wire_api`` is unknown."""
+        """``fast_wire``: None takes the fast wire path when the SDK has its hooks (see
+        ``fast_wire_gaps``) and the public API otherwise, False always the public API, True
+        always the fast path.
+
+        Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, ``wire_api`` is
+        unknown, or ``fast_wire`` is True and the SDK lacks a hook of the fast path.
+        """
         if wire_api not in ("chat", "responses"):
             raise ConfigError(f"wire_api must be 'chat' or 'responses', got {wire_api!r}")
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -168,6 +307,17 @@ class OpenAIGateway:
             raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
         self._shards: list[openai.AsyncOpenAI] = [self._client]
         self._in_flight: list[int] = [0]
+        gaps = fast_wire_gaps() if fast_wire is not False else ()
+        if gaps and fast_wire:
+            raise ConfigError(f"the openai SDK lacks the fast wire path's {', '.join(gaps)}")
+        #: whether calls take the fast wire path (else the SDK's public API)
+        self.fast_wire = fast_wire is not False and not gaps
+        if gaps:
+            _log_fallback(gaps)
+        self._security = self.fast_wire and _takes_security()
+        self._public_parameters: frozenset[str] | None = None
+        if not self.fast_wire:
+            self._public_parameters = _public_parameters(self._client, wire_api)
 
     def _take_shard(self) -> int:
         """The least busy shard; a new one when every shard has ``SHARD_CALLS`` in flight."""
@@ -185,7 +335,28 @@ class OpenAIGateway:
         return orjson.dumps(build(request, stream=stream))
 
     def _options(self, request: ModelRequest) -> Any:
-        return {"security": _SECURITY, "headers": {PURPOSE_HEADER: request.purpose}}
+        options: dict[str, Any] = {"headers": {PURPOSE_HEADER: request.purpose}}
+        if self._security:
+            options["security"] = _SECURITY
+        return options
+
+    async def _public_call(
+        self, client: openai.AsyncOpenAI, request: ModelRequest, *, stream: bool
+    ) -> Any:
+        """The SDK's typed result of ``create`` on the public API: a response or a stream."""
+        build = chat_body if self.wire_api == "chat" else responses_body
+        known, extra = _split_body(build(request, stream=stream), self._public_parameters)
+        endpoint: Any = client.chat.completions if self.wire_api == "chat" else client.responses
+        return await endpoint.create(
+            **known,
+            extra_headers={PURPOSE_HEADER: request.purpose},
+            extra_body=extra or None,
+        )
+
+    def _parse(self, data: Any) -> ModelResponse:
+        if self.wire_api == "chat":
+            return parse_chat_completion(data)
+        return parse_responses_response(data)
 
     def _raise(self, exc: BaseException, request: ModelRequest) -> NoReturn:
         error = map_openai_error(exc)
@@ -208,17 +379,17 @@ class OpenAIGateway:
         ``ModelAuthError`` or ``ModelResponseError``.
         """
         shard = self._take_shard()
+        client = self._shards[shard]
         try:
-            raw = await self._shards[shard].post(
+            if not self.fast_wire:
+                return self._parse(_plain(await self._public_call(client, request, stream=False)))
+            raw = await client.post(
                 self._path,
                 cast_to=bytes,
                 content=self._body(request, stream=False),
                 options=self._options(request),
             )
-            data = orjson.loads(raw)
-            if self.wire_api == "chat":
-                return parse_chat_completion(data)
-            return parse_responses_response(data)
+            return self._parse(orjson.loads(raw))
         except _BOUNDARY as exc:
             self._raise(exc, request)
         finally:
@@ -233,16 +404,21 @@ class OpenAIGateway:
             ChatStreamAccumulator() if self.wire_api == "chat" else ResponsesStreamAccumulator()
         )
         shard = self._take_shard()
+        client = self._shards[shard]
+        events: JsonEventStream | _PlainEvents
         try:
             try:
-                events = await self._shards[shard].post(
-                    self._path,
-                    cast_to=object,
-                    content=self._body(request, stream=True),
-                    options=self._options(request),
-                    stream=True,
-                    stream_cls=JsonEventStream,
-                )
+                if self.fast_wire:
+                    events = await client.post(
+                        self._path,
+                        cast_to=object,
+                        content=self._body(request, stream=True),
+                        options=self._options(request),
+                        stream=True,
+                        stream_cls=JsonEventStream,
+                    )
+                else:
+                    events = _PlainEvents(await self._public_call(client, request, stream=True))
             except _BOUNDARY as exc:
                 self._raise(exc, request)
             async with events:
@@ -271,14 +447,26 @@ class OpenAIGateway:
             await client.close()
 
 
+def _log_fallback(gaps: tuple[str, ...]) -> None:
+    """Warn, once per process, that calls take the public API."""
+    global _fallback_logged
+    if _fallback_logged:
+        return
+    _fallback_logged = True
+    _log.warning(
+        "openai_fast_wire_unavailable",
+        openai_version=getattr(openai, "__version__", "unknown"),
+        missing=list(gaps),
+        using="the public API (chat.completions.create / responses.create)",
+    )
+
+
 def make_gateway(settings: Settings) -> ModelGateway:
     """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``.
 
     Raises ``ConfigError`` when an OpenAI gateway has no API key.
     """
     if settings.model == "scripted":
-        from ._scripted import ScriptedModel
-
         return ScriptedModel()
     return OpenAIGateway(
         base_url=settings.base_url,

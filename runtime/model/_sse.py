@@ -11,11 +11,23 @@ the SDK's types: an ``error`` payload raises ``openai.APIError``, a transport fa
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import orjson
-from openai import AsyncStream
+
+if TYPE_CHECKING:
+    from openai import AsyncStream
+
+    _StreamBase = AsyncStream[Any]
+else:
+    # The SDK's stream class is the hook this module subclasses. Importing it by name would make
+    # an SDK without it fail at import time; the gateway checks the subclass before it uses it
+    # (``_openai_gateway.fast_wire_gaps``) and takes the public API path otherwise.
+    try:
+        _StreamBase = openai.AsyncStream[Any]
+    except (AttributeError, TypeError):
+        _StreamBase = object
 
 __all__ = ["JsonEventStream", "sse_data"]
 
@@ -31,7 +43,7 @@ def sse_data(block: bytes) -> bytes | None:
     return parts[0] if len(parts) == 1 else b"\n".join(parts)
 
 
-class JsonEventStream(AsyncStream[Any]):
+class JsonEventStream(_StreamBase):
     """An ``AsyncStream`` of decoded JSON payloads, ending at ``[DONE]`` or the body's end."""
 
     async def __stream__(self) -> AsyncIterator[Any]:

@@ -1,40 +1,55 @@
 """Read-only workspace tools: read a file, list a directory, search text, all inside one root.
 
-Every path a model gives is resolved (symlinks included) and refused unless it stays under the
-root, so neither ``..``, an absolute path nor a symlink can reach the rest of the machine. The
-file system is touched only in a worker thread, never on the event loop.
+Every path a model gives passes the rules of ``_guard`` (inside the root, symlinks included;
+never the session store; no secrets; nothing ``.gitignore`` ignores, unless the settings allow
+it); listing and searching hide what reading refuses. Every read is bounded: ``read_file``
+reads at most ``Settings.read_max_bytes`` from an offset, never a whole file, and says what it
+left out; ``search_text`` stops at ``Settings.search_max_matches`` lines and skips files over
+``Settings.search_max_file_bytes`` and binary ones, and says so. The file system is touched
+only in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
+from stowage.core import ConfigError, Settings
 
+from ._guard import Guard, Refusal, Scope
 from ._registry import FunctionTool, ToolError, ToolRegistry
 
 __all__ = ["workspace_tools"]
 
 _T = TypeVar("_T")
 
-# Bytes sniffed for a NUL to call a file binary: what git and grep do.
+# Bytes sniffed to call a file binary (a NUL, or not UTF-8): what git and grep do.
 _SNIFF_BYTES = 8192
 # A matched line longer than this is cut: minified files would flood the context otherwise.
 _MAX_LINE_CHARS = 300
 _MAX_DIR_ENTRIES = 1000
+# Files too large to search named in the note, at most.
+_MAX_SKIPPED_NAMES = 5
+# The longest UTF-8 character: a read cut at a byte limit moves this far at most to keep
+# characters whole.
+_MAX_CHAR_BYTES = 4
+_DEFAULT_READ_BYTES = 20_000
 
 
 class ReadFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="File path relative to the workspace root.")
-    offset: int = Field(default=0, ge=0, description="Character offset to start reading at.")
+    offset: int = Field(default=0, ge=0, description="Byte offset to start reading at.")
     limit: int = Field(
-        default=20_000, ge=1, le=200_000, description="Maximum number of characters to return."
+        default=_DEFAULT_READ_BYTES,
+        ge=1,
+        description="Most bytes to return; the workspace's read cap lowers a larger value.",
     )
 
 
@@ -54,33 +69,47 @@ class SearchTextArgs(BaseModel):
     max_results: int = Field(default=50, ge=1, le=1000, description="Stop after this many lines.")
 
 
-def workspace_tools(root: Path) -> ToolRegistry:
+def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegistry:
     """A registry of ``read_file``, ``list_dir`` and ``search_text`` over ``root``.
 
-    Raises ``ToolError`` if ``root`` is not an existing directory (checked here, once, before
-    any event loop work).
+    ``settings`` gives the store to keep out, the read and search bounds, ``.gitignore``
+    handling and the allowed patterns (``Settings()``'s defaults when ``None``: the store is
+    ``.stowage`` under the current directory). Raises ``ToolError`` if ``root`` is not an
+    existing directory, ``ConfigError`` for a bound below 1 or an allow pattern that does not
+    compile (checked here, once, before any event loop work).
     """
+    settings = settings if settings is not None else Settings()
+    for name in ("read_max_bytes", "search_max_matches", "search_max_file_bytes"):
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     base = Path(root).resolve()
     if not base.is_dir():
         raise ToolError(f"workspace root {str(root)!r} is not a directory")
+    guard = Guard(base, settings)
 
     async def read_file(args: ReadFileArgs) -> str:
-        return await _in_thread(lambda: _read_file(base, args))
+        return await _in_thread(lambda: _read_file(guard.scope(), args, settings.read_max_bytes))
 
     async def list_dir(args: ListDirArgs) -> str:
-        return await _in_thread(lambda: _list_dir(base, args))
+        return await _in_thread(lambda: _list_dir(guard.scope(), args))
 
     async def search_text(args: SearchTextArgs) -> str:
-        return await _in_thread(lambda: _search_text(base, args))
+        return await _in_thread(
+            lambda: _search_text(
+                guard.scope(), args, settings.search_max_matches, settings.search_max_file_bytes
+            )
+        )
 
     return ToolRegistry(
         [
             FunctionTool(
                 name="read_file",
                 description=(
-                    "Read a UTF-8 text file in the workspace. Returns up to `limit` characters "
-                    "starting at character `offset`; when the file is longer, the output ends "
-                    "with a note giving the offset to continue from. Binary files are refused. "
+                    "Read a UTF-8 text file in the workspace. Returns up to `limit` bytes "
+                    "starting at byte `offset`; when the file goes on, the output ends with a "
+                    "note giving the offset to continue from. Binary files, secrets (.env, "
+                    "keys), files ignored by .gitignore and the session store are refused. "
                     "Paths are relative to the workspace root."
                 ),
                 args_model=ReadFileArgs,
@@ -90,8 +119,8 @@ def workspace_tools(root: Path) -> ToolRegistry:
                 name="list_dir",
                 description=(
                     "List the entries of a workspace directory, sorted by name, one per line; "
-                    "directories end with '/'. Paths are relative to the workspace root; "
-                    "use '.' for the root itself."
+                    "directories end with '/'. Entries read_file would refuse are left out and "
+                    "counted. Paths are relative to the workspace root; use '.' for the root."
                 ),
                 args_model=ListDirArgs,
                 fn=list_dir,
@@ -101,8 +130,9 @@ def workspace_tools(root: Path) -> ToolRegistry:
                 description=(
                     "Find lines containing a literal, case-sensitive text in the files under a "
                     "workspace path (a file or a directory, searched recursively). Prints "
-                    "`file:line: text` per match. Skips binary files and hidden directories "
-                    "such as .git and .venv. Not a regular expression."
+                    "`file:line: text` per match. Skips binary and very large files, hidden "
+                    "directories such as .git and .venv, and what read_file refuses. Not a "
+                    "regular expression."
                 ),
                 args_model=SearchTextArgs,
                 fn=search_text,
@@ -116,99 +146,225 @@ async def _in_thread(fn: Callable[[], _T]) -> _T:
     return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
 
 
-def _resolve(base: Path, path: str) -> Path:
-    """Resolve ``path`` under ``base``; raises ``ToolError`` if it escapes the workspace."""
-    if os.path.isabs(path) or path.startswith("~"):
-        raise ToolError(f"path {path!r} is absolute; give a path relative to the workspace root")
-    target = (base / path).resolve()
-    if not target.is_relative_to(base):
-        raise ToolError(f"path {path!r} is outside the workspace; access refused")
-    return target
-
-
 def _display(base: Path, target: Path) -> str:
     return target.relative_to(base).as_posix() or "."
 
 
-def _is_binary(head: bytes) -> bool:
-    return b"\0" in head[:_SNIFF_BYTES]
+def _binary_reason(head: bytes, *, whole: bool) -> str | None:
+    """Why a file starting with ``head`` is binary (``whole``: that is all of it), or None."""
+    if b"\0" in head[:_SNIFF_BYTES]:
+        return "it has NUL bytes"
+    try:
+        head[:_SNIFF_BYTES].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        cut_short = exc.reason == "unexpected end of data" and not whole
+        if not (cut_short and exc.start >= min(len(head), _SNIFF_BYTES) - _MAX_CHAR_BYTES):
+            return "it is not UTF-8 text"
+    return None
 
 
-def _read_file(base: Path, args: ReadFileArgs) -> str:
-    target = _resolve(base, args.path)
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _read_file(scope: Scope, args: ReadFileArgs, cap: int) -> str:
+    target = scope.resolve(args.path)
     if target.is_dir():
         raise ToolError(f"{args.path!r} is a directory; use list_dir to see its entries")
     if not target.is_file():
         raise ToolError(f"no such file: {args.path!r}")
-    data = target.read_bytes()
-    if _is_binary(data):
-        raise ToolError(f"{args.path!r} is a binary file ({len(data)} bytes); not shown")
-    text = data.decode("utf-8", errors="replace")
-    total = len(text)
-    if args.offset >= total and total > 0:
-        raise ToolError(f"offset {args.offset} is past the end of {args.path!r} ({total} chars)")
-    end = min(args.offset + args.limit, total)
-    chunk = text[args.offset : end]
-    if args.offset > 0 or end < total:
-        chunk += f"\n[showing characters {args.offset}-{end} of {total}"
-        chunk += f"; call read_file with offset={end} to read more]" if end < total else "]"
-    return chunk
+    want = min(args.limit, cap)
+    with open(target, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        head = file.read(_SNIFF_BYTES)
+        reason = _binary_reason(head, whole=len(head) >= size)
+        if reason is not None:
+            raise ToolError(f"{args.path!r} is a binary file ({size:,} bytes; {reason}); not shown")
+        if args.offset > 0 and args.offset >= size:
+            raise ToolError(f"offset {args.offset} is past the end of {args.path!r} ({size} bytes)")
+        file.seek(args.offset)
+        # a few bytes more than wanted tell whether the cut falls inside a character
+        data = file.read(want + _MAX_CHAR_BYTES)
+    start = 0
+    if args.offset > 0:  # an offset inside a character starts at the next one
+        while start < min(len(data), _MAX_CHAR_BYTES - 1) and _is_continuation(data[start]):
+            start += 1
+    cut = _char_cut(data, start, start + want) if len(data) > start + want else len(data)
+    text = data[start:cut].decode("utf-8", errors="replace")
+    first, end = args.offset + start, args.offset + cut
+    if first == 0 and end >= size:
+        return text
+    note = f"\n[bytes {first:,}-{end:,} of {size:,}"
+    if end < size:
+        note += (
+            f"; {size - end:,} more bytes not shown; call read_file with offset={end} to continue"
+        )
+        if args.limit > cap:
+            note += f" (at most {cap:,} bytes a call)"
+    return text + note + "]"
 
 
-def _list_dir(base: Path, args: ListDirArgs) -> str:
-    target = _resolve(base, args.path)
+def _char_cut(data: bytes, start: int, limit: int) -> int:
+    """Where to end a read of ``data[start:]`` wanted up to ``limit``: the last UTF-8 character
+    boundary at or below it. Past it (by at most 3 bytes) only when the first character is
+    longer than the whole read (so a read always moves on), or the bytes there are not UTF-8."""
+    cut = limit
+    floor = max(start, limit - (_MAX_CHAR_BYTES - 1))
+    while cut > floor and _is_continuation(data[cut]):
+        cut -= 1
+    if cut > start and not _is_continuation(data[cut]):
+        return cut
+    cut = limit
+    while cut < len(data) and cut - limit < _MAX_CHAR_BYTES - 1 and _is_continuation(data[cut]):
+        cut += 1
+    return cut
+
+
+def _list_dir(scope: Scope, args: ListDirArgs) -> str:
+    base = scope.base
+    target = scope.resolve(args.path)
     if not target.exists():
         raise ToolError(f"no such directory: {args.path!r}")
     if not target.is_dir():
         raise ToolError(f"{args.path!r} is a file, not a directory; use read_file to read it")
-    entries = sorted(
-        entry.name + "/" if entry.is_dir() else entry.name for entry in target.iterdir()
-    )
+    parts = target.relative_to(base).parts
+    entries: list[str] = []
+    hidden: Counter[str] = Counter()
+    with os.scandir(target) as found:
+        for entry in sorted(found, key=lambda e: e.name):
+            path = Path(entry.path)
+            is_dir = path.is_dir()
+            refusal = _entry_refusal(scope, (*parts, entry.name), path, is_dir)
+            if refusal is not None:
+                hidden[refusal.label] += 1
+            else:
+                entries.append(entry.name + "/" if is_dir else entry.name)
+    note = ""
+    if hidden:
+        counts = ", ".join(f"{count} {label}" for label, count in sorted(hidden.items()))
+        note = f"[not shown: {counts}]"
     if not entries:
-        return f"{_display(base, target)}/ is empty"
+        shown = _display(base, target)
+        return f"{shown}/ is empty" if not hidden else f"{shown}/ has nothing to show\n{note}"
     if len(entries) > _MAX_DIR_ENTRIES:
-        hidden = len(entries) - _MAX_DIR_ENTRIES
-        entries = [*entries[:_MAX_DIR_ENTRIES], f"[{hidden} more entries not shown]"]
-    return "\n".join(entries)
+        more = len(entries) - _MAX_DIR_ENTRIES
+        entries = [*entries[:_MAX_DIR_ENTRIES], f"[{more} more entries not shown]"]
+    return "\n".join([*entries, note] if note else entries)
 
 
-def _search_text(base: Path, args: SearchTextArgs) -> str:
-    target = _resolve(base, args.path)
+def _entry_refusal(
+    scope: Scope, parts: tuple[str, ...], path: Path, is_dir: bool
+) -> Refusal | None:
+    """Why an entry (its parent already passed) is refused; a symlink's target must pass too."""
+    refusal = scope.entry_refusal(parts, is_dir)
+    if refusal is None and path.is_symlink():
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # 3.11 raises RuntimeError for a symlink loop
+            return None  # nothing can be read through it; read_file says why
+        if real.is_relative_to(scope.base):
+            refusal = scope.refusal(real.relative_to(scope.base).parts, is_dir)
+    return refusal
+
+
+def _search_text(scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: int) -> str:
+    base = scope.base
+    target = scope.resolve(args.path)
     if not target.exists():
         raise ToolError(f"no such file or directory: {args.path!r}")
+    limit = min(args.max_results, most)
     matches: list[str] = []
-    for file in _files_under(base, target):
+    too_large: list[str] = []
+    stopped = False
+    for file in _files_under(scope, target):
+        shown = _display(base, file)
         try:
-            data = file.read_bytes()
+            with open(file, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > max_file_bytes:
+                    too_large.append(shown)
+                    continue
+                data = handle.read(max_file_bytes + 1)
         except OSError:
             continue  # unreadable (permissions, vanished): nothing to find there
-        if _is_binary(data):
+        if len(data) > max_file_bytes:  # it grew since
+            too_large.append(shown)
             continue
-        shown = _display(base, file)
+        if _binary_reason(data, whole=True) is not None:
+            continue
         for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            if args.pattern in line:
-                text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
-                matches.append(f"{shown}:{number}: {text}")
-                if len(matches) >= args.max_results:
-                    matches.append(
-                        f"[stopped at {args.max_results} matches; narrow the pattern or path]"
-                    )
-                    return "\n".join(matches)
-    if not matches:
-        return f"no matches for {args.pattern!r} under {_display(base, target)}"
-    return "\n".join(matches)
+            if args.pattern not in line:
+                continue
+            if len(matches) == limit:
+                stopped = True
+                break
+            text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
+            matches.append(f"{shown}:{number}: {text}")
+        if stopped:
+            break
+    lines = matches or [f"no matches for {args.pattern!r} under {_display(base, target)}"]
+    if stopped:
+        most_note = ", the most search_text returns" if limit < args.max_results else ""
+        lines.append(
+            f"[stopped at {limit} matches{most_note}; more lines match: narrow the pattern or path]"
+        )
+    if too_large:
+        names = ", ".join(too_large[:_MAX_SKIPPED_NAMES])
+        if len(too_large) > _MAX_SKIPPED_NAMES:
+            names += f" and {len(too_large) - _MAX_SKIPPED_NAMES} more"
+        files = "file" if len(too_large) == 1 else "files"
+        lines.append(
+            f"[skipped {len(too_large)} {files} over {max_file_bytes:,} bytes: {names}; "
+            "read_file reads them in parts]"
+        )
+    return "\n".join(lines)
 
 
-def _files_under(base: Path, target: Path) -> list[Path]:
+def _files_under(scope: Scope, target: Path) -> Iterator[Path]:
+    """The files to search under ``target``, sorted, each directory's files before its
+    subdirectories; hidden and refused directories and refused files are skipped, and
+    symlinked directories are not followed."""
+    base = scope.base
     if target.is_file():
-        return [target]
-    files: list[Path] = []
-    for directory, dirnames, filenames in os.walk(target):
-        # Pruning in place stops os.walk descending into hidden dirs (.git, .venv, ...).
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(directory, name)
-            # A symlinked file may point outside the workspace; read only what stays inside.
-            if path.is_file() and path.resolve().is_relative_to(base):
-                files.append(path)
-    return files
+        yield target
+        return
+    stack = [target]
+    while stack:
+        directory = stack.pop()
+        parts = directory.relative_to(base).parts
+        try:
+            with os.scandir(directory) as found:
+                entries = sorted(found, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs: list[Path] = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    # hidden directories (.git, .venv, ...) are tooling, not the project
+                    if not entry.name.startswith(".") and (
+                        scope.entry_refusal((*parts, entry.name), True) is None
+                    ):
+                        subdirs.append(Path(entry.path))
+                    continue
+                if not entry.is_file():  # sockets, FIFOs, dangling or directory symlinks
+                    continue
+            except OSError:
+                continue
+            path = Path(entry.path)
+            if scope.entry_refusal((*parts, entry.name), False) is not None:
+                continue
+            if entry.is_symlink() and not _symlink_passes(scope, path):
+                continue
+            yield path
+        stack.extend(reversed(subdirs))
+
+
+def _symlink_passes(scope: Scope, path: Path) -> bool:
+    """Whether a symlinked file resolves inside the workspace to a file the rules let through."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # 3.11 raises RuntimeError for a symlink loop
+        return False
+    if not real.is_relative_to(scope.base):
+        return False
+    return scope.refusal(real.relative_to(scope.base).parts, False) is None

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+pytestmark = pytest.mark.slow
 
-
-def stowage(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stowage.cli", *args],
-        cwd=cwd,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+Cli = Callable[..., subprocess.CompletedProcess[str]]  # the ``cli`` fixture of tests/conftest.py
 
 
 @pytest.fixture
@@ -34,8 +24,8 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_run_streams_an_answer_and_prints_the_new_session_id(workdir: Path) -> None:
-    done = stowage("run", "what is in the notes?", "--store", "st", cwd=workdir)
+def test_run_streams_an_answer_and_prints_the_new_session_id(workdir: Path, cli: Cli) -> None:
+    done = cli("run", "what is in the notes?", "--store", "st", cwd=workdir)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     session_line = next(line for line in done.stderr.splitlines() if line.startswith("session: "))
@@ -43,40 +33,42 @@ def test_run_streams_an_answer_and_prints_the_new_session_id(workdir: Path) -> N
     assert (workdir / "st" / f"{session_id}.jsonl").is_file()
 
 
-def test_show_and_check_report_compactions_of_a_long_session(workdir: Path) -> None:
+def test_show_and_check_report_compactions_of_a_long_session(workdir: Path, cli: Cli) -> None:
     for n in range(4):
         command = "run" if n == 0 else "resume"
         args = ["--session", "long"] if n == 0 else ["long"]
-        done = stowage(
+        done = cli(
             command, *args, f"question {n} about the notes", "--store", "st",
             "--compact-threshold", "600", cwd=workdir,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-    shown = stowage("show", "long", "--store", "st", cwd=workdir)
+    shown = cli("show", "long", "--store", "st", cwd=workdir)
     assert shown.returncode == 0
     assert "== compaction 1 (full)" in shown.stdout
     assert "reason: Reported token usage" in shown.stdout
-    as_json = stowage("show", "long", "--store", "st", "--json", cwd=workdir)
+    as_json = cli("show", "long", "--store", "st", "--json", cwd=workdir)
     types = [json.loads(line)["type"] for line in as_json.stdout.splitlines()]
     assert types[0] == "session" and "compaction" in types
-    checked = stowage("check", "long", "--store", "st", cwd=workdir)
+    checked = cli("check", "long", "--store", "st", cwd=workdir)
     assert checked.returncode == 0, checked.stdout
     assert checked.stdout.strip().endswith("ok")
 
 
-def test_check_fails_on_a_corrupt_line_in_the_middle_naming_file_and_line(workdir: Path) -> None:
-    assert stowage("run", "--session", "c", "hello", "--store", "st", cwd=workdir).returncode == 0
+def test_check_fails_on_a_corrupt_line_in_the_middle_naming_file_and_line(
+    workdir: Path, cli: Cli
+) -> None:
+    assert cli("run", "--session", "c", "hello", "--store", "st", cwd=workdir).returncode == 0
     log = workdir / "st" / "c.jsonl"
     lines = log.read_text().splitlines(keepends=True)
     lines[2] = "{not json\n"
     log.write_text("".join(lines))
-    checked = stowage("check", "c", "--store", "st", cwd=workdir)
+    checked = cli("check", "c", "--store", "st", cwd=workdir)
     assert checked.returncode != 0
     assert "c.jsonl:3" in checked.stdout + checked.stderr
 
 
-def test_bad_session_id_is_refused_with_a_clear_error(workdir: Path) -> None:
-    done = stowage("run", "--session", "../escape", "hi", "--store", "st", cwd=workdir)
+def test_bad_session_id_is_refused_with_a_clear_error(workdir: Path, cli: Cli) -> None:
+    done = cli("run", "--session", "../escape", "hi", "--store", "st", cwd=workdir)
     assert done.returncode == 2
     assert "invalid session id" in done.stderr
     assert not (workdir / "escape.jsonl").exists()
@@ -98,7 +90,7 @@ registry = ToolRegistry([FunctionTool(name="wait_here", description="waits", arg
 
 
 def test_sigkill_mid_round_then_check_passes_and_resume_closes_the_orphan_call(
-    workdir: Path,
+    workdir: Path, cli: Cli, cli_env: dict[str, str]
 ) -> None:
     """Crash test: the call is durable, the tool never finishes, the process is killed."""
     (workdir / "slowtools.py").write_text(SLOW_TOOLS)
@@ -106,7 +98,7 @@ def test_sigkill_mid_round_then_check_passes_and_resume_closes_the_orphan_call(
     proc = subprocess.Popen(
         [sys.executable, "-m", "stowage.cli", "run", "--session", "crash", "--store", "st",
          "--tools-from", "slowtools:registry", "start the slow job"],
-        cwd=workdir, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=workdir, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -121,10 +113,10 @@ def test_sigkill_mid_round_then_check_passes_and_resume_closes_the_orphan_call(
             proc.kill()
         if proc.stderr:
             proc.stderr.close()
-    checked = stowage("check", "crash", "--store", "st", cwd=workdir)
+    checked = cli("check", "crash", "--store", "st", cwd=workdir)
     assert checked.returncode == 0, checked.stdout
     assert "without output" in checked.stdout
-    resumed = stowage("resume", "crash", "go on", "--store", "st", "--tools", "none", cwd=workdir)
+    resumed = cli("resume", "crash", "go on", "--store", "st", "--tools", "none", cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]
     calls = {
@@ -139,4 +131,4 @@ def test_sigkill_mid_round_then_check_passes_and_resume_closes_the_orphan_call(
     }
     assert calls and calls == set(outputs)
     assert all("may or may not have run" in outputs[c] for c in calls)
-    assert stowage("check", "crash", "--store", "st", cwd=workdir).returncode == 0
+    assert cli("check", "crash", "--store", "st", cwd=workdir).returncode == 0

@@ -8,22 +8,21 @@ coming back after a resume in a new process. Both wire APIs.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from stowage.testing import call_ids, orphan_calls
 
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")} | {
-    "PYTHONUNBUFFERED": "1"
-}
+pytestmark = pytest.mark.slow
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]  # the ``cli`` fixture of tests/conftest.py
 
 
 @pytest.fixture
-def fake_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def fake_server(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[tuple[str, Path]]:
     record = tmp_path / "requests.jsonl"
     proc = subprocess.Popen(
         [
@@ -38,7 +37,7 @@ def fake_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env=ENV,
+        env=cli_env,
     )
     try:
         assert proc.stdout is not None
@@ -52,20 +51,13 @@ def fake_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             proc.stdout.close()
 
 
-def stowage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stowage.cli", *args],
-        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
-
 def recorded(path: Path) -> list[dict]:
     return [json.loads(line)["body"] for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("wire", ["chat", "responses"])
 def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_call(
-    fake_server: tuple[str, Path], tmp_path: Path, wire: str
+    fake_server: tuple[str, Path], tmp_path: Path, wire: str, cli: Cli
 ) -> None:
     url, record = fake_server
     work = tmp_path / "work"
@@ -74,11 +66,11 @@ def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_
         (work / name).write_text(f"{name} holds " + "data " * 300)
     common = ["--store", "st", "--model", "fake-model", "--base-url", url, "--api-key", "sk-test",
               "--wire-api", wire, "--compact-threshold", "1200"]  # fmt: skip
-    first = stowage("run", "--session", "bb", "read the alpha file", *common, cwd=work)
+    first = cli("run", "--session", "bb", "read the alpha file", *common, cwd=work)
     assert first.returncode == 0, first.stderr
     assert "sk-test" not in first.stderr + first.stdout
     for n in range(4):
-        done = stowage("resume", "bb", f"now look at file number {n}", *common, cwd=work)
+        done = cli("resume", "bb", f"now look at file number {n}", *common, cwd=work)
         assert done.returncode == 0, done.stderr
 
     bodies = recorded(record)
@@ -90,12 +82,9 @@ def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_
     compactions = [r for r in log if r["type"] == "compaction"]
     assert len(compactions) == len(summaries) >= 2
 
-    # a resume in a new process sends nothing the newest compaction absorbed
+    # a resume in a new process sends nothing the newest compaction (before it) absorbed
     before = len(bodies)
-    last = stowage("resume", "bb", "one more thing", *common, cwd=work)
-    assert last.returncode == 0, last.stderr
-    log = [json.loads(line) for line in (work / "st" / "bb.jsonl").read_text().splitlines()]
-    newest = [r for r in log if r["type"] == "compaction"][-1]
+    newest = compactions[-1]
     absorbed = {
         r["item"]["call_id"]
         for r in log
@@ -103,7 +92,9 @@ def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_
         and r["item"]["type"] == "function_call"
         and r["seq"] <= newest["covers_through"]
     }
+    last = cli("resume", "bb", "one more thing", *common, cwd=work)
+    assert last.returncode == 0, last.stderr
     after = recorded(record)[before:]
     assert after
     assert all(not (call_ids(body) & absorbed) for body in after)
-    assert stowage("check", "bb", "--store", "st", cwd=work).returncode == 0
+    assert cli("check", "bb", "--store", "st", cwd=work).returncode == 0

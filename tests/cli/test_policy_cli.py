@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+import pytest
+
+pytestmark = pytest.mark.slow
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]  # the ``cli`` fixture of tests/conftest.py
 
 
-def stowage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stowage.cli", *args],
-        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-
-
-def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path) -> None:
+def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path, cli: Cli) -> None:
     (tmp_path / "notes.txt").write_text("the launch code is 4242\n" * 50)
-    done = stowage("run", "--session", "s1", "--store", "st", "read the notes", cwd=tmp_path)
+    done = cli("run", "--session", "s1", "--store", "st", "read the notes", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    compacted = stowage(
-        "compact", "s1", "--store", "st", "--focus", "the launch code", cwd=tmp_path
-    )
+    compacted = cli("compact", "s1", "--store", "st", "--focus", "the launch code", cwd=tmp_path)
     assert compacted.returncode == 0, compacted.stderr
     assert "compacted (full)" in compacted.stdout
-    shown = stowage("show", "s1", "--store", "st", cwd=tmp_path)
+    shown = cli("show", "s1", "--store", "st", cwd=tmp_path)
     assert "== compaction 1 (full)" in shown.stdout and "manual compaction" in shown.stdout
     # no --compact-threshold and a registered model: the session runs the watermark policy
     records = [json.loads(line) for line in (tmp_path / "st" / "s1.jsonl").read_text().splitlines()]
@@ -36,19 +30,19 @@ def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path) -
 
 
 def test_a_small_context_window_from_the_command_line_microcompacts_and_compacts(
-    tmp_path: Path,
+    tmp_path: Path, cli: Cli, repo_root: Path
 ) -> None:
-    src = Path(__file__).resolve().parents[2] / "runtime"
+    src = repo_root / "runtime"
     for n in range(3):
         args = ["--session", "w"] if n == 0 else []
         command = "run" if n == 0 else "resume"
         target = [] if n == 0 else ["w"]
-        done = stowage(
+        done = cli(
             command, *target, *args, f"survey the code, part {n}", "--store", str(tmp_path / "st"),
             "--context-window", "3000", "--max-output-tokens", "300", cwd=src,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-    shown = stowage("show", "w", "--store", str(tmp_path / "st"), cwd=src).stdout
+    shown = cli("show", "w", "--store", str(tmp_path / "st"), cwd=src).stdout
     assert "~~ microcompaction" in shown or "== compaction" in shown
-    checked = stowage("check", "w", "--store", str(tmp_path / "st"), cwd=src)
+    checked = cli("check", "w", "--store", str(tmp_path / "st"), cwd=src)
     assert checked.returncode == 0, checked.stdout

@@ -99,6 +99,6 @@ async def test_a_hibernated_session_keeps_nothing_but_its_id(tmp_path: Path) -> 
             await rt.send("gone", "hello")
             session = rt.sessions["gone"]
             await rt.hibernate("gone")
-            assert session._stopped.is_set()
+            assert session.stopped
             assert rt.sessions == {} and rt.hibernated == {"gone"}
             assert rt._opening == {} and rt._hibernating == {}

@@ -18,6 +18,7 @@ from stowage.load._engine import LoadConfig, run_load
 QUIET = Console(quiet=True)
 
 
+@pytest.mark.slow
 async def test_fifty_sessions_in_process_compact_several_times_and_pass_every_check(
     tmp_path: Path,
 ) -> None:
@@ -33,6 +34,7 @@ async def test_fifty_sessions_in_process_compact_several_times_and_pass_every_ch
     assert report["requests"] == report["rounds"] + report["summary_requests"]
 
 
+@pytest.mark.slow
 async def test_load_through_the_fake_server_process_rides_out_injected_faults(
     tmp_path: Path,
 ) -> None:
@@ -46,13 +48,39 @@ async def test_load_through_the_fake_server_process_rides_out_injected_faults(
                 faults="429:0.1,500:0.02,slow:0.02",
                 slow_delay=0.05,
                 retry_after=0.01,
+                allow_failed_turns=20 * 4,
             ),
             console=QUIET,
         )
     assert report["ok"], report["problems"]
+    assert report["turns_failed"] == sum(report["turn_errors"].values()) + sum(
+        report["turns_stopped"].values()
+    )
     assert report["faults_injected"].get("rate_limit", 0) > 0
     assert report["turns_answered"] + sum(report["turn_errors"].values()) == 20 * 4
     assert report["compactions"] >= 20
+
+
+async def test_failed_turns_fail_the_verdict_unless_allowed(tmp_path: Path) -> None:
+    """500s on a third of the requests fail turns; the verdict says so unless allowed."""
+    config = LoadConfig(
+        sessions=6, turns=4, in_process=True, progress=False, faults="500:0.35", seed=3
+    )
+    with anyio.fail_after(60):
+        strict = await run_load(config, console=QUIET)
+        lenient = await run_load(
+            LoadConfig(
+                sessions=6, turns=4, in_process=True, progress=False, faults="500:0.35", seed=3,
+                allow_failed_turns=6 * 4,
+            ),
+            console=QUIET,
+        )  # fmt: skip
+    assert strict["turns_failed"] > 0
+    assert not strict["ok"]
+    assert strict["checks"]["failed_turns_within_allowance"] is False
+    assert any("more than --allow-failed-turns 0" in p for p in strict["problems"])
+    assert lenient["checks"]["failed_turns_within_allowance"] is True
+    assert lenient["ok"], lenient["problems"]
 
 
 def test_fault_spec_with_an_unknown_fault_is_refused() -> None:

@@ -1,44 +1,52 @@
-"""The OpenAI gateway: pure wire mapping, and the real SDK against the fake server over HTTP."""
+"""The OpenAI gateway: pure wire mapping, and the real SDK against the fake server over HTTP, on
+the fast wire path and on the public API it falls back to."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
-from typing import Literal
+from types import SimpleNamespace
+from typing import Any, Literal
 
 import anyio
 import httpx
+import openai
 import pytest
-from stowage.core._errors import (
+from stowage.core import (
+    AssistantMessage,
+    CompactionSummary,
     ConfigError,
     ContextLengthExceeded,
+    FunctionCall,
+    FunctionCallOutput,
     ModelAuthError,
     ModelConnectionError,
     ModelError,
+    ModelRequest,
     ModelResponseError,
     RateLimitError,
-)
-from stowage.core._gateway import ModelRequest, ResponseDone, TextDelta, ToolSpec
-from stowage.core._items import (
-    AssistantMessage,
-    CompactionSummary,
-    FunctionCall,
-    FunctionCallOutput,
+    ResponseDone,
+    Settings,
     SystemMessage,
+    TextDelta,
+    ToolSpec,
+    Usage,
     UserMessage,
 )
-from stowage.core._records import Usage
-from stowage.core._settings import Settings
-from stowage.model._brain import ScriptedBrain
+from stowage.model import ScriptedBrain, ScriptedModel
+from stowage.model import _openai_gateway as gateway_module
 from stowage.model._openai_gateway import (
     OpenAIGateway,
     chat_body,
     chat_messages,
+    fast_wire_gaps,
     make_gateway,
+    map_openai_error,
     parse_retry_after,
     responses_body,
     responses_input,
@@ -48,9 +56,9 @@ from stowage.model._openai_wire import (
     ResponsesStreamAccumulator,
     is_context_length_error,
 )
-from stowage.model._scripted import ScriptedModel
 from stowage.testing import FakeOpenAIServer, Fault
 from stowage.testing._fake_wire import request_from_chat, request_from_responses
+from structlog.testing import capture_logs
 
 WireApi = Literal["chat", "responses"]
 TOOLS = (
@@ -69,21 +77,43 @@ ITEMS = (
 )
 
 
+OPENAI_VERSION = tuple(int(n) for n in re.findall(r"\d+", openai.__version__)[:2])
+# openai 2.16 added post(content=...), the last of the fast wire path's hooks to arrive
+SDK_HAS_FAST_WIRE = OPENAI_VERSION >= (2, 16)
+needs_fast_wire = pytest.mark.skipif(
+    not SDK_HAS_FAST_WIRE, reason=f"openai {openai.__version__} lacks the fast wire path's hooks"
+)
+
+
 @pytest.fixture(params=["chat", "responses"])
 def gw_wire_api(request: pytest.FixtureRequest) -> WireApi:
     api: WireApi = request.param
     return api
 
 
+@pytest.fixture(
+    params=[pytest.param(True, id="fast", marks=needs_fast_wire), pytest.param(False, id="public")]
+)
+def gw_fast(request: pytest.FixtureRequest) -> bool:
+    """The fast wire path, or the public API the gateway falls back to."""
+    fast: bool = request.param
+    return fast
+
+
 @asynccontextmanager
 async def _serving(
-    wire_api: WireApi, *, max_retries: int = 0
+    wire_api: WireApi, *, fast: bool | None = None, max_retries: int = 0
 ) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
     # Not a fixture: the server's task group must be entered and left by the test's own task.
     async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
         gateway = OpenAIGateway(
-            base_url=server.base_url, api_key="sk-test", wire_api=wire_api, max_retries=max_retries
+            base_url=server.base_url,
+            api_key="sk-test",
+            wire_api=wire_api,
+            max_retries=max_retries,
+            fast_wire=fast,
         )
+        assert fast is None or gateway.fast_wire is fast
         try:
             yield server, gateway
         finally:
@@ -207,9 +237,11 @@ def test_make_gateway_gives_the_scripted_model_for_model_scripted() -> None:
 # --- over HTTP with the real SDK ----------------------------------------------------------
 
 
-async def test_stream_text_deltas_join_to_the_final_text(gw_wire_api: WireApi) -> None:
+async def test_stream_text_deltas_join_to_the_final_text(
+    gw_wire_api: WireApi, gw_fast: bool
+) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api) as (_, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
             # no tools: the brain answers at once (the purpose header says "round")
             events = [e async for e in gateway.stream(_request(tools=()))]
         deltas = [e.text for e in events if isinstance(e, TextDelta)]
@@ -219,11 +251,11 @@ async def test_stream_text_deltas_join_to_the_final_text(gw_wire_api: WireApi) -
         assert "".join(deltas) == done[0].response.text != ""
 
 
-async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi) -> None:
+async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi, gw_fast: bool) -> None:
     with anyio.fail_after(15):
         request = _request()
         expected = ScriptedBrain(tool_rounds=1)(request)
-        async with _serving(gw_wire_api) as (_, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -234,7 +266,9 @@ async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi) -> 
             assert json.loads(response.calls[0].arguments) == {"path": "."}
 
 
-async def test_usage_and_answer_text_are_parsed_streaming_and_not(gw_wire_api: WireApi) -> None:
+async def test_usage_and_answer_text_are_parsed_streaming_and_not(
+    gw_wire_api: WireApi, gw_fast: bool
+) -> None:
     with anyio.fail_after(15):
         request = _request(
             FunctionCall(call_id="c", name="list_dir", arguments="{}"),
@@ -242,7 +276,7 @@ async def test_usage_and_answer_text_are_parsed_streaming_and_not(gw_wire_api: W
         )
         expected = ScriptedBrain(tool_rounds=1)(request)
         assert isinstance(expected.usage, Usage)
-        async with _serving(gw_wire_api) as (_, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -252,10 +286,10 @@ async def test_usage_and_answer_text_are_parsed_streaming_and_not(gw_wire_api: W
 
 
 async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
-    gw_wire_api: WireApi,
+    gw_wire_api: WireApi, gw_fast: bool
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api) as (server, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
             summary = _request(tools=(), tool_choice="none", purpose="summary")
             response = await gateway.create(summary)
             body = server.requests[-1]
@@ -277,10 +311,10 @@ async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
 )
 @pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
 async def test_injected_faults_map_to_model_errors(
-    gw_wire_api: WireApi, fault: Fault, error: type[ModelError], streaming: bool
+    gw_wire_api: WireApi, gw_fast: bool, fault: Fault, error: type[ModelError], streaming: bool
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api) as (server, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
             server.inject(fault)
             with pytest.raises(error) as caught:
                 if streaming:
@@ -294,30 +328,38 @@ async def test_injected_faults_map_to_model_errors(
         assert caught.value.__cause__ is not None
 
 
-async def test_unreachable_endpoint_raises_model_connection_error(gw_wire_api: WireApi) -> None:
+async def test_unreachable_endpoint_raises_model_connection_error(
+    gw_wire_api: WireApi, gw_fast: bool
+) -> None:
     with anyio.fail_after(15):
         gateway = OpenAIGateway(
-            base_url="http://127.0.0.1:9/v1", api_key="k", wire_api=gw_wire_api, max_retries=0
+            base_url="http://127.0.0.1:9/v1",
+            api_key="k",
+            wire_api=gw_wire_api,
+            max_retries=0,
+            fast_wire=gw_fast,
         )
         try:
             with pytest.raises(ModelConnectionError):
                 await gateway.create(_request())
+            with pytest.raises(ModelConnectionError):
+                [e async for e in gateway.stream(_request())]
         finally:
             await gateway.aclose()
 
 
-async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi) -> None:
+async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: bool) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api) as (server, gateway):
+        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
             server.inject(Fault.server_error(), when="summary")
             assert (await gateway.create(_request())).calls
             with pytest.raises(ModelConnectionError):
                 await gateway.create(_request(tools=(), purpose="summary"))
 
 
-async def test_the_sdk_retries_a_rate_limit_then_succeeds() -> None:
+async def test_the_sdk_retries_a_rate_limit_then_succeeds(gw_fast: bool) -> None:
     with anyio.fail_after(15):
-        async with _serving("chat", max_retries=1) as (server, gateway):
+        async with _serving("chat", fast=gw_fast, max_retries=1) as (server, gateway):
             server.inject(Fault.rate_limit(retry_after=0))
             response = await gateway.create(_request())
         assert response.calls and len(server.requests) == 2
@@ -401,3 +443,151 @@ def test_context_length_errors_are_recognised_by_code_or_message(
     code: str | None, message: str, expected: bool
 ) -> None:
     assert is_context_length_error(code, message) is expected
+
+
+# --- the fast wire path's hooks, and the public API without them ------------------------
+
+
+class _OldClient:
+    """``AsyncOpenAI.post`` as openai 1.x has it: no ``content=``."""
+
+    async def post(
+        self,
+        path: str,
+        *,
+        cast_to: type,
+        body: object = None,
+        files: object = None,
+        options: object = None,
+        stream: bool = False,
+        stream_cls: type | None = None,
+    ) -> object: ...
+
+
+class _NewClient(_OldClient):
+    async def post(self, path: str, *, content: bytes | None = None, **rest: Any) -> object: ...
+
+
+def test_detection_names_each_missing_hook() -> None:
+    assert (
+        fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_NewClient, AsyncStream=openai.AsyncStream))
+        == ()
+    )
+    old = SimpleNamespace(AsyncOpenAI=_OldClient, AsyncStream=openai.AsyncStream)
+    assert fast_wire_gaps(old) == ("AsyncOpenAI.post(content=...)",)
+    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=object)) == (
+        "AsyncOpenAI.post",
+        "AsyncStream",
+    )
+
+    class Stream:  # not the base of JsonEventStream, no response, no async context
+        def __init__(self, *, cast_to: type, client: object) -> None: ...
+
+        def __stream__(self) -> None: ...
+
+        def __aiter__(self) -> None: ...
+
+        def __anext__(self) -> None: ...
+
+    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_NewClient, AsyncStream=Stream)) == (
+        "AsyncStream as a base class",
+        "AsyncStream.__aenter__",
+        "AsyncStream.__aexit__",
+        "AsyncStream.response",
+        "AsyncStream(<response=...>)",
+    )
+
+
+async def test_the_installed_sdk_has_the_hooks_from_openai_2_16_on() -> None:
+    assert (fast_wire_gaps() == ()) is SDK_HAS_FAST_WIRE
+    # request options carry `security` from openai 2.34 on; before, the fast path leaves it out
+    assert gateway_module._takes_security() is (OPENAI_VERSION >= (2, 34))
+    gateway = OpenAIGateway(base_url=None, api_key="k", wire_api="chat")
+    await gateway.aclose()
+    assert gateway.fast_wire is SDK_HAS_FAST_WIRE
+
+
+async def test_without_the_hooks_the_gateway_warns_once_and_calls_the_public_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        gateway_module, "fast_wire_gaps", lambda: ("AsyncOpenAI.post(content=...)",)
+    )
+    monkeypatch.setattr(gateway_module, "_fallback_logged", False)
+    request = _request()
+    expected = ScriptedBrain(tool_rounds=1)(request)
+    with anyio.fail_after(15), capture_logs() as logs:
+        for wire_api in ("chat", "responses"):
+            async with _serving(wire_api) as (_, gateway):
+                assert not gateway.fast_wire
+                created = await gateway.create(request)
+                streamed = [e async for e in gateway.stream(request)][-1]
+            assert isinstance(streamed, ResponseDone)
+            assert created == streamed.response == expected
+        with pytest.raises(ConfigError, match=r"post\(content=\.\.\.\)"):
+            OpenAIGateway(base_url=None, api_key="k", wire_api="chat", fast_wire=True)
+    assert logs == [
+        {
+            "event": "openai_fast_wire_unavailable",
+            "log_level": "warning",
+            "openai_version": openai.__version__,
+            "missing": ["AsyncOpenAI.post(content=...)"],
+            "using": "the public API (chat.completions.create / responses.create)",
+        }
+    ]
+
+
+@needs_fast_wire
+@pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
+async def test_both_paths_put_the_same_body_on_the_wire(
+    gw_wire_api: WireApi, streaming: bool
+) -> None:
+    request = _request(
+        FunctionCall(call_id="c", name="list_dir", arguments="{}"),
+        FunctionCallOutput(call_id="c", output="a.py"),
+        max_output_tokens=64,
+    )
+    bodies = []
+    with anyio.fail_after(15):
+        for fast in (True, False):
+            async with _serving(gw_wire_api, fast=fast) as (server, gateway):
+                if streaming:
+                    [e async for e in gateway.stream(request)]
+                else:
+                    await gateway.create(request)
+                bodies.append(server.requests[-1])
+    assert bodies[0] == bodies[1]
+
+
+async def test_body_fields_the_public_create_does_not_take_go_as_extra_body(
+    gw_wire_api: WireApi,
+) -> None:
+    with anyio.fail_after(15):
+        async with _serving(gw_wire_api, fast=False) as (server, gateway):
+            assert gateway._public_parameters is not None
+            limit = "max_tokens" if gw_wire_api == "chat" else "max_output_tokens"
+            gateway._public_parameters -= {limit}
+            await gateway.create(_request(max_output_tokens=32))
+            assert server.requests[-1][limit] == 32
+
+
+async def test_a_broken_public_stream_is_a_connection_error() -> None:
+    class Broken:
+        response = SimpleNamespace(request=httpx.Request("POST", "http://x/v1/responses"))
+        closed = False
+
+        def __aiter__(self) -> Broken:
+            return self
+
+        async def __anext__(self) -> object:
+            raise OSError("connection reset")
+
+        async def close(self) -> None:
+            self.closed = True
+
+    broken = Broken()
+    async with gateway_module._PlainEvents(broken) as events:
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await anext(aiter(events))
+    assert broken.closed
+    assert isinstance(map_openai_error(caught.value), ModelConnectionError)

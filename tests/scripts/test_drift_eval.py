@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from stowage.model._brain import ScriptedBrain
 from stowage.testing import FakeOpenAIServer
+
+pytestmark = pytest.mark.slow  # the script runs in a process of its own
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "drift_eval.py"
 

@@ -1,8 +1,15 @@
-"""JsonlStore beyond the contract: torn tails, corrupt lines, failed writes, fast resume."""
+"""JsonlStore beyond the contract: torn tails, corrupt lines, failed writes, fast resume, and
+the ``flock`` writer lease (its lock file, a killed holder, planted symlinks)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +18,14 @@ import anyio
 import pytest
 import stowage.storage._jsonl as jsonl_module
 import stowage.storage._jsonl_scan as scan_module
-from stowage.core._errors import CorruptLogError, InvalidSessionId, StoreError
+from stowage.core import (
+    ConfigError,
+    CorruptLogError,
+    InvalidSessionId,
+    SessionBusy,
+    SessionNotFound,
+    StoreError,
+)
 from stowage.core._items import UserMessage
 from stowage.core._records import ItemRecord, Record
 from stowage.storage import JsonlStore, TornTail, encode_record
@@ -36,6 +50,10 @@ def _bytes(path: Path) -> bytes:
 
 def _put(path: Path, data: bytes) -> None:
     path.write_bytes(data)
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
 
 
 def _file_is_whole(path: Path) -> bool:
@@ -87,19 +105,60 @@ async def test_append_after_a_torn_tail_continues_cleanly(log_path: Path, tmp_pa
     assert [e["event"] for e in logs] == ["log_torn_tail_repaired"]
 
 
-async def test_whole_but_undecodable_last_line_counts_as_torn(
+@pytest.mark.parametrize("call", ["read", "read_tail", "acquire", "append"])
+async def test_a_whole_last_line_that_does_not_decode_is_corrupt_not_torn(
+    call: str, log_path: Path, tmp_path: Path
+) -> None:
+    """Only a line the crash cut short (no newline) is a torn tail; nobody cuts this one."""
+    with anyio.fail_after(10):
+        data = _bytes(log_path) + b"\x00\x00\x00\x00\n"
+        _put(log_path, data)
+        store = JsonlStore(tmp_path)
+        args = (round_records(12, 3),) if call == "append" else ()
+        with pytest.raises(CorruptLogError) as caught:
+            await getattr(store, call)("s", *args)
+        await store.aclose()
+    assert caught.value.line == 12 and caught.value.path == str(log_path)
+    assert _bytes(log_path) == data
+
+
+@pytest.mark.parametrize("reader", ["read", "read_tail"])
+async def test_a_reader_reports_a_torn_tail_and_changes_no_byte(
+    reader: str, log_path: Path, tmp_path: Path
+) -> None:
+    with anyio.fail_after(10):
+        data = _bytes(log_path) + b'{"v":1,"seq":12,"ty'
+        _put(log_path, data)
+        store = JsonlStore(tmp_path)
+        with capture_logs() as logs:
+            read = await getattr(store, reader)("s", repair=False)
+            again = await getattr(store, reader)("s", repair=False)
+        await store.aclose()
+    expected = TornTail(path=str(log_path), line=12, bytes_removed=19, removed=False)
+    assert read.torn_tail == again.torn_tail == expected
+    assert read.records[-1].seq == 11
+    assert _bytes(log_path) == data
+    assert _names(tmp_path) == ["s.jsonl"], "a reader made a lock file"
+    assert logs == []
+
+
+async def test_acquire_cuts_the_torn_tail_and_reports_it_on_the_lease(
     log_path: Path, tmp_path: Path
 ) -> None:
     with anyio.fail_after(10):
         whole = _bytes(log_path)
-        _put(log_path, whole + b"\x00\x00\x00\x00\n")
+        _put(log_path, whole + b'{"v":1,"seq":12,"ty')
         store = JsonlStore(tmp_path)
-        read = await store.read_tail("s")
-        again = await store.read("s")
+        with capture_logs() as logs:
+            lease = await store.acquire("s")
+        cut = _bytes(log_path)
+        read = await store.read("s", repair=False)
+        await lease.release()
         await store.aclose()
-    assert read.torn_tail == TornTail(path=str(log_path), line=12, bytes_removed=5)
-    assert again.torn_tail is None
-    assert _bytes(log_path) == whole
+    assert lease.repaired == TornTail(path=str(log_path), line=12, bytes_removed=19)
+    assert cut == whole
+    assert read.torn_tail is None and len(read.records) == 11
+    assert [e["event"] for e in logs] == ["log_torn_tail_repaired"]
 
 
 async def test_a_log_torn_inside_its_first_line_reads_empty(tmp_path: Path) -> None:
@@ -242,7 +301,7 @@ async def test_create_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> 
         store = JsonlStore(tmp_path / "new" / "root")
         await store.create("s", session_start())
         await store.aclose()
-    assert sorted(p.name for p in (tmp_path / "new" / "root").iterdir()) == ["s.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "new" / "root").iterdir()) == ["s.jsonl", "s.lock"]
 
 
 # -- resume cost ----------------------------------------------------------------------------------
@@ -331,8 +390,6 @@ async def test_closed_store_refuses_calls(tmp_path: Path) -> None:
 
 
 def test_unknown_durability_is_a_config_error(tmp_path: Path) -> None:
-    from stowage.core._errors import ConfigError
-
     with pytest.raises(ConfigError, match="durability"):
         JsonlStore(tmp_path, durability="sometimes")  # type: ignore[arg-type]
 
@@ -361,3 +418,158 @@ async def test_reads_during_appends_see_only_whole_batches(tmp_path: Path) -> No
         await store.aclose()
     assert all((n - 3) % 4 == 0 for n in seen)
     assert len(final.records) == 403
+
+
+# -- the writer lease -----------------------------------------------------------------------------
+
+HOLD_LOCK = """
+import sys, time
+import anyio
+from stowage.storage import JsonlStore
+
+async def main():
+    await JsonlStore(sys.argv[1]).acquire("s")
+    print("held", flush=True)
+    await anyio.sleep(3600)
+
+anyio.run(main)
+"""
+
+
+def _lock_is_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # and the lock with it
+    return True
+
+
+async def test_opening_and_reading_a_missing_root_creates_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "not" / "yet"
+    with anyio.fail_after(10):
+        store = JsonlStore(root)
+        assert await store.list_sessions() == []
+        assert not await store.exists("s")
+        for call in (store.read, store.read_tail, store.acquire):
+            with pytest.raises(SessionNotFound):
+                await call("s")
+        with pytest.raises(SessionNotFound):
+            await store.append("s", round_records(4, 1))
+        await store.aclose()
+    assert _names(tmp_path) == []
+
+
+def test_a_root_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="not a directory"):
+        JsonlStore(tmp_path / "file")
+
+
+async def test_the_lock_file_names_the_holder_and_keeps_the_token_count(tmp_path: Path) -> None:
+    lock = tmp_path / "s.lock"
+    with anyio.fail_after(10):
+        store = JsonlStore(tmp_path)
+        await store.create("s", session_start())
+        lease = await store.acquire("s")
+        held = json.loads(lock.read_text())
+        await lease.release()
+        released = json.loads(lock.read_text())
+        again = await store.acquire("s")
+        await store.aclose()
+    assert held == {
+        "owner": lease.holder.owner,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": lease.holder.since.isoformat(),
+        "token": lease.token,
+    }
+    assert released == {"token": lease.token}
+    assert again.token == lease.token + 1
+    assert _lock_is_free(lock)
+
+
+async def test_a_killed_holder_leaves_its_lock_file_and_no_lock(tmp_path: Path) -> None:
+    """The lock file stays (naming the dead process) but the flock died with the process."""
+    lock = tmp_path / "s.lock"
+    with anyio.fail_after(30):
+        store = JsonlStore(tmp_path)
+        await store.create("s", session_start())
+        await store.aclose()
+        child = subprocess.Popen(  # noqa: ASYNC220 - a plain child, waited for in a thread
+            [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert child.stdout is not None
+            assert await anyio.to_thread.run_sync(child.stdout.readline) == "held\n"
+            assert not _lock_is_free(lock)
+            store = JsonlStore(tmp_path)
+            with pytest.raises(SessionBusy) as caught:
+                await store.acquire("s")
+            assert caught.value.holder is not None and caught.value.holder.pid == child.pid
+            child.send_signal(signal.SIGKILL)
+            await anyio.to_thread.run_sync(child.wait)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+        assert json.loads(lock.read_text())["pid"] == child.pid  # still names the dead one
+        assert _lock_is_free(lock)
+        lease = await store.acquire("s")
+        await store.append("s", round_records(4, 1))
+        await store.aclose()
+    assert lease.token == 3  # create's, the child's, this one
+
+
+async def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "precious.txt"
+    root.mkdir()
+    outside.write_text("keep me")
+    _write_log(root / "s.jsonl", _log(0))
+    (root / "s.lock").symlink_to(outside)
+    with anyio.fail_after(10):
+        store = JsonlStore(root)
+        with pytest.raises(StoreError, match="cannot lock"):
+            await store.acquire("s")
+        with pytest.raises(StoreError, match="cannot lock"):
+            await store.append("s", round_records(4, 1))
+        await store.aclose()
+    assert outside.read_text() == "keep me"
+    assert _bytes(root / "s.jsonl").count(b"\n") == 3
+
+
+async def test_a_group_commit_with_one_busy_session_takes_no_lease(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        holder, other = JsonlStore(tmp_path), JsonlStore(tmp_path)
+        for session_id in ("a", "b"):
+            await holder.create(session_id, session_start())
+        await (await holder.acquire("a")).release()  # a is free, b stays held
+        before = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
+        with pytest.raises(SessionBusy):
+            await other.append_batches([("a", round_records(4, 1)), ("b", round_records(4, 1))])
+        after = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
+        lease = await holder.acquire("a")  # other let go of the lease it took for a
+        await holder.aclose()
+        await other.aclose()
+    assert after == before
+    assert lease.token == 3
+
+
+async def test_a_reader_repairing_with_the_lease_free_takes_it_and_gives_it_back(
+    log_path: Path, tmp_path: Path
+) -> None:
+    with anyio.fail_after(10):
+        whole = _bytes(log_path)
+        _put(log_path, whole + b'{"v":1,"seq":12,"ty')
+        reader, writer = JsonlStore(tmp_path), JsonlStore(tmp_path)
+        read = await reader.read("s")  # repair=True, the default for now
+        lease = await writer.acquire("s")
+        await reader.aclose()
+        await writer.aclose()
+    assert read.torn_tail is not None and read.torn_tail.removed
+    assert _bytes(log_path) == whole
+    assert lease.repaired is None and lease.token == 2
