@@ -13,6 +13,7 @@ __all__ = [
     "Append",
     "CommittedSnapshot",
     "CompactNow",
+    "ContinueTurn",
     "Plan",
     "PlanFailed",
     "PlanOutcome",
@@ -127,10 +128,19 @@ class TurnResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserTurn:
-    """User input: run a turn."""
+    """User input: run a turn. ``message_id`` (the sender's, from an inbox) is logged with it."""
 
     text: str
     pinned: bool
+    reply: Reply[TurnResult]
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinueTurn:
+    """Run the rounds of the turn the log left open (its user input is logged, its answer is
+    not: the process that ran it stopped), without logging the input again."""
+
     reply: Reply[TurnResult]
 
 
@@ -150,4 +160,4 @@ class Protect:
     reply: Reply[None]
 
 
-SamplerCommand: TypeAlias = UserTurn | CompactNow | Protect
+SamplerCommand: TypeAlias = UserTurn | ContinueTurn | CompactNow | Protect

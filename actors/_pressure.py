@@ -2,15 +2,24 @@
 
 The sampler calls it at round boundaries only: after a round is committed (``after_commit``),
 before a request is sent (``before_request``), when the provider said a request did not fit
-(``recover_overflow``), and to apply what the compactor sent back (``apply_ready_plan``,
+(``recover_overflow``: recalibrate from the count the provider stated, then free until the
+request fits the window it stated, never skipping a step for freeing too little), and to
+apply what the compactor sent back (``apply_ready_plan``,
 ``apply_plan_for``), so that the plan in flight and the compactions of a turn are counted in
 one place. Decisions are the pure ``stowage.policy``; this module only writes records through
 the session's ``Journal``, sends snapshots to the compactor through it and waits for plans.
 In threshold mode (the seed rule) its own policy stays out of the way except for overflow
 recovery; it still applies the plans the seed's rule waits for.
+
+A compaction in the middle of a turn keeps the turn's newest whole tool rounds verbatim when
+what it leaves still fits the target: the model keeps reading what it just asked for, instead
+of asking for it again (see ``_loop_guard`` for when it does anyway).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import replace
 
 import anyio
 import structlog
@@ -20,9 +29,12 @@ from stowage.core import (
     CompactionSkipped,
     CompactionWaited,
     ContextLengthExceeded,
+    ErrorRecord,
     Microcompacted,
     MicrocompactRecord,
+    ModelRequest,
     entry_chars,
+    item_chars,
 )
 from stowage.policy import (
     MIN_STUB_CHARS,
@@ -31,13 +43,16 @@ from stowage.policy import (
     TokenStatus,
     Watermarks,
     calibrated_ratio,
+    compaction_cut,
     decide,
     effective_threshold,
     fallback_summary,
     microcompact_candidates,
+    ratio_from_stated,
     resolve_budget,
     token_status,
     tokens_after_compaction,
+    turn_round_cuts,
 )
 
 from ._context import SessionContext
@@ -54,6 +69,13 @@ _log = structlog.get_logger("stowage.pressure")
 USER_SHARE = 0.25
 # a compaction must be expected to free at least this share of the usable budget
 _MIN_GAIN = 0.05
+# characters a summary is assumed to take when choosing which of a turn's rounds to keep
+_SUMMARY_ALLOWANCE_CHARS = 1200
+# the most characters a no-model digest takes (``fallback_summary``'s own cap)
+_FALLBACK_CHARS = 4000
+# outputs shorter than this are not stubbed when freeing room for a refused request: a stub
+# (~150 characters) would not be shorter
+_OVERFLOW_STUB_CHARS = 200
 
 
 class Pressure:
@@ -83,6 +105,9 @@ class Pressure:
         self.requested: int | None = None
         self.waited = 0.0
         self.turn_compactions = 0
+        # the ratio the provider's own count gave, while recovering from its refusal; every
+        # compaction then records it, so replay restarts its calibration from the same figure
+        self._stated_ratio: float | None = None
         self._log = _log.bind(session=ctx.session_id, actor="sampler")
         if self.threshold is not None and settings.compact_threshold is None:
             self._log.info(
@@ -108,7 +133,10 @@ class Pressure:
         return min(configured, int(self.budget.usable * USER_SHARE * self.ratio()))
 
     def ratio(self) -> float:
-        """The session's calibrated chars per token."""
+        """The session's calibrated chars per token (while recovering from a refused request,
+        the one the provider's stated count gave)."""
+        if self._stated_ratio is not None:
+            return self._stated_ratio
         return calibrated_ratio(self.journal.state, self.tool_tokens)
 
     def status(self) -> TokenStatus:
@@ -207,24 +235,180 @@ class Pressure:
             return
         await self._relieve(self._announce(decision), why="hard mark before a request")
 
-    async def recover_overflow(self, error: ContextLengthExceeded) -> None:
-        """The provider refused a round as too long: compact now, blocking, so the round can
-        be sent once more. Raises ``error`` when auto compaction is off."""
+    async def recover_overflow(self, error: ContextLengthExceeded, request: ModelRequest) -> None:
+        """The provider refused ``request`` as too long: free room so it can be sent once more.
+
+        The chars-per-token ratio is recalibrated from the input count the provider stated;
+        then, until the request fits the window it stated (or, not stated, the budget's):
+        compact (the plan in flight, else a new one that keeps only the turn's newest rounds
+        that fit, dropping the oldest; a failed summary falls back), drop the oldest rounds a
+        plan left after it, stub every older output, compact everything without a model. No
+        step is skipped for freeing too little. An ``error`` record keeps the
+        figures used. Raises ``error`` when auto compaction is off, and
+        ``ContextLengthExceeded`` naming the figures when even all that does not fit.
+        """
         if not self.settings.auto_compact:
             raise error
-        self._log.warning("context_length_exceeded", error=str(error))
-        status = self.status()
-        usable = self.budget.usable if self.budget else max(1, status.tokens or 1)
-        decision = PolicyDecision(
+        chars = sum(item_chars(item) for item in request.input)
+        stated = ratio_from_stated(chars, error.tokens, self.tool_tokens) if error.tokens else None
+        ratio = stated or self.ratio()
+        fit = self._overflow_fit(error, ratio)
+        counted = f"{error.tokens} tokens" if error.tokens else "no count"
+        window = f"a window of {error.limit}" if error.limit else "no window"
+        source = "give" if stated else "(the session's own ratio)"
+        figures = (
+            f"the provider stated {counted} and {window}; {chars} characters of input "
+            f"{source} {ratio:.3f} chars per token; freeing until the request carries at "
+            f"most {fit if fit is not None else 'what compaction leaves'} tokens"
+        )
+        self._log.warning(
+            "context_length_exceeded",
+            error=str(error),
+            stated_tokens=error.tokens,
+            stated_limit=error.limit,
+            chars_per_token=round(ratio, 3),
+            fit=fit,
+        )
+        state = self.journal.state
+        await self.journal.write(
+            [
+                ErrorRecord(
+                    seq=state.last_seq + 1,
+                    kind="context_length_exceeded",
+                    message=f"{error}; {figures}",
+                )
+            ]
+        )
+        self._stated_ratio = stated
+        started = anyio.current_time()
+        try:
+            await self._free_to_fit(fit, f"the provider refused the request as too long: {error}")
+        finally:
+            self._stated_ratio = None
+            self._waited(started, "context_length_exceeded")
+
+    def _overflow_fit(self, error: ContextLengthExceeded, ratio: float) -> int | None:
+        """Tokens a request may carry after the provider refused one: its stated window less
+        the output asked for, else the budget's window (below what it counted, if it said),
+        else half of what it counted; None when nothing is known. A hard-mark margin is kept,
+        as the figure is still an estimate."""
+        hard = self.marks.hard
+        if error.limit is not None:
+            return int((error.limit - (self.settings.max_output_tokens or 0)) * hard)
+        fits: list[int] = []
+        if self.budget is not None:
+            fits.append(int((self.budget.usable + self.tool_tokens) * hard))
+        if error.tokens is not None:
+            fits.append(int(error.tokens * self.marks.target))
+        return min(fits) if fits else None
+
+    def _estimate(self) -> int:
+        """Tokens of the next request, estimated from the projection at ``ratio()``."""
+        protected = self.journal.protected_text()
+        chars = self.journal.state.projected_chars + (len(protected) if protected else 0)
+        return self.tool_tokens + math.ceil(chars / self.ratio())
+
+    def _overflow_decision(self, fit: int | None, reason: str) -> PolicyDecision:
+        tokens = self._estimate()
+        usable = fit or (self.budget.usable if self.budget else max(1, tokens))
+        return PolicyDecision(
             action="block",
             watermark="overflow",
-            tokens=status.tokens,
-            estimated=status.estimated,
+            tokens=tokens,
+            estimated=True,
             usable=usable,
-            fraction=status.fraction(usable),
-            reason=f"the provider refused the request as too long: {error}",
+            fraction=tokens / max(1, usable),
+            reason=reason,
         )
-        await self._relieve(self._announce(decision), why="context_length_exceeded", forced=True)
+
+    async def _free_to_fit(self, fit: int | None, reason: str) -> None:
+        """The steps of ``recover_overflow``; stops as soon as the estimate fits ``fit``
+        (with no ``fit`` known, every step is taken)."""
+
+        def fits() -> bool:
+            return fit is not None and self._estimate() <= fit
+
+        decision = self._announce(self._overflow_decision(fit, reason))
+        # 1. compaction: the plan in flight, else a new one that keeps what fits of the turn
+        compacted = False
+        if self.requested is not None:
+            compacted = await self.apply_plan_for(self.requested)
+        if not compacted or not fits():
+            self._request(decision, urgent=True, target_tokens=fit)
+            requested = self.requested
+            assert requested is not None
+            if not await self.apply_plan_for(requested):
+                await self._fallback(decision, f"no plan to apply: {reason}", target_tokens=fit)
+        # 2. drop the oldest of the turn's rounds the compaction kept, keeping the newest
+        cuts = turn_round_cuts(self.journal.state.history)
+        if not fits() and len(cuts) > 1:
+            decision = self._overflow_decision(fit, reason)
+            cut = self._cut(fit, keep_at_most=len(cuts) - 1)
+            covers = cuts[0] if cut == self.journal.state.last_seq else cut
+            await self._fallback(
+                decision, f"oldest rounds dropped: {reason}", covers_through=covers
+            )
+        # 3. stub every older output
+        if not fits():
+            decision = self._overflow_decision(fit, reason)
+            await self._microcompact(decision, 0, min_chars=_OVERFLOW_STUB_CHARS)
+        # 4. everything
+        if not fits() and self._everything_frees():
+            decision = self._overflow_decision(fit, reason)
+            await self._fallback(
+                decision,
+                f"everything compacted: {reason}",
+                covers_through=self.journal.state.last_seq,
+            )
+        if fit is not None and not fits():
+            raise ContextLengthExceeded(
+                f"the refused request still carries ~{self._estimate()} tokens after compaction, "
+                f"stubs and dropped rounds, above the {fit} the provider's window allows: what "
+                "is left (system, protected state, the user's words) does not fit; not sending it"
+            )
+
+    def _everything_frees(self) -> bool:
+        """Whether a no-model compaction of all history would leave less than there is (its
+        digest replacing tool steps, answers, or a summary longer than a digest)."""
+        state = self.journal.state
+        protected = self.journal.protected_text()
+        try:
+            after = tokens_after_compaction(
+                state.history,
+                stubbed=state.stubbed,
+                covers_through=state.last_seq,
+                user_budget_chars=self.user_budget(),
+                summary_chars=_FALLBACK_CHARS + (len(protected) if protected else 0),
+                chars_per_token=self.ratio(),
+                fixed_tokens=self.tool_tokens,
+            )
+        except CompactionError:  # pragma: no cover - only called at round boundaries
+            return False
+        return after < self._estimate()
+
+    def _cut(self, target_tokens: int | None, *, keep_at_most: int | None = None) -> int:
+        """``covers_through`` of a compaction now: mid-turn, the turn's newest rounds that fit
+        ``target_tokens`` (default: the target mark) stay verbatim; else everything."""
+        state = self.journal.state
+        if self.budget is None or not state.turn_open:
+            return state.last_seq
+        target = (
+            target_tokens
+            if target_tokens is not None
+            else int(self.marks.target * self.budget.usable)
+        )
+        protected = self.journal.protected_text()
+        return compaction_cut(
+            state.history,
+            last_seq=state.last_seq,
+            target_tokens=target,
+            stubbed=state.stubbed,
+            user_budget_chars=self.user_budget(),
+            summary_chars=_SUMMARY_ALLOWANCE_CHARS + (len(protected) if protected else 0),
+            chars_per_token=self.ratio(),
+            fixed_tokens=self.tool_tokens,
+            keep_at_most=keep_at_most,
+        )
 
     async def _after_compaction(self, plan: Plan) -> None:
         """The target: a compaction that leaves more than ``target_after`` of the budget is
@@ -279,10 +463,10 @@ class Pressure:
         self._log.info("compaction_skipped", reason=reason)
         self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
 
-    def _worth_compacting(self, decision: PolicyDecision, *, forced: bool = False) -> bool:
+    def _worth_compacting(self, decision: PolicyDecision) -> bool:
         """Whether a compaction of everything so far would free enough to be worth one: no
-        compaction that frees nothing, and none at all past the per-turn cap. ``forced`` (the
-        provider refused a request): anything freed is worth it."""
+        compaction that frees nothing, and none at all past the per-turn cap. (Recovery from
+        a refused request does not ask: see ``recover_overflow``.)"""
         if self.turn_compactions >= self.settings.max_compactions_per_turn:
             self._skip(
                 f"{self.turn_compactions} compactions this turn already (the cap is "
@@ -305,12 +489,14 @@ class Pressure:
         except CompactionError:  # pragma: no cover - only called at round boundaries
             return False
         gain = decision.tokens - after
-        if gain < (1 if forced else _MIN_GAIN * decision.usable):
+        if gain < _MIN_GAIN * decision.usable:
             self._skip(f"a compaction would free only {max(0, gain)} of {decision.tokens} tokens")
             return False
         return True
 
-    def _request(self, decision: PolicyDecision, *, urgent: bool) -> None:
+    def _request(
+        self, decision: PolicyDecision, *, urgent: bool, target_tokens: int | None = None
+    ) -> None:
         request = PlanRequest(
             reason=decision.reason,
             tokens=decision.tokens,
@@ -318,8 +504,19 @@ class Pressure:
             urgent=urgent,
         )
         snapshot = self.journal.snapshot(request=request)
+        cut = self._cut(target_tokens)
+        if cut < snapshot.last_seq:
+            # the compactor summarizes only what the plan covers; the rest stays verbatim
+            history = tuple(e for e in snapshot.history if e.seq <= cut)
+            snapshot = replace(snapshot, history=history, last_seq=cut)
         self.requested = snapshot.round
-        self._log.info("compaction_requested", round=snapshot.round, urgent=urgent)
+        self._log.info(
+            "compaction_requested",
+            round=snapshot.round,
+            urgent=urgent,
+            covers_through=snapshot.last_seq,
+            kept_verbatim=len(self.journal.state.history) - len(snapshot.history),
+        )
         self.journal.send_to_compactor(snapshot)
 
     async def _microcompact(
@@ -375,13 +572,23 @@ class Pressure:
             tool_tokens=self.tool_tokens,
         )
 
-    async def _fallback(self, decision: PolicyDecision, reason: str) -> None:
+    async def _fallback(
+        self,
+        decision: PolicyDecision,
+        reason: str,
+        *,
+        covers_through: int | None = None,
+        target_tokens: int | None = None,
+    ) -> None:
+        """A no-model compaction through ``covers_through`` (default: what ``_cut`` gives
+        for ``target_tokens``)."""
         state = self.journal.state
-        summary = fallback_summary([e.item for e in state.history], reason=reason)
+        cut = covers_through if covers_through is not None else self._cut(target_tokens)
+        summary = fallback_summary([e.item for e in state.history if e.seq <= cut], reason=reason)
         plan = Plan(
             round=state.round,
             summary=summary,
-            covers_through=state.last_seq,
+            covers_through=cut,
             reason=f"fallback: {reason}",
             tokens_before=decision.tokens,
             estimated=decision.estimated,
@@ -395,31 +602,28 @@ class Pressure:
     def _below_hard(self) -> bool:
         return self.budget is None or self.decision().action != "block"
 
-    async def _relieve(self, decision: PolicyDecision, *, why: str, forced: bool = False) -> None:
+    async def _relieve(self, decision: PolicyDecision, *, why: str) -> None:
         """Block until the context is below the hard mark: microcompact, wait for the plan in
         flight (or ask for one), fall back, stub every old output; else fail the turn.
 
-        ``forced`` (the provider refused a request): compact whatever the estimate says and
-        return, for one more attempt. Raises ``ContextLengthExceeded`` as ``before_request``.
+        Raises ``ContextLengthExceeded`` as ``before_request``.
         """
         started = anyio.current_time()
         try:
             if self.budget is not None:
                 decision = await self._microcompact(decision, self.marks.keep_rounds) or decision
-                if not forced and self._below_hard():
+                if self._below_hard():
                     return
-            if self.requested is not None or self._worth_compacting(decision, forced=forced):
+            if self.requested is not None or self._worth_compacting(decision):
                 if self.requested is None:
                     self._request(decision, urgent=True)
                 requested = self.requested
                 assert requested is not None
                 if not await self.apply_plan_for(requested):
                     decision = self.decision() if self.budget is not None else decision
-                    if (forced or not self._below_hard()) and self._worth_compacting(
-                        decision, forced=forced
-                    ):
+                    if not self._below_hard() and self._worth_compacting(decision):
                         await self._fallback(decision, f"no plan to apply at the {why}")
-            if forced or self._below_hard():
+            if self._below_hard():
                 return
             # last resort before refusing: every older tool output becomes a stub
             decision = await self._microcompact(self.decision(), 0, min_chars=1) or decision

@@ -1,4 +1,5 @@
-"""Retries of transient model errors with jittered exponential backoff, honouring Retry-After."""
+"""Retries of transient model errors with jittered exponential backoff, honouring every wait
+the server asked for (``ModelError.retry_after``: Retry-After and its kin, see the gateway)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,24 @@ __all__ = ["backoff_delay", "call_with_retries"]
 
 T = TypeVar("T")
 
+#: the longest a jittered exponential backoff waits when the server named no wait
+BACKOFF_CAP = 20.0
+
 
 def backoff_delay(
-    attempt: int, *, base: float = 0.5, cap: float = 20.0, retry_after: float | None = None
+    attempt: int,
+    *,
+    base: float = 0.5,
+    cap: float = BACKOFF_CAP,
+    retry_after: float | None = None,
+    max_wait: float = 60.0,
 ) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): the server's Retry-After when given
-    (plus up to 10% jitter, at least 50 ms, so a herd of sessions does not return at the same
-    instant and a ``Retry-After: 0`` cannot make a busy loop), else full-jitter exponential
-    backoff."""
+    """Seconds to wait before retry ``attempt`` (1-based): the server's wait when it named one
+    (at most ``max_wait``, plus up to 10% jitter, at least 50 ms, so a herd of sessions does
+    not return at the same instant and a ``Retry-After: 0`` cannot make a busy loop), else
+    full-jitter exponential backoff up to ``cap``. Raises nothing."""
     if retry_after is not None and retry_after >= 0:
-        wait = min(cap, retry_after)
+        wait = min(max_wait, retry_after)
         return wait + random.uniform(0, max(0.05, wait * 0.1))
     return random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
 
@@ -35,12 +44,15 @@ async def call_with_retries(
     what: str,
     base: float = 0.5,
     rate_limit_wait: float = 600.0,
+    max_wait: float = 60.0,
 ) -> T:
     """Call ``fn`` until it succeeds or fails ``attempts`` times with a transient error.
 
     A 429 (``RateLimitError``) is the provider asking us to slow down, not a failure: it does
-    not count against ``attempts``. It is retried after the server's Retry-After (jittered) or a
+    not count against ``attempts``. It is retried after the server's wait (jittered) or a
     jittered backoff, for as long as the waits add up to at most ``rate_limit_wait`` seconds.
+    Any other transient error (5xx, timeouts, a response cut off) waits what the server asked
+    for, if it did, else the backoff. No single wait exceeds ``max_wait`` seconds.
 
     Raises the last ``ModelError``; non-transient errors are raised at once.
     """
@@ -52,18 +64,32 @@ async def call_with_retries(
             return await fn()
         except RateLimitError as exc:
             throttled += 1
-            # capped well below rate_limit_wait so a storm is ridden out in many short waits
+            # backoff without a server wait is capped well below rate_limit_wait, so a storm
+            # is ridden out in many short waits
             delay = backoff_delay(
-                min(throttled, 6), base=base, cap=20.0, retry_after=exc.retry_after
+                min(throttled, 6), base=base, retry_after=exc.retry_after, max_wait=max_wait
             )
             if waited + delay > rate_limit_wait:
                 raise
             waited += delay
-            log.debug(f"{what}_throttled", throttled=throttled, delay=round(delay, 3))
+            log.debug(
+                f"{what}_throttled",
+                throttled=throttled,
+                delay=round(delay, 3),
+                retry_after=exc.retry_after,
+            )
         except ModelError as exc:
             if not exc.transient or attempt >= attempts:
                 raise
-            delay = backoff_delay(attempt, base=base)
-            log.warning(f"{what}_retry", attempt=attempt, delay=round(delay, 3), error=str(exc))
+            delay = backoff_delay(
+                attempt, base=base, retry_after=exc.retry_after, max_wait=max_wait
+            )
+            log.warning(
+                f"{what}_retry",
+                attempt=attempt,
+                delay=round(delay, 3),
+                error=type(exc).__name__,
+                message=str(exc),
+            )
             attempt += 1
         await anyio.sleep(delay)

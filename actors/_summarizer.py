@@ -109,9 +109,11 @@ async def summarize(
     session_id: str,
     log: Any,
     limiter: anyio.CapacityLimiter | None = None,
+    max_wait: float = 60.0,
 ) -> SummaryOutcome:
     """Ask for a summary of ``history`` (``build`` makes the request from items); never raises
     a ``ModelError``: failures become a fallback or a ``failed`` outcome, as described above.
+    ``max_wait`` caps each wait between retries (the server's ask included).
     """
     items = [e.item for e in history]
     if breaker.open:
@@ -135,7 +137,11 @@ async def summarize(
         request = build(trimmed)
         try:
             response = await call_with_retries(
-                partial(create, request), attempts=attempts, log=log, what="summary_call"
+                partial(create, request),
+                attempts=attempts,
+                log=log,
+                what="summary_call",
+                max_wait=max_wait,
             )
         except ContextLengthExceeded as exc:
             if trim == _MAX_TRIMS or dropped >= groups:

@@ -4,6 +4,11 @@ One per store, shared by all sessions of a process. It takes whatever appends ar
 writes them as one group commit (one durability point for many sessions), and only then
 acknowledges each and hands committed snapshots to their compactors. Nothing is acknowledged
 before it is durable.
+
+Sessions share the commit, not its failures: the store answers per session, so one session's
+bad append (a seq gap, a lost lease, a record that cannot be encoded, a log deleted under it)
+fails that session's appends only, and every other append of the group is acknowledged. Only a
+failure of the store itself fails the whole group.
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ async def run_persistence(
 
 
 async def _commit(store: LogStore, pending: list[Append], log: structlog.BoundLogger) -> None:
+    # A session's appends in one group are one batch: they stand or fall together.
     by_session: dict[str, list[Record]] = defaultdict(list)
     for append in pending:
         by_session[append.session_id].extend(append.records)
     try:
-        await store.append_batches([(sid, records) for sid, records in by_session.items()])
+        outcomes = await store.append_batches(list(by_session.items()))
     except StoreError as exc:
         log.error("append_failed", sessions=len(by_session), error=str(exc))
         for append in pending:
@@ -60,7 +66,22 @@ async def _commit(store: LogStore, pending: list[Append], log: structlog.BoundLo
         for append in pending:
             append.reply.fail(error)
         return
+    errors: dict[str, Exception] = {}
+    for session_id in by_session:
+        if session_id not in outcomes:  # never acknowledge what the store did not confirm
+            errors[session_id] = StoreError(
+                f"{store!r} reported no outcome for session {session_id!r}; "
+                "its append is not known to be durable"
+            )
+        elif (outcome := outcomes[session_id]) is not None:
+            errors[session_id] = outcome
+    for session_id, refusal in errors.items():
+        log.error("append_refused", session_id=session_id, error=str(refusal))
     for append in pending:
+        refused = errors.get(append.session_id)
+        if refused is not None:
+            append.reply.fail(refused)
+            continue
         if append.committed is not None and append.notify is not None:
             append.notify.put(append.committed)
         append.reply.set(None)

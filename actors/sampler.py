@@ -4,6 +4,12 @@ A round: project history, stream one response, write the assistant text and call
 before any tool runs), have the tool executor run the calls, write the outputs with a
 ``round_committed`` record. Compaction plans are applied only here and only between rounds.
 
+A response is used only whole (the gateway raises on one that never said it was done) and
+checked before anything of it is written (``ResponseChecks``): duplicate call ids are made
+unique, usage that cannot be true is set aside, a turn that keeps re-reading what its
+compactions absorbed stops; then calls the output limit cut off get an error output instead
+of running.
+
 Three named helpers share the work, each on its own small interface: the ``Journal`` (every
 state change is a batch of records it folds in, as replay does, and makes durable), the
 ``PlanApplier`` (compaction and protected-state writes) and ``Pressure`` (the watermark
@@ -25,6 +31,7 @@ from stowage.core import (
     ContextLengthExceeded,
     FunctionCall,
     FunctionCallOutput,
+    IncompleteResponse,
     Item,
     ItemRecord,
     ModelError,
@@ -47,12 +54,14 @@ from stowage.core import (
     estimate_tokens,
 )
 
+from ._checks import ResponseChecks
 from ._context import SessionContext
 from ._journal import Journal
 from ._mailbox import Reply, Slot
 from ._messages import (
     CommittedSnapshot,
     CompactNow,
+    ContinueTurn,
     PlanOutcome,
     Protect,
     RunTools,
@@ -62,6 +71,7 @@ from ._messages import (
 )
 from ._plans import PlanApplier
 from ._pressure import Pressure
+from ._responses import VettedUsage, cut_call_outputs, merge_outputs
 from ._retry import call_with_retries
 from .compactor import decide_for
 
@@ -84,7 +94,10 @@ def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> M
     changed = False
     for n, item in enumerate(response.items):
         if isinstance(item, FunctionCall) and (not item.call_id or item.call_id in seen):
-            item = replace(item, call_id=f"{item.call_id or 'call'}-{salt}-{n}")
+            fresh = f"{item.call_id or 'call'}-{salt}-{n}"
+            while fresh in seen:  # a model may have sent that very id too
+                fresh += "x"
+            item = replace(item, call_id=fresh)
             changed = True
         if isinstance(item, FunctionCall):
             seen.add(item.call_id)
@@ -114,6 +127,8 @@ class Sampler:
         self._applier = PlanApplier(self.ctx, self._journal)
         # the watermark policy's side of this actor (stowage.policy decides, this acts)
         self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans)
+        # usage vetting and the loop guard, before anything of a response is written
+        self._checks = ResponseChecks(self.ctx, self._journal, self._pressure)
 
     @property
     def settings(self) -> Settings:
@@ -151,7 +166,10 @@ class Sampler:
     async def _serve(self, command: SamplerCommand) -> None:
         match command:
             case UserTurn():
-                await self._answer(command.reply, self._turn(command.text, command.pinned))
+                turn = self._turn(command.text, command.pinned, command.message_id)
+                await self._answer(command.reply, turn)
+            case ContinueTurn():
+                await self._answer(command.reply, self._continue_turn())
             case CompactNow():
                 await self._answer(command.reply, self._compact_now(command.focus))
             case Protect():
@@ -176,26 +194,43 @@ class Sampler:
 
     # -- turns and rounds ----------------------------------------------------------------
 
-    async def _turn(self, text: str, pinned: bool) -> TurnResult:
+    async def _turn(self, text: str, pinned: bool, message_id: str | None) -> TurnResult:
         turn = self.state.turn + 1
         seq = self.state.last_seq
+        user = UserMessage(text=text, pinned=pinned, message_id=message_id)
         await self._journal.write(
             [
-                ItemRecord(seq=seq + 1, item=UserMessage(text=text, pinned=pinned)),
+                ItemRecord(seq=seq + 1, item=user),
                 TurnRecord(seq=seq + 2, turn=turn, phase="started"),
             ]
         )
+        return await self._rounds(turn)
+
+    async def _continue_turn(self) -> TurnResult:
+        """The rounds of the turn the log left open; ``stopped="no_open_turn"`` when none is."""
+        if not self.state.turn_open:
+            return TurnResult(text="", rounds=0, stopped="no_open_turn")
+        self._log.info("turn_continued", turn=self.state.turn)
+        return await self._rounds(self.state.turn)
+
+    async def _rounds(self, turn: int) -> TurnResult:
         self._pressure.turn_started()
+        self._checks.turn_started()
         for rounds in range(1, self.settings.max_rounds_per_turn + 1):
             await self._pressure.apply_ready_plan()
             answer = await self._round(turn)
             if answer is not None:
-                return TurnResult(text=answer, rounds=rounds)
+                stopped = "truncated" if answer.truncated else "answered"
+                return TurnResult(text=answer.text, rounds=rounds, stopped=stopped)
         self._log.warning("turn_round_limit", turn=turn, rounds=self.settings.max_rounds_per_turn)
         return TurnResult(text="", rounds=self.settings.max_rounds_per_turn, stopped="round_limit")
 
-    async def _round(self, turn: int) -> str | None:
-        """One round; returns the answer text when the model made no tool calls."""
+    async def _round(self, turn: int) -> ModelResponse | None:
+        """One round; returns the response when the model made no tool calls (the answer).
+
+        Raises ``CompactionLoop`` (after logging an ``error`` record) when the response
+        re-issues, once too often, a call whose output this turn's compactions absorbed.
+        """
         round_ = self.state.round + 1
         log = self._log.bind(round=round_)
         await self._pressure.before_request()  # pre-turn and mid-turn: never over the hard mark
@@ -219,11 +254,14 @@ class Sampler:
             response = await self._sample(request, round_)
         except ContextLengthExceeded as exc:
             # nothing of the round was written: compact, blocking, and send it once more
-            await self._pressure.recover_overflow(exc)
+            await self._pressure.recover_overflow(exc, request)
             request = replace(request, input=self._projection())
             response = await self._sample(request, round_)
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
+        await self._checks.stop_a_loop(turn, response)
+        usage = await self._checks.usage(response, request)
+        seq = self.state.last_seq
         sampled: list[Record] = [
             ItemRecord(seq=seq + 1 + i, item=item, round=round_)
             for i, item in enumerate(response.items)
@@ -231,26 +269,46 @@ class Sampler:
         ]
         calls = response.calls
         if not calls:
-            commit = self._commit_record(round_, response, seq + 1, offset=len(sampled))
+            commit = self._commit_record(
+                round_, response, seq + 1, offset=len(sampled), usage=usage
+            )
             finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
             await self._commit(round_, [*sampled, commit, finished], response, calls=0)
-            log.info("turn_finished", turn=turn)
+            log.info("turn_finished", turn=turn, truncated=response.truncated)
             self.ctx.publish(
                 TurnFinished(session_id=self.ctx.session_id, turn=turn, text=response.text)
             )
-            return response.text
+            return response
         # write-ahead: the calls are durable before any tool runs
         await self._journal.write(sampled)
-        reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
-        await self.tools.send(RunTools(round=round_, calls=calls, reply=reply))
-        outputs = await reply.wait()
+        outputs = await self._run_tools(round_, response)
         first = self.state.last_seq + 1
         committed: list[Record] = [
             ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
-        committed.append(self._commit_record(round_, response, first, offset=len(committed)))
+        committed.append(
+            self._commit_record(round_, response, first, offset=len(committed), usage=usage)
+        )
         await self._commit(round_, committed, response, calls=len(calls))
+        self._checks.written(calls, outputs)
         return None
+
+    async def _run_tools(
+        self, round_: int, response: ModelResponse
+    ) -> tuple[FunctionCallOutput, ...]:
+        """One output per call, in order: calls the output limit cut off get an error output
+        and do not run; the tool executor runs the rest."""
+        calls = response.calls
+        refused = cut_call_outputs(response, max_output_tokens=self.settings.max_output_tokens)
+        if refused:
+            self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(refused))
+        runnable = tuple(c for c in calls if c.call_id not in refused)
+        ran: tuple[FunctionCallOutput, ...] = ()
+        if runnable:
+            reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
+            await self.tools.send(RunTools(round=round_, calls=runnable, reply=reply))
+            ran = await reply.wait()
+        return merge_outputs(calls, refused, ran)
 
     async def _sample(self, request: ModelRequest, round_: int) -> ModelResponse:
         async def attempt() -> ModelResponse:
@@ -267,7 +325,7 @@ class Sampler:
                 elif isinstance(event, ResponseDone):
                     done = event.response
             if done is None:
-                raise ModelError("the model stream ended without a final response")
+                raise IncompleteResponse("the model stream ended without a final response")
             return done
 
         async def limited() -> ModelResponse:
@@ -277,7 +335,11 @@ class Sampler:
                 return await attempt()
 
         return await call_with_retries(
-            limited, attempts=self.settings.max_retries + 1, log=self._log, what="model_call"
+            limited,
+            attempts=self.settings.max_retries + 1,
+            log=self._log,
+            what="model_call",
+            max_wait=self.settings.max_retry_wait,
         )
 
     def _commit_record(
@@ -288,15 +350,21 @@ class Sampler:
         *,
         offset: int,
         interrupted: bool = False,
+        usage: VettedUsage | None = None,
     ) -> RoundCommittedRecord:
+        """``usage``: what the vetting of the response's usage left (default: as reported)."""
         seq = first_seq + offset
+        if usage is None:
+            usage = VettedUsage(usage=response.usage if response is not None else None)
         return RoundCommittedRecord(
             seq=seq,
             round=round_,
-            usage=response.usage if response is not None else None,
+            usage=usage.usage,
             first_seq=first_seq,
             last_seq=seq,
             interrupted=interrupted,
+            truncated=response.truncated if response is not None else False,
+            reported_usage=usage.rejected,
         )
 
     async def _commit(
@@ -310,9 +378,14 @@ class Sampler:
         snapshot = await self._journal.write(
             records, notify_compactor=self._pressure.threshold is not None
         )
+        commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
         self.ctx.publish(
             RoundCommitted(
-                session_id=self.ctx.session_id, round=round_, usage=response.usage, calls=calls
+                session_id=self.ctx.session_id,
+                round=round_,
+                usage=commit.usage,
+                calls=calls,
+                truncated=commit.truncated,
             )
         )
         if snapshot is not None:

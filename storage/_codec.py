@@ -70,6 +70,7 @@ def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
         "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "round_committed",
         "round": r.round, "usage": _usage_out(r.usage),
         "first_seq": r.first_seq, "last_seq": r.last_seq, "interrupted": r.interrupted,
+        "truncated": r.truncated, "reported_usage": _usage_out(r.reported_usage),
     }  # fmt: skip
 
 
@@ -261,6 +262,8 @@ def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
         first_seq=_int(d, "first_seq"),
         last_seq=_int(d, "last_seq"),
         interrupted=_bool(d, "interrupted"),
+        truncated=_bool(d, "truncated"),
+        reported_usage=_usage_in({"usage": d.get("reported_usage")}),
     )
 
 

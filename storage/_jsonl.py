@@ -6,9 +6,13 @@ decodes only what follows it, so its cost grows with the tail, not with the whol
 
 Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
 was given in that hop), because the persistence actor batches across many sessions and a hop per
-file would cost more than the writes. A failed write is cut back to where the file stood, so an
+file would cost more than the writes. Each session's file is written and synced on its own: a
+failure on one file fails that session only, and its file is cut back to where it stood, so an
 acknowledged batch is whole and an unacknowledged one is absent (a crash can still leave a torn
-last line: bytes after the last newline).
+last line: bytes after the last newline). Before every write the open descriptor is checked
+against the path (still linked, still the file under that name, still the file the lease was
+taken on): bytes written to a log deleted or replaced under a live session would be acknowledged
+and then found by no reader.
 
 One writer per session: the writer lease is an exclusive ``flock`` on ``<id>.lock`` beside the
 log (see ``_jsonl_lock``), held by the store object from its ``acquire``, ``create`` or first
@@ -70,12 +74,37 @@ _PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loo
 _sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append needs
 
 
+_FileId = tuple[int, int]  # (st_dev, st_ino): which file a path named when the lease was taken
+
+
 @dataclass(eq=False, slots=True)
 class _Held:
-    """A lease this store holds: the locked descriptor of the lock file is the lease."""
+    """A lease this store holds: the locked descriptor of the lock file is the lease;
+    ``log_id`` is the log file it writes (``None`` until the log exists)."""
 
     fd: int
     lease: Lease
+    log_id: _FileId | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Plan:
+    """One session's batches of a group commit, checked and encoded, in their order."""
+
+    path: str
+    batches: list[tuple[Sequence[Record], bytes]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Write:
+    """What a group commit writes to one session's log, and what it needs to check first."""
+
+    session_id: str
+    path: str
+    data: bytes
+    last_seq: int
+    log_id: _FileId | None
+    took_lease: bool  # taken by this group commit: given back if the write fails
 
 
 @dataclass(eq=False, slots=True)
@@ -218,7 +247,7 @@ class JsonlStore:
                         ) from None
                     raise
             try:
-                await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
+                log_id = await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
             except BaseException:
                 if taken is not None:
                     with anyio.CancelScope(shield=True):
@@ -226,64 +255,71 @@ class JsonlStore:
                 raise
             if taken is not None:
                 self._hold(session_id, *taken, repaired=None)
+            self._held[session_id].log_id = log_id
             self._last_seq[session_id] = records[-1].seq if records else 0
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append one batch, written whole and synced before this returns.
 
         Raises ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` when another writer
-        holds the session, ``StoreError`` when the seqs do not continue the log exactly, or on
-        I/O failure (then nothing of the batch remains).
+        holds the session, ``CorruptLogError`` for a bad line in the log, ``StoreError`` when
+        the seqs do not continue the log exactly, when the log was deleted or replaced while
+        this store held it, or on I/O failure (then nothing of the batch remains).
         """
-        await self.append_batches(((session_id, records),))
+        error = (await self.append_batches(((session_id, records),)))[session_id]
+        if error is not None:
+            raise error
 
-    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
-        """Append several sessions' batches, then sync each file once (group commit).
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
+        """Append several sessions' batches, then sync each file once (group commit); returns
+        an outcome per distinct session id: ``None`` when all its batches are durable, or the
+        error ``append`` would raise for it, when none of them was kept.
 
         Every session is written under this store's lease, taken here if it is not held yet
-        (cutting a torn tail first). All or nothing: if any batch is refused
-        (``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy``, ``StoreError`` naming the
-        session and seqs) or a write fails, no batch is kept.
+        (cutting a torn tail first) and given back if the session is then refused. Sessions
+        are isolated: one refused or failing on its own file leaves the others written.
+        Raises ``StoreError`` only when the store is closed; anything unexpected in the
+        writing thread cuts every file of the group back and is raised.
         """
-        planned: list[tuple[str, str, Sequence[Record], bytes]] = []
-        for session_id, records in batches:
-            path = self._path(session_id)
-            _check_dense(session_id, records)
-            planned.append((session_id, path, records, _encode(session_id, records)))
+        planned, outcomes = self._plan(batches)
         if not planned:
-            return
-        paths = {session_id: path for session_id, path, _, _ in planned}
-        async with self._locks.hold(paths):
+            return outcomes
+        async with self._locks.hold(planned):
             self._check_open()
-            await self._hold_all(paths)
-            for session_id in sorted(paths):
-                if session_id not in self._last_seq:  # a failed write forgot it
-                    await self._load_end(session_id, paths[session_id])
-            last = {session_id: self._last_seq[session_id] for session_id in paths}
-            chunks: dict[str, list[bytes]] = {}
-            for session_id, _, records, data in planned:
-                if not records:
+            writes: list[_Write] = []
+            for session_id in sorted(planned):
+                try:
+                    write = await self._prepare(session_id, planned[session_id])
+                except StoreError as exc:
+                    outcomes[session_id] = exc
                     continue
-                first = records[0].seq
-                if first != last[session_id] + 1:
-                    problem = "gap" if first > last[session_id] + 1 else "regression"
-                    raise StoreError(
-                        f"session {session_id!r}: seq {problem}: batch starts at seq {first} "
-                        f"but the log ends at seq {last[session_id]} "
-                        f"(expected {last[session_id] + 1})"
-                    )
-                last[session_id] = records[-1].seq
-                chunks.setdefault(session_id, []).append(data)
-            if not chunks:
-                return
-            writes = [(sid, paths[sid], b"".join(parts)) for sid, parts in chunks.items()]
+                if write is not None:
+                    writes.append(write)
+            if not writes:
+                return outcomes
             try:
-                await anyio.to_thread.run_sync(self._write_group, writes)
+                failed = await anyio.to_thread.run_sync(self._write_group, writes)
             except BaseException:
-                for session_id in chunks:  # the file is the truth again; reload on next use
-                    self._last_seq.pop(session_id, None)
+                for write in writes:  # the files are the truth again; reload on next use
+                    self._last_seq.pop(write.session_id, None)
                 raise
-            self._last_seq.update(last)
+            give_back: list[Lease] = []
+            for write in writes:
+                error = failed.get(write.session_id)
+                if error is None:
+                    self._last_seq[write.session_id] = write.last_seq
+                    continue
+                outcomes[write.session_id] = error
+                self._last_seq.pop(write.session_id, None)
+                held = self._held.get(write.session_id)
+                if write.took_lease and held is not None:
+                    give_back.append(held.lease)
+            with anyio.CancelScope(shield=True):
+                for lease in give_back:
+                    await self._drop_locked(lease)
+        return outcomes
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
         """Every record, in seq order, and a torn last line if there is one.
@@ -367,6 +403,7 @@ class JsonlStore:
         holder: LeaseHolder,
         *,
         repaired: TornTail | None,
+        log_id: _FileId | None = None,
     ) -> Lease:
         lease = Lease(
             session_id=session_id,
@@ -377,7 +414,7 @@ class JsonlStore:
             renew=self._renew_lease,
             release=self._release_lease,
         )
-        self._held[session_id] = _Held(fd=fd, lease=lease)
+        self._held[session_id] = _Held(fd=fd, lease=lease, log_id=log_id)
         return lease
 
     async def _take_locked(self, session_id: str, path: str) -> Lease:
@@ -387,25 +424,109 @@ class JsonlStore:
         fd, token, holder = await self._lock(session_id, path)
         try:
             repaired = await self._load_end(session_id, path)
+            log_id = await self._log_id(session_id, path)
         except BaseException:
             self._last_seq.pop(session_id, None)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_jsonl_lock.release, fd, token)
             raise
-        return self._hold(session_id, fd, token, holder, repaired=repaired)
+        return self._hold(session_id, fd, token, holder, repaired=repaired, log_id=log_id)
 
-    async def _hold_all(self, paths: dict[str, str]) -> None:
-        """Take the lease of every session not held yet; on a refusal, none of them."""
-        taken: list[Lease] = []
+    async def _log_id(self, session_id: str, path: str) -> _FileId:
         try:
-            for session_id in sorted(paths):
-                if session_id not in self._held:
-                    taken.append(await self._take_locked(session_id, paths[session_id]))
+            info = await aiofiles.os.stat(path)
+        except FileNotFoundError:
+            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        return info.st_dev, info.st_ino
+
+    # -- group commits ----------------------------------------------------------------------
+
+    def _plan(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> tuple[dict[str, _Plan], dict[str, Exception | None]]:
+        """Group the batches by session and check and encode them; a session with a bad
+        batch is refused whole (its outcome holds why) and planned no further."""
+        planned: dict[str, _Plan] = {}
+        outcomes: dict[str, Exception | None] = {}
+        for session_id, records in batches:
+            if outcomes.get(session_id) is not None:
+                continue
+            try:
+                path = self._path(session_id)
+                _check_dense(session_id, records)
+                data = _encode(session_id, records)
+            except (InvalidSessionId, StoreError) as exc:
+                outcomes[session_id] = exc
+                planned.pop(session_id, None)
+                continue
+            outcomes[session_id] = None
+            planned.setdefault(session_id, _Plan(path=path, batches=[])).batches.append(
+                (records, data)
+            )
+        return planned, outcomes
+
+    async def _prepare(self, session_id: str, plan: _Plan) -> _Write | None:
+        """Check one session's batches against its log under its lease (taken here if not
+        held): the write to make, or ``None`` when the batches hold no record.
+
+        Raises ``SessionNotFound``, ``SessionBusy``, ``CorruptLogError``, or ``StoreError``
+        for seqs that do not continue the log or a log deleted or replaced under the lease;
+        a lease taken here is given back then.
+        """
+        took_lease = session_id not in self._held
+        if took_lease:
+            await self._take_locked(session_id, plan.path)
+        held = self._held[session_id]
+        try:
+            if session_id not in self._last_seq:  # a failed write forgot it
+                await self._check_still_the_log(session_id, plan.path, held.log_id)
+                await self._load_end(session_id, plan.path)
+            last = self._last_seq[session_id]
+            parts: list[bytes] = []
+            for records, data in plan.batches:
+                if not records:
+                    continue
+                first = records[0].seq
+                if first != last + 1:
+                    problem = "gap" if first > last + 1 else "regression"
+                    raise StoreError(
+                        f"session {session_id!r}: seq {problem}: batch starts at seq {first} "
+                        f"but the log ends at seq {last} (expected {last + 1})"
+                    )
+                last = records[-1].seq
+                parts.append(data)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                for lease in taken:
-                    await self._drop_locked(lease)
+            if took_lease:
+                with anyio.CancelScope(shield=True):
+                    await self._drop_locked(held.lease)
             raise
+        if not parts:
+            return None
+        return _Write(
+            session_id=session_id,
+            path=plan.path,
+            data=b"".join(parts),
+            last_seq=last,
+            log_id=held.log_id,
+            took_lease=took_lease,
+        )
+
+    async def _check_still_the_log(
+        self, session_id: str, path: str, log_id: _FileId | None
+    ) -> None:
+        """Before a held log is read again: raises ``StoreError`` if it is gone or replaced."""
+        if log_id is None:
+            return
+        try:
+            info = await aiofiles.os.stat(path)
+        except FileNotFoundError:
+            raise _log_gone(session_id, path, "deleted or moved away") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        if (info.st_dev, info.st_ino) != log_id:
+            raise _log_gone(session_id, path, "replaced by another file")
 
     async def _drop_locked(self, lease: Lease) -> None:
         held = self._held.get(lease.session_id)
@@ -527,7 +648,7 @@ class JsonlStore:
 
     # -- blocking parts, run in a worker thread ---------------------------------------------
 
-    def _create_sync(self, session_id: str, path: str, data: bytes) -> None:
+    def _create_sync(self, session_id: str, path: str, data: bytes) -> _FileId:
         # Written under a temporary name and linked into place, so a crash never leaves a
         # half-created log, and link() refuses an existing name atomically.
         temp = os.path.join(self._root, f".{session_id}.{secrets.token_hex(4)}.tmp")
@@ -553,36 +674,64 @@ class JsonlStore:
         except OSError as exc:
             os.close(fd)
             raise StoreError(f"cannot create {path}: {exc}") from exc
+        info = os.fstat(fd)
         self._fds.adopt(session_id, fd)  # the same inode, now named path
+        return info.st_dev, info.st_ino
 
-    def _write_group(self, writes: list[tuple[str, str, bytes]]) -> None:
+    def _write_group(self, writes: list[_Write]) -> dict[str, StoreError]:
+        """Write each session's bytes to its own log, then sync each log once; returns the
+        sessions that failed on their own file (gone, replaced, a write or sync error), each
+        cut back to where it stood. Anything else cuts every file back and is raised."""
+        failed: dict[str, StoreError] = {}
         pinned: list[str] = []
-        written: list[tuple[int, int]] = []  # (fd, size before the write)
+        written: list[tuple[_Write, int, int]] = []  # (write, fd, size before the write)
         try:
-            for session_id, path, data in writes:
-                fd = self._fds.acquire(
-                    session_id, functools.partial(self._open_append, session_id, path)
-                )
-                pinned.append(session_id)
-                written.append((fd, os.fstat(fd).st_size))
-                _write_all(fd, data)
+            for write in writes:
+                opener = functools.partial(_open_append, write.path)
+                try:
+                    fd = self._fds.acquire(write.session_id, opener)
+                except FileNotFoundError:
+                    failed[write.session_id] = _log_gone(
+                        write.session_id, write.path, "deleted or moved away"
+                    )
+                    continue
+                except OSError as exc:
+                    failed[write.session_id] = _write_failed(write, exc)
+                    continue
+                pinned.append(write.session_id)
+                size: int | None = None
+                try:
+                    size = _size_of_the_same_log(write, fd)
+                    _write_all(fd, write.data)
+                except (OSError, StoreError) as exc:
+                    if size is not None:
+                        with suppress(OSError):
+                            os.ftruncate(fd, size)
+                    self._fds.discard(write.session_id)
+                    failed[write.session_id] = _write_failed(write, exc)
+                    continue
+                written.append((write, fd, size))
             if self._fsync:
-                for fd, _ in written:
-                    _sync_data(fd)
-        except BaseException as exc:
-            # Cut every file back so no batch of the group survives half-acknowledged.
-            for fd, size in written:
+                for write, fd, size in written:
+                    try:
+                        _sync_data(fd)
+                    except OSError as exc:
+                        with suppress(OSError):
+                            os.ftruncate(fd, size)
+                        self._fds.discard(write.session_id)
+                        failed[write.session_id] = _write_failed(write, exc)
+        except BaseException:
+            # Not one file's failure: cut every file back, so nothing unacknowledged survives.
+            for _, fd, size in written:
                 with suppress(OSError):
                     os.ftruncate(fd, size)
             for session_id in pinned:
                 self._fds.discard(session_id)
-            if isinstance(exc, OSError):
-                sessions = ", ".join(repr(sid) for sid, _, _ in writes)
-                raise StoreError(f"cannot append to sessions {sessions}: {exc}") from exc
             raise
         finally:
             for session_id in pinned:
                 self._fds.release(session_id)
+        return failed
 
     def _make_root(self) -> None:
         try:
@@ -600,12 +749,6 @@ class JsonlStore:
                     with suppress(InvalidSessionId):
                         ids.append(validate_session_id(entry.name[: -len(_SUFFIX)]))
         return sorted(ids)
-
-    def _open_append(self, session_id: str, path: str) -> int:
-        try:
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise SessionNotFound(f"no log for session {session_id!r} at {path}") from None
 
     def _truncate_sync(self, path: str, size: int) -> None:
         try:
@@ -661,3 +804,38 @@ def _encode(session_id: str, records: Sequence[Record]) -> bytes:
         return b"".join([encode_record(record) for record in records])
     except TypeError as exc:
         raise StoreError(f"session {session_id!r}: a record cannot be encoded: {exc}") from exc
+
+
+def _open_append(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+
+def _size_of_the_same_log(write: _Write, fd: int) -> int:
+    """The size of the open log ``fd``, once it is known to be the session's log still: the
+    file its path names (so not unlinked: ``st_nlink`` 0 never passes) and the file the lease
+    was taken on (``fd`` may have been reopened by path after the cache evicted it). Raises
+    ``StoreError`` naming the file otherwise."""
+    info = os.fstat(fd)
+    try:
+        named = os.stat(write.path, follow_symlinks=False)
+    except FileNotFoundError:
+        raise _log_gone(write.session_id, write.path, "deleted or moved away") from None
+    here = (info.st_dev, info.st_ino)
+    if (named.st_dev, named.st_ino) != here or write.log_id not in (None, here):
+        raise _log_gone(write.session_id, write.path, "replaced by another file")
+    return info.st_size
+
+
+def _log_gone(session_id: str, path: str, what: str) -> StoreError:
+    return StoreError(
+        f"session {session_id!r}: its log {path} was {what} while the session was being "
+        "written; nothing of the batch was written (a reader would never see it)"
+    )
+
+
+def _write_failed(write: _Write, exc: OSError | StoreError) -> StoreError:
+    if isinstance(exc, StoreError):
+        return exc
+    error = StoreError(f"cannot append to session {write.session_id!r} ({write.path}): {exc}")
+    error.__cause__ = exc
+    return error

@@ -15,6 +15,12 @@ them every ``lease_renew_every`` (10) with ``renew_leases()`` or ``lease.renew()
 worker's sessions are free once its leases expire. Unlike SQLite, a dead pid frees nothing here:
 workers on other machines (or containers sharing a host name) cannot be checked.
 
+Workers share the store through each session's inbox: ``push_message`` queues a message with
+an id of its own (and NOTIFYs), ``claim_waiting`` leases sessions with input (``FOR UPDATE SKIP
+LOCKED``), ``peek_inbox``/``drop_inbox`` read and settle it under the lease; the appends that
+log a message's user item and its turn's ``finished`` record keep ``stowage_messages`` (which
+ids the log holds, which are answered) in their own transactions: see ``_pg_inbox``.
+
 asyncpg is the ``[postgres]`` extra, so it is imported where the store is made, never by
 ``import stowage.storage``. Readers create nothing: before the first write the tables may not
 exist, and a read answers as for an empty store.
@@ -22,15 +28,19 @@ exist, and a read answers as for an empty store.
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream
 from stowage.core import (
     ConfigError,
+    CorruptLogError,
     FencingError,
     LeaseHolder,
     LogRead,
@@ -42,6 +52,7 @@ from stowage.core import (
     validate_session_id,
 )
 
+from ._codec import decode_record
 from ._lease import (
     Lease,
     LeaseRow,
@@ -52,7 +63,8 @@ from ._lease import (
     new_owner,
     now_holder,
 )
-from ._sql import check_continues, decode_rows, plan_batch
+from ._pg_inbox import InboxTables, decode_entries, messages_logged, queued_status
+from ._sql import check_continues, decode_rows, plan_batch, plan_sessions
 
 __all__ = ["PostgresStore"]
 
@@ -111,6 +123,7 @@ class PostgresStore:
         self._schema = schema
         self._records = f'"{schema}".stowage_records'
         self._sessions = f'"{schema}".stowage_sessions'
+        self._inbox = InboxTables(schema)
         self._min_size, self._max_size = min_size, max_size
         self._pool: Any = None
         self._schema_ready = False
@@ -191,18 +204,34 @@ class PostgresStore:
         pool = await self._get_pool(write=True)
         try:
             async with pool.acquire() as conn, conn.transaction():
-                try:
-                    await conn.execute(
-                        f"INSERT INTO {self._sessions} (session_id, last_seq, tail_from) "
-                        "VALUES ($1, $2, $3)",
-                        session_id,
-                        batch.last_seq or 0,
-                        batch.tail_from or 1,
-                    )
-                except self._pg.UniqueViolationError:
-                    raise SessionExists(f"session {session_id!r} already exists") from None
+                # a row with messages queued before its log existed (tail_from 0) becomes it
+                row = await conn.fetchrow(
+                    f"INSERT INTO {self._sessions} AS s (session_id, last_seq, tail_from) "
+                    "VALUES ($1, $2, $3) ON CONFLICT (session_id) DO UPDATE "
+                    "SET last_seq = EXCLUDED.last_seq, tail_from = EXCLUDED.tail_from "
+                    f"WHERE s.tail_from = 0 RETURNING (xmax <> 0) AS queued, {_LEASE_COLUMNS}",
+                    session_id,
+                    batch.last_seq or 0,
+                    batch.tail_from or 1,
+                )
+                if row is None:
+                    raise SessionExists(f"session {session_id!r} already exists")
                 taken = None
-                if not held:
+                if row["queued"]:
+                    # messages came first, and a worker's claim may hold the lease (this
+                    # store's or another's): checked as an append checks it
+                    lease = self._held.get(session_id)
+                    if lease is not None:
+                        check_lease_row(
+                            session_id,
+                            lease,
+                            _lease_row(row),
+                            owner=self._owner,
+                            where=self._sessions,
+                        )
+                    else:
+                        taken = await self._take(conn, session_id, _lease_row(row))
+                elif not held:
                     free = LeaseRow(token=0, owner=None, expired=True, holder=None)
                     taken = await self._take(conn, session_id, free)
                 await self._insert(conn, batch.rows)
@@ -214,17 +243,26 @@ class PostgresStore:
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
         ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        await self.append_batches(((session_id, records),))
+        error = (await self.append_batches(((session_id, records),)))[session_id]
+        if error is not None:
+            raise error
 
-    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
-        """Append every batch in one transaction, each under this store's lease (taken here
-        when not held yet, checked against its token otherwise); all or nothing. Raises like
-        ``append``."""
-        planned = [plan_batch(session_id, records) for session_id, records in batches]
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
+        """Append every batch in one transaction, each session under this store's lease (taken
+        here when not held yet, checked against its token otherwise). Every session is checked
+        against its locked row (lease, seqs) before anything is written, and a refused session
+        is left out of the writes and reported in the outcome; the others commit. Raises
+        ``StoreError`` when the transaction fails (connection lost, disk full): then nothing
+        is written, unless only the acknowledgement of the commit was lost."""
+        planned, outcomes = plan_sessions(batches)
         if not planned:
-            return
-        ids = sorted({batch.session_id for batch in planned})  # one lock order for all workers
+            return outcomes
+        messages = messages_logged(batches)  # user items with a message id, finished turns
+        ids = sorted(planned)  # one lock order for all workers
         pool = await self._get_pool(write=True)
+        taken: list[_Taken] = []
         try:
             async with pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(
@@ -234,31 +272,48 @@ class PostgresStore:
                     ids,
                 )
                 by_id = {row["session_id"]: row for row in rows}
-                taken: list[_Taken] = []
+                logged_before = await self._inbox.already_logged(conn, messages)
+                to_take: list[tuple[str, LeaseRow]] = []
+                state: dict[str, list[int]] = {}  # session_id -> [last_seq, tail_from]
+                inserts: list[tuple[str, int, str]] = []
                 for session_id in ids:
                     row = by_id.get(session_id)
-                    if row is None:
-                        raise SessionNotFound(f"no log for session {session_id!r}")
-                    lease = self._held.get(session_id)
+                    try:
+                        if row is None or row["tail_from"] == 0:  # 0: messages, no log yet
+                            raise SessionNotFound(f"no log for session {session_id!r}")
+                        lease_row = _lease_row(row)
+                        lease = self._held.get(session_id)
+                        if lease is None:
+                            if not lease_is_free(lease_row, dead_pid_frees=False):
+                                raise busy(session_id, lease_row, where=self._sessions)
+                        else:
+                            check_lease_row(
+                                session_id,
+                                lease,
+                                lease_row,
+                                owner=self._owner,
+                                where=self._sessions,
+                            )
+                        last_seq, tail_from = int(row["last_seq"]), int(row["tail_from"])
+                        for batch in planned[session_id]:
+                            check_continues(batch, last_seq)
+                            if batch.last_seq is not None:
+                                last_seq = batch.last_seq
+                            if batch.tail_from is not None:
+                                tail_from = batch.tail_from
+                        refused = messages.refusal(session_id, logged_before)
+                        if refused is not None:
+                            raise refused
+                    except StoreError as exc:
+                        outcomes[session_id] = exc
+                        continue
                     if lease is None:
-                        taken.append(await self._take(conn, session_id, _lease_row(row)))
-                    else:
-                        check_lease_row(
-                            session_id,
-                            lease,
-                            _lease_row(row),
-                            owner=self._owner,
-                            where=self._sessions,
-                        )
-                state = {sid: [by_id[sid]["last_seq"], by_id[sid]["tail_from"]] for sid in ids}
-                inserts: list[tuple[str, int, str]] = []
-                for batch in planned:
-                    check_continues(batch, state[batch.session_id][0])
-                    if batch.last_seq is not None:
-                        state[batch.session_id][0] = batch.last_seq
-                    if batch.tail_from is not None:
-                        state[batch.session_id][1] = batch.tail_from
-                    inserts += batch.rows
+                        to_take.append((session_id, lease_row))
+                    state[session_id] = [last_seq, tail_from]
+                    for batch in planned[session_id]:
+                        inserts += batch.rows
+                for session_id, lease_row in to_take:
+                    taken.append(await self._take(conn, session_id, lease_row))
                 if inserts:
                     await self._insert(conn, inserts)
                     await conn.execute(
@@ -270,10 +325,13 @@ class PostgresStore:
                         [v[0] for v in state.values()],
                         [v[1] for v in state.values()],
                     )
+                # message ids logged, turns answered: with the records, or not at all
+                await self._inbox.record(conn, messages.only(state))
         except self._errors as exc:
             raise StoreError(f"postgres store: {exc}") from exc
         for each in taken:
             self._register(each)
+        return outcomes
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
         """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
@@ -289,7 +347,8 @@ class PostgresStore:
         validate_session_id(session_id)
         found = await self._fetch_read(
             lambda pool: pool.fetchval(
-                f"SELECT 1 FROM {self._sessions} WHERE session_id = $1", session_id
+                f"SELECT 1 FROM {self._sessions} WHERE session_id = $1 AND tail_from > 0",
+                session_id,
             ),
             lambda: None,
         )
@@ -298,7 +357,8 @@ class PostgresStore:
     async def list_sessions(self) -> list[str]:
         """Every session id, sorted (by code point, not by the database's collation)."""
         rows = await self._fetch_read(
-            lambda pool: pool.fetch(f"SELECT session_id FROM {self._sessions}"), list
+            lambda pool: pool.fetch(f"SELECT session_id FROM {self._sessions} WHERE tail_from > 0"),
+            list,
         )
         return sorted(row["session_id"] for row in rows)
 
@@ -410,6 +470,221 @@ class PostgresStore:
             lease.handed_out = True
             leases.append(lease)
         return leases
+
+    # -- workers: messages by id, claims, wake-ups -------------------------------------------
+
+    async def push_message(
+        self, session_id: str, message: Mapping[str, Any], *, create: bool = False
+    ) -> bool:
+        """Queue ``message`` (a JSON object with a string ``message_id``) for the session's next
+        worker and NOTIFY the workers; False when that id is queued or logged already (nothing
+        is queued twice). ``create``: a session with no log yet gets one from the worker that
+        takes the message. Raises ``InvalidSessionId``, ``ConfigError`` for a message without
+        an id, ``SessionNotFound`` (not ``create``), ``StoreError``.
+        """
+        validate_session_id(session_id)
+        if not isinstance(message.get("message_id"), str):
+            raise ConfigError("a message needs a string 'message_id'")
+        pool = await self._get_pool(write=True)
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                outcome = await self._inbox.push(conn, session_id, message, create=create)
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        if outcome == "missing":
+            raise SessionNotFound(f"no log for session {session_id!r}")
+        return outcome == "queued"
+
+    async def peek_inbox(self, session_id: str) -> list[tuple[dict[str, Any], str | None]]:
+        """The queued entries of a session this store holds the lease of, in order, each with
+        the status of its message id when the log holds it (``logged``: its turn has not
+        finished; ``answered``; ``failed``), else None. Raises ``FencingError`` when this store
+        holds no lease for it or lost it, ``SessionNotFound``, ``StoreError``."""
+        validate_session_id(session_id)
+        lease = self._held.get(session_id)
+        if lease is None:
+            raise FencingError(f"session {session_id!r}: this store holds no lease for it")
+        pool = await self._get_pool(write=True)
+        try:
+            row = await pool.fetchrow(self._inbox.peek_sql(_LEASE_COLUMNS), session_id)
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        if row is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        check_lease_row(session_id, lease, _lease_row(row), owner=self._owner, where=self._sessions)
+        return [
+            (entry, queued_status(row["statuses"], entry.get("message_id")))
+            for entry in decode_entries(row["inbox"])
+        ]
+
+    async def drop_inbox(
+        self, session_id: str, entries: Sequence[Mapping[str, Any]], *, reason: str
+    ) -> None:
+        """Take ``entries`` (as ``peek_inbox`` gave them) out of the inbox of a session this
+        store holds the lease of; their message ids, unless answered, are marked failed with
+        ``reason``, and waiting senders are woken. Raises as ``peek_inbox`` does."""
+        validate_session_id(session_id)
+        lease = self._held.get(session_id)
+        if lease is None:
+            raise FencingError(f"session {session_id!r}: this store holds no lease for it")
+        pool = await self._get_pool(write=True)
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                row = await conn.fetchrow(
+                    f"SELECT {_LEASE_COLUMNS} FROM {self._sessions} "
+                    "WHERE session_id = $1 FOR UPDATE",
+                    session_id,
+                )
+                if row is None:
+                    raise SessionNotFound(f"no session {session_id!r}")
+                check_lease_row(
+                    session_id, lease, _lease_row(row), owner=self._owner, where=self._sessions
+                )
+                await self._inbox.drop(conn, session_id, entries, reason)
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+
+    async def claim_waiting(self, *, limit: int) -> list[tuple[str, LeaseHolder | None]]:
+        """Take the lease of up to ``limit`` sessions with input queued and no live lease (not
+        this store's), skipping rows other workers are claiming (``FOR UPDATE SKIP LOCKED``).
+
+        Unlike ``claim_sessions`` the leases are not handed out: the runtime that opens the
+        session takes each with ``acquire``, and until then appends use it. Returns the session
+        ids, each with the holder whose lease had expired (a takeover) or None. Raises
+        ``StoreError``.
+        """
+        pool = await self._get_pool(write=True)
+        holder = now_holder(self._owner)  # its since is replaced by the database's now()
+        try:
+            rows = await pool.fetch(
+                "WITH free AS (SELECT session_id, lease_owner AS was_owner, lease_pid AS was_pid, "
+                f"lease_host AS was_host, lease_since AS was_since FROM {self._sessions} "
+                "WHERE inbox <> '[]'::jsonb "
+                "AND (lease_owner IS NULL OR lease_expires IS NULL OR lease_expires < now()) "
+                "AND lease_owner IS DISTINCT FROM $1 "
+                "ORDER BY session_id LIMIT $2 FOR UPDATE SKIP LOCKED) "
+                f"UPDATE {self._sessions} AS s SET lease_owner = $1, "
+                "lease_token = s.lease_token + 1, "
+                "lease_expires = now() + make_interval(secs => $3), "
+                "lease_pid = $4, lease_host = $5, lease_since = now() "
+                "FROM free WHERE s.session_id = free.session_id "
+                "RETURNING s.session_id, s.lease_token, s.lease_since, "
+                "free.was_owner, free.was_pid, free.was_host, free.was_since",
+                self._owner,
+                limit,
+                self._ttl,
+                holder.pid,
+                holder.host,
+            )
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        claimed: list[tuple[str, LeaseHolder | None]] = []
+        for row in sorted(rows, key=lambda row: str(row["session_id"])):
+            session_id = str(row["session_id"])
+            old = self._held.get(session_id)
+            if old is not None:
+                old.lost = True
+            mine = LeaseHolder(
+                owner=self._owner, pid=holder.pid, host=holder.host, since=row["lease_since"]
+            )
+            self._register((session_id, int(row["lease_token"]), mine))
+            previous = None
+            if row["was_owner"] is not None and row["was_pid"] is not None:
+                previous = LeaseHolder(
+                    owner=row["was_owner"],
+                    pid=row["was_pid"],
+                    host=row["was_host"],
+                    since=row["was_since"],
+                )
+            claimed.append((session_id, previous))
+        return claimed
+
+    async def release(self, session_id: str) -> None:
+        """Give back the session's lease if this store holds it (handed out or not); nothing
+        otherwise. Raises ``StoreError``."""
+        lease = self._held.get(validate_session_id(session_id))
+        if lease is not None:
+            await lease.release()
+
+    async def message_status(self, session_id: str, message_id: str) -> dict[str, Any] | None:
+        """What the log holds of a message id: ``status`` (``logged``, ``answered``,
+        ``failed``), ``seq`` of its user item, ``answered_seq`` of its turn's ``finished``
+        record, ``reason`` it failed; None while it is only queued (or unknown)."""
+        validate_session_id(session_id)
+
+        async def run(pool: Any) -> dict[str, Any] | None:
+            async with pool.acquire() as conn:
+                return await self._inbox.status(conn, session_id, message_id)
+
+        found: dict[str, Any] | None = await self._fetch_read(run, lambda: None)
+        return found
+
+    async def read_range(self, session_id: str, first: int, last: int) -> tuple[Record, ...]:
+        """The records with ``first <= seq <= last``, in order. Raises ``CorruptLogError`` for a
+        bad row or a gap, ``StoreError``."""
+        validate_session_id(session_id)
+        rows = await self._fetch_read(
+            lambda pool: pool.fetch(
+                f"SELECT seq, body FROM {self._records} WHERE session_id = $1 "
+                "AND seq BETWEEN $2 AND $3 ORDER BY seq",
+                session_id,
+                first,
+                last,
+            ),
+            list,
+        )
+        where = f"{self._records}#{session_id}"
+        out: list[Record] = []
+        for expected, row in enumerate(rows, start=first):
+            if row["seq"] != expected:
+                raise CorruptLogError(
+                    f"seq {row['seq']} where {expected} was expected", path=where, line=row["seq"]
+                )
+            try:
+                out.append(decode_record(row["body"]))
+            except ValueError as exc:
+                raise CorruptLogError(str(exc), path=where, line=expected) from None
+        return tuple(out)
+
+    @asynccontextmanager
+    async def notifications(
+        self, kind: Literal["inbox", "answers"], *, buffer: int = 1024
+    ) -> AsyncIterator[MemoryObjectReceiveStream[str]]:
+        """LISTEN for ``inbox`` (a message was queued) or ``answers`` (one was answered or
+        given up on) over a connection of its own; yields the payloads (session ids).
+
+        A full buffer drops payloads (a wake-up is as good as many); the stream ends when the
+        connection is lost. Raises ``StoreError`` when it cannot connect.
+        """
+        channel = self._inbox.inbox_channel if kind == "inbox" else self._inbox.answers_channel
+        send, receive = anyio.create_memory_object_stream[str](buffer)
+
+        def on_notification(conn: Any, pid: int, channel: str, payload: str) -> None:
+            # a full buffer drops it: the reader is behind, and one wake-up is as good as many
+            with suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                send.send_nowait(payload)
+
+        def on_lost(conn: Any) -> None:
+            send.close()
+
+        try:
+            conn = await self._pg.connect(self._dsn)
+        except self._errors as exc:
+            raise StoreError(f"cannot listen on postgres store: {exc}") from exc
+        try:
+            await conn.add_listener(channel, on_notification)
+            conn.add_termination_listener(on_lost)
+            with receive:
+                yield receive
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        finally:
+            send.close()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                try:
+                    await conn.close()
+                except self._errors:
+                    conn.terminate()
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -523,7 +798,9 @@ class PostgresStore:
         async def run(pool: Any) -> tuple[int, list[Any]] | None:
             async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
                 tail_from = await conn.fetchval(
-                    f"SELECT tail_from FROM {self._sessions} WHERE session_id = $1", session_id
+                    f"SELECT tail_from FROM {self._sessions} "
+                    "WHERE session_id = $1 AND tail_from > 0",
+                    session_id,
                 )
                 if tail_from is None:
                     return None
@@ -561,7 +838,10 @@ class PostgresStore:
             try:
                 if self._pool is None:
                     self._pool = await self._pg.create_pool(
-                        self._dsn, min_size=self._min_size, max_size=self._max_size
+                        self._dsn,
+                        min_size=self._min_size,
+                        max_size=self._max_size,
+                        **_pool_options(self._pg),
                     )
                 if write and not self._schema_ready:
                     await self._ensure_schema(self._pool)
@@ -594,6 +874,25 @@ class PostgresStore:
                 "session_id text NOT NULL, seq bigint NOT NULL, body text NOT NULL, "
                 "PRIMARY KEY (session_id, seq))"
             )
+            for statement in self._inbox.ddl():  # the message ids the logs hold
+                await conn.execute(statement)
+
+
+def _pool_options(pg: ModuleType) -> dict[str, Any]:
+    """No reset query when a connection goes back to the pool (asyncpg >= 0.30 lets us say so).
+
+    The store keeps no session state on pooled connections (its locks are transaction-scoped,
+    it LISTENs on connections of its own), so asyncpg's reset (``pg_advisory_unlock_all();
+    CLOSE ALL; UNLISTEN *; RESET ALL``) would be one more round trip per statement or
+    transaction for nothing. asyncpg still rolls back a transaction left open.
+    """
+    if "reset" not in inspect.signature(pg.create_pool).parameters:
+        return {}
+    return {"reset": _keep_session}
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset: nothing to undo (see ``_pool_options``)."""
 
 
 def _lease_row(row: Mapping[str, Any]) -> LeaseRow:

@@ -11,11 +11,18 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from stowage.core import CompactionRecord, CorruptLogError, Record, StoreError, validate_session_id
+from stowage.core import (
+    CompactionRecord,
+    CorruptLogError,
+    InvalidSessionId,
+    Record,
+    StoreError,
+    validate_session_id,
+)
 
 from ._codec import decode_record, encode_record
 
-__all__ = ["PlannedBatch", "check_continues", "decode_rows", "plan_batch"]
+__all__ = ["PlannedBatch", "check_continues", "decode_rows", "plan_batch", "plan_sessions"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +68,31 @@ def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = Fal
         last_seq=seqs[-1] if seqs else None,
         tail_from=tail_from,
     )
+
+
+def plan_sessions(
+    batches: Sequence[tuple[str, Sequence[Record]]],
+) -> tuple[dict[str, list[PlannedBatch]], dict[str, Exception | None]]:
+    """A group commit's batches by session (in their order), each checked and encoded.
+
+    Returns the planned batches of every session that passed, and an outcome per distinct
+    session id: ``None`` so far, or the error that refuses the session whole (one bad batch
+    refuses its session's other batches in the group too).
+    """
+    planned: dict[str, list[PlannedBatch]] = {}
+    outcomes: dict[str, Exception | None] = {}
+    for session_id, records in batches:
+        if outcomes.get(session_id) is not None:
+            continue
+        try:
+            batch = plan_batch(session_id, records)
+        except (InvalidSessionId, StoreError) as exc:
+            outcomes[session_id] = exc
+            planned.pop(session_id, None)
+            continue
+        outcomes[session_id] = None
+        planned.setdefault(session_id, []).append(batch)
+    return planned, outcomes
 
 
 def check_continues(batch: PlannedBatch, last_seq: int) -> None:

@@ -2,6 +2,8 @@
 
 One connection, one operation at a time: SQLite has a single writer anyway, and a group commit
 (``append_batches``) is one transaction, so batching across sessions is where the speed is.
+Each session of a group commit writes inside a savepoint of its own, so one session's refused
+batch (a seq gap, a lost lease) is rolled back alone and the rest of the group commits.
 
 One writer per session, across processes: a ``leases`` row per session holds the last fencing
 token granted, the holder (owner, pid, host, since) and an expiry. Taking the lease is an
@@ -48,7 +50,7 @@ from ._lease import (
     new_owner,
     now_holder,
 )
-from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch
+from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
 
 __all__ = ["SqliteStore"]
 
@@ -193,35 +195,51 @@ class SqliteStore:
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
         ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        await self.append_batches(((session_id, records),))
+        error = (await self.append_batches(((session_id, records),)))[session_id]
+        if error is not None:
+            raise error
 
-    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
-        """Append every batch in one transaction, each under this store's lease (taken here
-        when not held yet); all or nothing. Raises like ``append``."""
-        planned = [plan_batch(session_id, records) for session_id, records in batches]
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
+        """Append every batch in one transaction, each session under this store's lease (taken
+        here when not held yet) and inside a savepoint of its own: a session refused (as
+        ``append`` would refuse it) is rolled back to its savepoint and reported in the outcome,
+        and the others commit. Raises ``StoreError`` when the transaction itself fails (disk
+        full, database locked past the timeout): then nothing is written."""
+        planned, outcomes = plan_sessions(batches)
         if not planned:
-            return
+            return outcomes
+        ids = sorted(planned)
 
-        def run(conn: sqlite3.Connection) -> list[_Taken]:
+        def run(conn: sqlite3.Connection) -> tuple[dict[str, Exception], list[_Taken]]:
+            refused: dict[str, Exception] = {}
             taken: list[_Taken] = []
-            for session_id in sorted({batch.session_id for batch in planned}):
-                if not _session_exists(conn, session_id):
-                    raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-                lease = self._held.get(session_id)
-                if lease is None:
-                    taken.append(self._take(conn, session_id))
-                else:
-                    row = self._lease_row(conn, session_id)
-                    check_lease_row(session_id, lease, row, owner=self._owner, where=self._path)
-            for batch in planned:
-                self._append_one(conn, batch)
-            return taken
+            for session_id in ids:
+                conn.execute("SAVEPOINT session_batches")
+                try:
+                    took = self._append_session(conn, session_id, planned[session_id])
+                except (StoreError, sqlite3.IntegrityError) as exc:
+                    conn.execute("ROLLBACK TO session_batches")
+                    conn.execute("RELEASE session_batches")
+                    refused[session_id] = _refusal(session_id, self._path, exc)
+                    continue
+                conn.execute("RELEASE session_batches")
+                if took is not None:
+                    taken.append(took)
+            return refused, taken
 
-        def missing() -> list[_Taken]:
-            raise SessionNotFound(f"no log for session {planned[0].session_id!r} in {self._path}")
+        def missing() -> tuple[dict[str, Exception], list[_Taken]]:
+            no_log: dict[str, Exception] = {
+                sid: SessionNotFound(f"no log for session {sid!r} in {self._path}") for sid in ids
+            }
+            return no_log, []
 
-        for taken in await self._run(run, write=True, missing=missing):
-            self._register(taken)
+        refused, taken = await self._run(run, write=True, missing=missing)
+        for each in taken:
+            self._register(each)
+        outcomes.update(refused)
+        return outcomes
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
         """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
@@ -367,21 +385,38 @@ class SqliteStore:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _append_one(self, conn: sqlite3.Connection, batch: PlannedBatch) -> None:
+    def _append_session(
+        self, conn: sqlite3.Connection, session_id: str, batches: list[PlannedBatch]
+    ) -> _Taken | None:
+        """Check the session's lease and seqs, then write its batches; returns the lease taken
+        for it, if it was not held. Raises ``SessionNotFound``, ``SessionBusy``,
+        ``FencingError`` or ``StoreError`` (seqs) before it writes a row of a refused batch."""
         row = conn.execute(
-            "SELECT last_seq FROM sessions WHERE session_id = ?", (batch.session_id,)
+            "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
         if row is None:
-            raise SessionNotFound(f"no log for session {batch.session_id!r} in {self._path}")
-        check_continues(batch, row[0])
-        if not batch.rows:
-            return
-        conn.executemany("INSERT INTO records VALUES (?, ?, ?)", batch.rows)
-        conn.execute(
-            "UPDATE sessions SET last_seq = ?, tail_from = COALESCE(?, tail_from) "
-            "WHERE session_id = ?",
-            (batch.last_seq, batch.tail_from, batch.session_id),
-        )
+            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+        lease = self._held.get(session_id)
+        taken = None
+        if lease is None:
+            taken = self._take(conn, session_id)  # undone with the savepoint if refused
+        else:
+            lease_row = self._lease_row(conn, session_id)
+            check_lease_row(session_id, lease, lease_row, owner=self._owner, where=self._path)
+        last_seq: int = row[0]
+        for batch in batches:
+            check_continues(batch, last_seq)
+            last_seq = batch.last_seq if batch.last_seq is not None else last_seq
+        for batch in batches:
+            if not batch.rows:
+                continue
+            conn.executemany("INSERT INTO records VALUES (?, ?, ?)", batch.rows)
+            conn.execute(
+                "UPDATE sessions SET last_seq = ?, tail_from = COALESCE(?, tail_from) "
+                "WHERE session_id = ?",
+                (batch.last_seq, batch.tail_from, session_id),
+            )
+        return taken
 
     async def _read(self, session_id: str, *, tail: bool) -> LogRead:
         validate_session_id(session_id)
@@ -471,3 +506,15 @@ class SqliteStore:
 def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
     row = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
     return row.fetchone() is not None
+
+
+def _refusal(session_id: str, path: str, exc: StoreError | sqlite3.IntegrityError) -> StoreError:
+    """The error a refused session's append gets; a clash on (session, seq) means the session
+    row and its records disagree, which fails that session only."""
+    if isinstance(exc, StoreError):
+        return exc
+    error = StoreError(
+        f"session {session_id!r} in {path}: a record of the batch is already stored ({exc})"
+    )
+    error.__cause__ = exc
+    return error

@@ -23,6 +23,11 @@ Three more families test what only some stores can offer or need a view of the b
 - ``check_writer_in_another_process`` runs a real second process that holds a lease; call it
   with the source of an expression that opens the same store in that process.
 
+Group commits: ``append_batches`` answers per session (``None`` or the error ``append`` would
+raise), and one poisoned session among 30 (a seq gap, a record that cannot be encoded, a session
+another store holds, an unknown or invalid id; a fenced session among the expiry checks) gets
+its error while the 29 others are durable and readable from a fresh store.
+
 No pytest import here: the module ships with the package for third-party stores.
 """
 
@@ -33,7 +38,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -201,6 +206,38 @@ async def _raises(expected: type[BaseException], call: Awaitable[Any], what: str
     raise AssertionError(f"{what}: expected {expected.__name__}, nothing was raised")
 
 
+async def _group_append(store: LogStore, session_id: str, records: Sequence[Record]) -> None:
+    """``append`` through ``append_batches``: raises the session's outcome, if an error."""
+    outcomes = await store.append_batches([(session_id, records)])
+    assert set(outcomes) == {session_id}, f"outcomes for {sorted(outcomes)}, not {session_id!r}"
+    error = outcomes[session_id]
+    if error is not None:
+        raise error
+
+
+def _refused(
+    expected: type[BaseException],
+    outcomes: Mapping[str, Exception | None],
+    session_id: str,
+    what: str,
+) -> BaseException:
+    error = outcomes.get(session_id)
+    if not isinstance(error, expected):
+        raise AssertionError(
+            f"{what}: expected {expected.__name__} as the outcome of {session_id!r}, got {error!r}"
+        )
+    return error
+
+
+def _all_written(
+    outcomes: Mapping[str, Exception | None], session_ids: Sequence[str], what: str
+) -> None:
+    failed = {sid: e for sid, e in outcomes.items() if sid in session_ids and e is not None}
+    assert not failed, f"{what}: healthy sessions were refused: {failed}"
+    missing = sorted(set(session_ids) - set(outcomes))
+    assert not missing, f"{what}: no outcome for {missing}"
+
+
 async def _records(store: LogStore, session_id: str) -> tuple[Record, ...]:
     read = await store.read(session_id)
     assert read.torn_tail is None, f"{session_id}: unexpected torn tail {read.torn_tail}"
@@ -265,7 +302,7 @@ async def check_missing_session_raises_not_found(open_store: StoreFactory) -> No
     """Append, read and read_tail of an unknown id raise ``SessionNotFound``."""
     async with _opened(open_store) as store:
         await _raises(SessionNotFound, store.append("nope", round_records(1, 1)), "append")
-        await _raises(SessionNotFound, store.append_batches([("nope", [])]), "append_batches")
+        _refused(SessionNotFound, await store.append_batches([("nope", [])]), "nope", "group")
         await _raises(SessionNotFound, store.read("nope"), "read")
         await _raises(SessionNotFound, store.read_tail("nope"), "read_tail")
         await _raises(SessionNotFound, store.acquire("nope"), "acquire")
@@ -280,7 +317,7 @@ async def check_invalid_session_ids_refused(open_store: StoreFactory) -> None:
             calls: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
                 ("create", partial(store.create, bad, session_start())),
                 ("append", partial(store.append, bad, round_records(4, 1))),
-                ("append_batches", partial(store.append_batches, [(bad, round_records(4, 1))])),
+                ("append_batches", partial(_group_append, store, bad, round_records(4, 1))),
                 ("read", partial(store.read, bad)),
                 ("read_tail", partial(store.read_tail, bad)),
                 ("exists", partial(store.exists, bad)),
@@ -312,7 +349,8 @@ async def check_empty_batch_changes_nothing(open_store: StoreFactory) -> None:
     async with _opened(open_store) as store:
         await store.create("s1", session_start())
         await store.append("s1", [])
-        await store.append_batches([])
+        assert await store.append_batches([]) == {}, "an empty group commit has no outcomes"
+        assert await store.append_batches([("s1", [])]) == {"s1": None}
         assert list(await _records(store, "s1")) == session_start()
 
 
@@ -397,7 +435,8 @@ async def check_append_batches_across_sessions(open_store: StoreFactory) -> None
             await store.create(session_id, session_start())
         batches: list[tuple[str, Sequence[Record]]] = [(sid, round_records(4, 1)) for sid in ids]
         batches.append((ids[7], round_records(8, 2)))  # the same session twice, in order
-        await store.append_batches(batches)
+        outcomes = await store.append_batches(batches)
+        assert outcomes == dict.fromkeys(ids), f"not one None per session: {outcomes}"
         for session_id in ids:
             expected = [*session_start(), *round_records(4, 1)]
             if session_id == ids[7]:
@@ -407,19 +446,82 @@ async def check_append_batches_across_sessions(open_store: StoreFactory) -> None
         assert len(await _records(store, ids[7])) == 11
 
 
-async def check_append_batches_all_or_nothing(open_store: StoreFactory) -> None:
-    """A group commit with one bad batch writes none of its batches."""
+async def check_append_batches_isolates_sessions(open_store: StoreFactory) -> None:
+    """A group commit refuses a bad session whole (every batch of it in the group) with its
+    own error, and writes every other session's batches."""
     async with _opened(open_store) as store:
         for session_id in ("a", "b", "c"):
             await store.create(session_id, session_start())
         bad = [("a", round_records(4, 1)), ("b", round_records(9, 1)), ("c", round_records(4, 1))]
-        await _raises(StoreError, store.append_batches(bad), "group with a gap")
-        missing = [("a", round_records(4, 1)), ("ghost", round_records(4, 1))]
-        await _raises(SessionNotFound, store.append_batches(missing), "group with a ghost")
-        for session_id in ("a", "b", "c"):
+        outcomes = await store.append_batches(bad)
+        assert set(outcomes) == {"a", "b", "c"}, f"outcomes for {sorted(outcomes)}"
+        gap = _refused(StoreError, outcomes, "b", "group with a gap")
+        assert "'b'" in str(gap) and "9" in str(gap), f"message lacks session or seq: {gap}"
+        _all_written(outcomes, ["a", "c"], "group with a gap")
+        twice = [
+            ("a", round_records(8, 2)),
+            ("c", round_records(8, 2)),
+            ("a", round_records(20, 3)),
+        ]
+        outcomes = await store.append_batches(twice)  # a's second batch does not continue
+        _refused(StoreError, outcomes, "a", "a session whose second batch has a gap")
+        _all_written(outcomes, ["c"], "group with a session twice")
+        missing = [("b", round_records(4, 1)), ("ghost", round_records(4, 1))]
+        outcomes = await store.append_batches(missing)
+        _refused(SessionNotFound, outcomes, "ghost", "group with a ghost")
+        _all_written(outcomes, ["b"], "group with a ghost")
+        assert await store.list_sessions() == ["a", "b", "c"], "a refused session was created"
+    async with _opened(open_store) as store:
+        assert list(await _records(store, "a")) == [*session_start(), *round_records(4, 1)]
+        assert list(await _records(store, "b")) == [*session_start(), *round_records(4, 1)]
+        c = [*session_start(), *round_records(4, 1), *round_records(8, 2)]
+        assert list(await _records(store, "c")) == c
+        await store.append("a", round_records(8, 2))  # the refused seqs are still free
+        assert len(await _records(store, "a")) == 11
+
+
+async def check_poisoned_session_among_30(open_store: StoreFactory) -> None:
+    """In a group commit of 30 sessions, one poisoned session (a seq gap, a record that
+    cannot be encoded, a session another store holds, an unknown id, an invalid id) gets its
+    own error and keeps its log as it was; the 29 others are durable and readable from a
+    fresh store."""
+    healthy = [f"h{n:02d}" for n in range(29)]
+    unencodable = ItemRecord(
+        seq=4, item=FunctionCallOutput(call_id="c", output="bytes \udcff from a tool")
+    )
+    async with _opened(open_store) as store, _opened(open_store) as other:
+        for session_id in [*healthy, "gap", "unencodable"]:
+            await store.create(session_id, session_start())
+        await other.create("busy", session_start())  # other holds its lease from now on
+        poisons: list[tuple[str, Sequence[Record], type[BaseException]]] = [
+            ("gap", round_records(7, 1), StoreError),
+            ("unencodable", [unencodable], StoreError),
+            ("busy", round_records(4, 1), SessionBusy),
+            ("ghost", round_records(4, 1), SessionNotFound),
+            ("../x", round_records(4, 1), InvalidSessionId),
+        ]
+        for round_number, (poisoned, records, expected) in enumerate(poisons, start=1):
+            first = 4 * round_number
+            group: list[tuple[str, Sequence[Record]]] = [
+                (sid, round_records(first, round_number)) for sid in healthy
+            ]
+            group.insert(round_number * 5, (poisoned, records))
+            outcomes = await store.append_batches(group)
+            what = f"group {round_number} poisoned by {poisoned!r}"
+            assert set(outcomes) == {*healthy, poisoned}, f"{what}: outcomes {sorted(outcomes)}"
+            error = _refused(expected, outcomes, poisoned, what)
+            if expected is StoreError:
+                assert poisoned in str(error), f"{what}: the error does not name it: {error}"
+            _all_written(outcomes, healthy, what)
+        assert await store.list_sessions() == sorted([*healthy, "busy", "gap", "unencodable"])
+        for session_id in ("gap", "unencodable", "busy"):
             assert list(await _records(store, session_id)) == session_start(), session_id
-        await store.append_batches([(sid, round_records(4, 1)) for sid in ("a", "b", "c")])
-        assert len(await _records(store, "b")) == 7
+    async with _opened(open_store) as store:  # durable, not only cached
+        expected_log: list[Record] = session_start()
+        for round_number in range(1, len(poisons) + 1):
+            expected_log += round_records(4 * round_number, round_number)
+        for session_id in healthy:
+            assert list(await _records(store, session_id)) == expected_log, session_id
 
 
 async def check_concurrent_appends(open_store: StoreFactory) -> None:
@@ -463,8 +565,8 @@ async def check_second_writer_refused_naming_the_holder(open_store: StoreFactory
         named = _is_this_process(getattr(busy, "holder", None), "acquire by a second store")
         assert str(os.getpid()) in str(busy), f"the message does not name the holder: {busy}"
         await _raises(SessionBusy, other.append("s1", round_records(4, 1)), "append, 2nd store")
-        batch: list[tuple[str, Sequence[Record]]] = [("s1", round_records(4, 1))]
-        await _raises(SessionBusy, other.append_batches(batch), "append_batches, 2nd store")
+        grouped = _group_append(other, "s1", round_records(4, 1))
+        await _raises(SessionBusy, grouped, "append_batches, 2nd store")
         lease = await holder.acquire("s1")  # hands out the lease create took
         assert isinstance(lease, WriterLease), f"{lease!r} is not a WriterLease"
         assert lease.session_id == "s1" and lease.token >= 1, lease
@@ -542,7 +644,8 @@ CHECKS: tuple[Check, ...] = (
     check_read_tail_compaction_edge_cases,
     check_records_survive_byte_for_byte,
     check_append_batches_across_sessions,
-    check_append_batches_all_or_nothing,
+    check_append_batches_isolates_sessions,
+    check_poisoned_session_among_30,
     check_concurrent_appends,
     check_list_sessions_sorted,
     check_second_writer_refused_naming_the_holder,
@@ -667,8 +770,8 @@ async def check_taken_over_writer_is_fenced(open_store: ExpiringStoreFactory) ->
             await _raises(
                 FencingError, slow.append(session_id, batch), f"stale append {session_id}"
             )
-            grouped: list[tuple[str, Sequence[Record]]] = [(session_id, batch)]
-            await _raises(FencingError, slow.append_batches(grouped), "stale append_batches")
+            grouped = _group_append(slow, session_id, batch)
+            await _raises(FencingError, grouped, "stale append_batches")
         await _raises(FencingError, lease.renew(), "renew of a lease taken over")
         assert await slow.renew_leases() == ["s1", "s2"]
         await taken.renew()
@@ -701,9 +804,36 @@ async def check_renewed_lease_outlives_its_ttl(open_store: ExpiringStoreFactory)
         await other.acquire("s1")
 
 
+async def check_fenced_session_among_30(open_store: ExpiringStoreFactory) -> None:
+    """A group commit of 30 sessions, one of which was taken over by another store since: that
+    one gets ``FencingError`` and keeps the new holder's log; the 29 others (their leases
+    expired, but nobody took them) are written and durable."""
+    ids = [f"s{n:02d}" for n in range(30)]
+    async with (
+        _opened(partial(open_store, _TTL)) as slow,
+        _opened(partial(open_store, _TTL)) as other,
+    ):
+        for session_id in ids:
+            await slow.create(session_id, session_start())
+        await anyio.sleep(_TTL + 0.3)  # slow stalls; its leases expire
+        taken = await other.acquire("s13")
+        outcomes = await slow.append_batches([(sid, round_records(4, 1)) for sid in ids])
+        assert set(outcomes) == set(ids), f"outcomes for {sorted(outcomes)}"
+        _refused(FencingError, outcomes, "s13", "a session taken over")
+        healthy = [sid for sid in ids if sid != "s13"]
+        _all_written(outcomes, healthy, "a group with a fenced session")
+        await other.append("s13", round_records(4, 1))
+        await taken.release()
+    async with _opened(partial(open_store, _TTL)) as fresh:
+        for session_id in ids:
+            log = [*session_start(), *round_records(4, 1)]
+            assert list(await _records(fresh, session_id)) == log, session_id
+
+
 EXPIRY_CHECKS: tuple[ExpiryCheck, ...] = (
     check_taken_over_writer_is_fenced,
     check_renewed_lease_outlives_its_ttl,
+    check_fenced_session_among_30,
 )
 """Checks for stores whose leases expire, in a stable order."""
 

@@ -16,8 +16,9 @@ import pytest
 
 SURFACE = {
     "stowage": [
-        "AssistantDelta", "AssistantMessage", "CompactionDecided", "CompactionError",
-        "CompactionFailed", "CompactionSkipped", "CompactionSummary", "CompactionWaited",
+        "AssistantDelta", "AssistantMessage", "Client", "CompactionDecided", "CompactionError",
+        "CompactionFailed", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
+        "CompactionWaited", "IncompleteResponse",
         "ConfigError", "ContextLengthExceeded", "CorruptLogError", "Event", "EventBus",
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
         "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted",
@@ -25,8 +26,9 @@ SURFACE = {
         "ModelResponse", "ModelResponseError", "ProtectedChanged", "ProtectedEntry",
         "ProtectedRefused", "ProtectedState", "ProtectedStateViolation", "RateLimitError",
         "Record", "ResponseDone", "RoundCommitted", "RoundStarted", "Runtime", "Session",
-        "SessionClosed", "SessionError", "SessionExists", "SessionFailed", "SessionFailedEvent",
-        "SessionHibernated", "SessionNotFound", "SessionRehydrated", "SessionState", "Settings",
+        "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",
+        "SessionFailedEvent", "SessionHibernated", "SessionLeaseLost", "SessionLeaseLostEvent",
+        "SessionNotFound", "SessionRehydrated", "SessionState", "Settings",
         "StoreError", "StowageError", "SystemMessage", "TextDelta", "Tool", "ToolFinished",
         "ToolRegistry", "ToolSpec", "ToolStarted", "TurnFinished", "TurnResult", "Usage",
         "UserMessage", "__version__", "configure_logging", "new_session_id", "replay",
@@ -35,6 +37,10 @@ SURFACE = {
     "stowage.storage": [
         "JsonlStore", "LogRead", "LogStore", "PostgresStore", "SqliteStore", "TornTail",
         "decode_record", "encode_record", "open_store",
+    ],
+    "stowage.worker": [
+        "Client", "InboxMessage", "MessageFailed", "Sent", "Worker", "WorkerOptions",
+        "new_message_id",
     ],
     "stowage.testing": [
         "Brain", "FakeOpenAIServer", "Fault", "FaultWhen", "ScriptedBrain", "ScriptedModel",

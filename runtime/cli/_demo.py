@@ -14,6 +14,7 @@ from stowage.core import (
     RoundCommitted,
     Settings,
     ToolFinished,
+    redact_url,
 )
 from stowage.facade import Runtime
 from stowage.policy import check_log
@@ -38,17 +39,21 @@ _PROMPTS = (
 
 
 async def run_demo(
-    *, store: Path, turns: int, threshold: int | None, context_window: int | None = 6000
+    *, store: str, turns: int, threshold: int | None, context_window: int | None = 6000
 ) -> int:
-    """Run ``turns`` turns of the scripted model over the current directory; print every
-    compaction, then a table of figures and the log check. Returns the exit status."""
+    """Run ``turns`` turns of the scripted model over the current directory, in the store
+    ``store`` names (a directory or a database URL); print every compaction, then a table of
+    figures and the log check. Returns the exit status."""
     console = Console(stderr=False)
     # stowage's own sources: real, read-only, the same size wherever the demo is run from
     workspace = _SOURCES
     # a small window (or the seed's fixed threshold) so that a short demo compacts often
     settings = Settings(
-        store=store, compact_threshold=threshold, context_window=context_window, workspace=workspace
+        compact_threshold=threshold, context_window=context_window, workspace=workspace
     )
+    if "://" not in store:  # a directory the workspace tools must never show
+        settings = settings.with_(store=Path(store))
+    shown = (redact_url(store) or "") if "://" in store else store
     counts = {"rounds": 0, "tools": 0, "compactions": 0, "microcompactions": 0}
 
     def on_event(event: Event) -> None:
@@ -70,11 +75,11 @@ async def run_demo(
                 f"retained {event.retained}\n    reason: {event.reason}"
             )
 
-    async with Runtime(settings) as rt:
+    async with Runtime(settings, store=open_store(store)) as rt:
         rt.subscribe(on_event)
         session = await rt.create(system="You are a careful assistant exploring a code base.")
         console.print(
-            f"[bold]stowage demo[/]: session {session.id}, store {store}, "
+            f"[bold]stowage demo[/]: session {session.id}, store {shown}, "
             + (
                 f"threshold {threshold} tokens"
                 if threshold is not None
@@ -92,8 +97,8 @@ async def run_demo(
 
     disk = open_store(store)
     try:
-        full = await disk.read(session_id)
-        tail = await disk.read_tail(session_id)
+        full = await disk.read(session_id, repair=False)
+        tail = await disk.read_tail(session_id, repair=False)
     finally:
         await disk.aclose()
     report = check_log(session_id, full.records, tail.records)
@@ -113,7 +118,7 @@ async def run_demo(
     ):
         table.add_row(name, str(value))
     console.print(table)
-    console.print(f"inspect it: stowage show {session_id} --store {store}")
+    console.print(f"inspect it: stowage show {session_id} --store {shown}")
     if counts["compactions"] < 2 or not report.ok:
         print("demo failed: expected several compactions and a sound log", file=sys.stderr)
         return 1

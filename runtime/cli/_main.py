@@ -1,9 +1,15 @@
-"""The ``stowage`` command line: run, resume, show, check, protect, demo."""
+"""The ``stowage`` command line: run, resume, show, check, protect, compact, demo, load.
+
+Every command names its store the same way (``--store`` or ``STOWAGE_STORE``: a directory, a
+``sqlite:///`` file or a ``postgresql://`` database) through ``stowage.storage.open_store``.
+``show`` and ``check`` only read: they create, lock and change nothing (``check --repair`` is the
+one exception: it takes the session's writer lease to cut a torn last line). Exit statuses are
+in ``_exits``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -14,13 +20,13 @@ import anyio
 from stowage._version import DISTRIBUTION, __version__
 from stowage.core import (
     AssistantDelta,
-    ConfigError,
+    CorruptLogError,
     Event,
     HistoryCompacted,
     LogRepaired,
+    LogStore,
     Microcompacted,
     Settings,
-    StowageError,
     configure_logging,
     validate_session_id,
 )
@@ -28,24 +34,40 @@ from stowage.facade import Runtime
 from stowage.load import add_load_arguments, main_load
 from stowage.policy import check_log
 from stowage.storage import encode_record, open_store
-from stowage.tools import ToolRegistry
 
 from ._demo import run_demo
+from ._exits import (
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STATUSES,
+    error_line,
+    exit_status,
+    stowage_error,
+)
 from ._policy_options import (
     add_compact_arguments,
-    add_policy_options,
     compact_main,
-    policy_settings,
 )
 from ._protected import add_protect_options, protect_main
+from ._run_options import add_model_options, settings_from_options, tools_from_spec
 from ._show import render_transcript
+from ._worker import add_worker_commands, send_main, worker_main
 
 __all__ = ["main"]
 
 
+STORE_ENV = "STOWAGE_STORE"
+_DEFAULT_STORE = ".stowage"
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", default=".stowage", help="log store directory (default ./.stowage)"
+        "--store",
+        default=None,
+        metavar="DIR|sqlite:///PATH|postgresql://...",
+        help=f"where the logs are: a directory (JSONL), a SQLite file or a PostgreSQL database "
+        f"(default ${STORE_ENV}, else ./{_DEFAULT_STORE})",
     )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument(
@@ -54,38 +76,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", default="scripted", help="'scripted' (offline, default) or a model name"
-    )
-    parser.add_argument(
-        "--base-url", default=None, help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)"
-    )
-    parser.add_argument(
-        "--api-key", default=None, help="API key (else OPENAI_API_KEY); never logged"
-    )
-    parser.add_argument("--wire-api", choices=["chat", "responses"], default="chat")
-    add_policy_options(parser)
-    parser.add_argument("--no-auto-compact", action="store_true", help="never compact on its own")
-    parser.add_argument("--system", default=None, help="system message for a new session")
-    parser.add_argument(
-        "--tools",
-        choices=["workspace", "none"],
-        default="workspace",
-        help="read-only tools over the current directory (default) or none",
-    )
-    parser.add_argument(
-        "--tools-from",
-        default=None,
-        metavar="MODULE:NAME",
-        help="your own tools: a ToolRegistry (or a function returning one) importable as MODULE:NAME",
-    )
+    add_model_options(parser, system_help="system message for a new session")
     parser.add_argument(
         "--durability",
         choices=["fsync", "none"],
         default="fsync",
         help="fsync every batch (default) or leave it to the OS",
     )
-    parser.add_argument("--no-stream", action="store_true", help="ask for whole responses")
     parser.add_argument(
         "--pin", action="store_true", help="keep this message verbatim through compactions"
     )
@@ -94,7 +91,10 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stowage``."""
     parser = argparse.ArgumentParser(
-        prog="stowage", description="A runtime for long-running LLM agents."
+        prog="stowage",
+        description="A runtime for long-running LLM agents.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"stowage {__version__} ({DISTRIBUTION})"
@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="verify the log of session ID; exit 1 if it is not sound")
     check.add_argument("session")
+    check.add_argument(
+        "--repair",
+        action="store_true",
+        help="take the session's writer lease and cut an incomplete last line, then check",
+    )
     _common(check)
 
     demo = sub.add_parser("demo", help="an offline long session that compacts several times")
@@ -148,32 +153,48 @@ def build_parser() -> argparse.ArgumentParser:
     add_load_arguments(load)
     load.add_argument("--log-format", choices=["console", "json"], default="console")
     load.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    add_worker_commands(sub)
     return parser
+
+
+def store_spec(args: argparse.Namespace) -> str:
+    """The store the command names: ``--store``, else ``$STOWAGE_STORE``, else ``.stowage``."""
+    spec: str | None = args.store or os.environ.get(STORE_ENV)
+    return spec if spec else _DEFAULT_STORE
+
+
+def open_cli_store(args: argparse.Namespace) -> LogStore:
+    """The store the command names (see ``store_spec``), with ``--durability`` when it has one.
+
+    Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
+    """
+    return open_store(store_spec(args), durability=getattr(args, "durability", "fsync"))
+
+
+def _store_dir(spec: str) -> Path:
+    # Settings.store is a directory the workspace tools must never show; a database URL is
+    # kept out of Settings altogether (its repr may be logged, and a URL may hold a password)
+    return Path(_DEFAULT_STORE) if "://" in spec else Path(spec)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from parsed options. Raises ``ConfigError`` for bad values."""
-    return Settings(
-        model=args.model,
-        base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
-        api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
-        wire_api=args.wire_api,
-        store=Path(args.store),
-        durability=args.durability,
-        system=args.system,
-        tools=args.tools,
-        workspace=Path.cwd(),
-        **policy_settings(args),
-        auto_compact=not args.no_auto_compact,
-        stream=not args.no_stream,
+    return settings_from_options(
+        args, store=_store_dir(store_spec(args)), durability=args.durability
     )
 
 
 def _printer(stream_answer: bool) -> Any:
+    reader_gone = False
+
     def on_event(event: Event) -> None:
-        if isinstance(event, AssistantDelta) and stream_answer:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+        nonlocal reader_gone
+        if isinstance(event, AssistantDelta) and stream_answer and not reader_gone:
+            try:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                reader_gone = True  # the reader left (``| head``): the turn still completes
         elif isinstance(event, HistoryCompacted):
             print(
                 f"\n[compacted ({event.kind}) at round {event.round}: tokens {event.tokens_before} -> "
@@ -194,30 +215,10 @@ def _printer(stream_answer: bool) -> Any:
     return on_event
 
 
-def tools_from_spec(spec: str) -> ToolRegistry:
-    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one.
-
-    Raises ``ConfigError`` naming the spec when it cannot be imported or is not a registry.
-    """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"--tools-from {spec!r}: expected MODULE:NAME, e.g. mytools:registry")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--tools-from {spec!r}: cannot import it: {exc}") from exc
-    registry = target() if callable(target) and not isinstance(target, ToolRegistry) else target
-    if not isinstance(registry, ToolRegistry):
-        raise ConfigError(
-            f"--tools-from {spec!r}: expected a ToolRegistry, got {type(registry).__name__}"
-        )
-    return registry
-
-
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
     settings = settings_from(args)
     tools = tools_from_spec(args.tools_from) if args.tools_from else None
-    async with Runtime(settings, tools=tools) as rt:
+    async with Runtime(settings, store=open_cli_store(args), tools=tools) as rt:
         rt.subscribe(_printer(stream_answer=settings.stream))
         if resume:
             session = await rt.resume(args.session)
@@ -239,11 +240,19 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = open_store(store_spec(args))
     try:
-        read = await store.read(validate_session_id(args.session))
+        # a reader: no lease, no lock file, a torn last line shown as it is and left alone
+        read = await store.read(validate_session_id(args.session), repair=False)
     finally:
         await store.aclose()
+    if read.torn_tail is not None:
+        torn = read.torn_tail
+        print(
+            f"[torn last line: {torn.bytes_removed} bytes at {torn.path}:{torn.line}, not shown; "
+            f"'stowage check {args.session} --repair' cuts it]",
+            file=sys.stderr,
+        )
     if args.json:
         for record in read.records:
             sys.stdout.write(encode_record(record).decode())
@@ -254,14 +263,30 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _check(args: argparse.Namespace) -> int:
     session_id = validate_session_id(args.session)
-    store = open_store(args.store)
+    store = open_store(store_spec(args))
     try:
-        full = await store.read(session_id)
-        tail = await store.read_tail(session_id)
+        if args.repair:
+            # the writer's lease: only its holder may cut; SessionBusy if another holds it
+            async with await store.acquire(session_id) as lease:
+                if lease.repaired is not None:
+                    cut = lease.repaired
+                    print(
+                        f"repaired: cut an incomplete last line ({cut.bytes_removed} bytes) "
+                        f"at {cut.path}:{cut.line}"
+                    )
+                else:
+                    print("repair: nothing to cut, the last line is whole")
+                full = await store.read(session_id, repair=False)
+                tail = await store.read_tail(session_id, repair=False)
+        else:
+            full = await store.read(session_id, repair=False)
+            tail = await store.read_tail(session_id, repair=False)
+    except CorruptLogError as exc:
+        print(f"{session_id}: corrupt log: {exc}")
+        print("NOT OK")
+        return EXIT_CHECK_FAILED
     finally:
         await store.aclose()
-    if full.torn_tail is not None:
-        print(f"repaired: cut a torn last line at {full.torn_tail.path}:{full.torn_tail.line}")
     report = check_log(session_id, full.records, tail.records)
     print(
         f"{session_id}: {report.records} records, {report.compactions} compactions, "
@@ -269,15 +294,23 @@ async def _check(args: argparse.Namespace) -> int:
     )
     for note in report.notes:
         print(f"note: {note}")
-    for problem in report.problems:
+    problems = list(report.problems)
+    if full.torn_tail is not None:
+        torn = full.torn_tail
+        problems.append(
+            f"torn last line: {torn.bytes_removed} bytes at {torn.path}:{torn.line} (a write cut "
+            f"short by a crash), left as it is; 'stowage check {session_id} --repair' cuts it"
+        )
+    for problem in problems:
         print(f"problem: {problem}")
-    print("ok" if report.ok else "NOT OK")
-    return 0 if report.ok else 1
+    ok = not problems
+    print("ok" if ok else "NOT OK")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
 
 
 async def _demo(args: argparse.Namespace) -> int:
     return await run_demo(
-        store=Path(args.store),
+        store=store_spec(args),
         turns=args.turns,
         threshold=args.compact_threshold,
         context_window=args.context_window,
@@ -301,21 +334,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": lambda: _run(args, resume=True),
         "show": lambda: _show(args),
         "check": lambda: _check(args),
-        "compact": lambda: compact_main(args, settings_from(args)),
-        "protect": lambda: protect_main(args),
+        "compact": lambda: compact_main(args, settings_from(args), open_cli_store(args)),
+        "protect": lambda: protect_main(args, open_cli_store(args)),
         "demo": lambda: _demo(args),
         "load": lambda: _load(args),
+        "worker": lambda: worker_main(args),
+        "send": lambda: send_main(args),
     }
-    if args.command in ("run", "resume") and args.tools_from:
+    if args.command in ("run", "resume", "worker") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable
     try:
         return int(anyio.run(handlers[args.command]))
-    except StowageError as exc:
-        print(f"stowage: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
+        # SIGINT cancels the command; the runtime stops every session at once, writing nothing
+        # half-done (a round is written whole or not at all)
         print("stowage: interrupted; committed rounds are in the log", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader of stdout left (``stowage show --json X | head -1``): not an error
+        _silence_stdout()
+        return EXIT_OK
+    except Exception as exc:
+        error = stowage_error(exc)
+        if error is None:
+            raise  # a bug: its traceback is worth having
+        print(error_line(error), file=sys.stderr)
+        return exit_status(error)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

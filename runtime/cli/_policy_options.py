@@ -12,6 +12,7 @@ from stowage.core import (
     CompactionWaited,
     Event,
     HistoryCompacted,
+    LogStore,
     Settings,
 )
 from stowage.facade import Runtime
@@ -101,11 +102,12 @@ def _report(event: Event) -> None:
         print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
 
 
-async def compact_main(args: argparse.Namespace, settings: Settings) -> int:
-    """Compact session ``args.session`` now; prints the figures. Returns the exit status."""
+async def compact_main(args: argparse.Namespace, settings: Settings, store: LogStore) -> int:
+    """Compact session ``args.session`` of ``store`` now; prints the figures. Returns the exit
+    status; raises what ``Runtime.resume`` raises (``SessionBusy`` among them)."""
 
     compacted: list[HistoryCompacted] = []
-    async with Runtime(settings) as rt:
+    async with Runtime(settings, store=store) as rt:
         rt.subscribe(_report)
         rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
         session = await rt.resume(args.session)

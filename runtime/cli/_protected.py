@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from stowage.core import Settings, render
+from stowage.core import LogStore, Settings, render
 from stowage.facade import Runtime
 
 __all__ = ["add_protect_options", "protect_main"]
@@ -39,16 +38,17 @@ def add_protect_options(parser: argparse.ArgumentParser, *, drop: bool = False) 
         )
 
 
-async def protect_main(args: argparse.Namespace) -> int:
-    """Apply the options to session ``args.session`` and print its protected state.
+async def protect_main(args: argparse.Namespace, store: LogStore) -> int:
+    """Apply the options to session ``args.session`` of ``store`` and print its protected state.
 
     Raises ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed) and what
-    ``Runtime.resume`` raises; the CLI turns them into exit status 2.
+    ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into its exit
+    statuses.
     """
 
     # the model is never called: a protect changes state between turns, it runs none
-    settings = Settings(store=Path(args.store), tools="none", model="scripted")
-    async with Runtime(settings) as rt:
+    settings = Settings(tools="none", model="scripted")
+    async with Runtime(settings, store=store) as rt:
         session = await rt.resume(args.session)
         state = await session.protect(
             objective=args.objective,

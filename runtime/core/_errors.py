@@ -15,14 +15,17 @@ Exceptions from openai, httpx, aiofiles and database drivers are mapped at the b
     ├── ModelError
     │   ├── ModelConnectionError     transient: network, timeout, 5xx
     │   ├── RateLimitError           transient: 429, carries ``retry_after``
-    │   ├── ContextLengthExceeded
+    │   ├── ContextLengthExceeded    carries the figures the provider stated, if any
+    │   │   └── CompactionLoop       a turn re-reads what its compactions absorbed
     │   ├── ModelAuthError
     │   └── ModelResponseError       the provider answered something we cannot use
+    │       └── IncompleteResponse   transient: no finish marker, no choices, a cut body
     ├── CompactionError
     │   └── ProtectedStateViolation  a plan would lose a protected entry
     └── SessionError
         ├── SessionClosed
-        └── SessionFailed            the session's actors stopped on an error
+        ├── SessionFailed            the session's actors stopped on an error
+        └── SessionLeaseLost         the session lost its writer lease and stopped writing
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from ._store import LeaseHolder
 
 __all__ = [
     "CompactionError",
+    "CompactionLoop",
     "ConfigError",
     "ContextLengthExceeded",
     "CorruptLogError",
     "FencingError",
+    "IncompleteResponse",
     "InvalidSessionId",
     "ModelAuthError",
     "ModelConnectionError",
@@ -47,6 +52,7 @@ __all__ = [
     "SessionError",
     "SessionExists",
     "SessionFailed",
+    "SessionLeaseLost",
     "SessionNotFound",
     "StoreError",
     "StowageError",
@@ -109,6 +115,8 @@ class ModelError(StowageError):
     """Raised when a model call fails."""
 
     transient: bool = False
+    #: seconds the server asked us to wait before trying again (429s, some 5xx), if it did
+    retry_after: float | None = None
 
 
 class ModelConnectionError(ModelError):
@@ -128,7 +136,23 @@ class RateLimitError(ModelError):
 
 
 class ContextLengthExceeded(ModelError):
-    """Raised when the provider says the request does not fit the model's context window."""
+    """Raised when the provider says the request does not fit the model's context window.
+
+    ``tokens`` is the input count the provider stated for the refused request and ``limit``
+    the window it stated, when its message gave them (None otherwise).
+    """
+
+    def __init__(
+        self, message: str, *, tokens: int | None = None, limit: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.limit = limit
+
+
+class CompactionLoop(ContextLengthExceeded):
+    """Raised when a turn keeps re-issuing tool calls whose outputs its compactions absorbed:
+    the window is too small for what the turn reads, so the turn stops."""
 
 
 class ModelAuthError(ModelError):
@@ -137,6 +161,13 @@ class ModelAuthError(ModelError):
 
 class ModelResponseError(ModelError):
     """Raised when a response cannot be used (bad request, malformed body, refused input)."""
+
+
+class IncompleteResponse(ModelResponseError):
+    """Raised when a response ended before it said it was done (no finish marker, no choices,
+    a cut or unreadable body); nothing of it is used, and it is retried like a 5xx."""
+
+    transient = True
 
 
 class CompactionError(StowageError):
@@ -157,3 +188,16 @@ class SessionClosed(SessionError):
 
 class SessionFailed(SessionError):
     """Raised when a session's actors stopped on an error; ``__cause__`` holds it."""
+
+
+class SessionLeaseLost(SessionError):
+    """Raised when a session's writer lease was lost (taken over by another writer, or a
+    renewal or an append was fenced): that session stopped without writing anything more."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(
+            f"session {session_id!r} lost its writer lease and stopped, writing nothing more: "
+            f"{reason}"
+        )
+        self.session_id = session_id
+        self.reason = reason

@@ -32,6 +32,7 @@ __all__ = [
     "RoundStarted",
     "SessionFailedEvent",
     "SessionHibernated",
+    "SessionLeaseLostEvent",
     "SessionRehydrated",
     "Subscriber",
     "ToolFinished",
@@ -92,6 +93,8 @@ class RoundCommitted:
     round: int
     usage: Usage | None
     calls: int
+    #: the response was stopped by the output limit
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,6 +220,18 @@ class SessionFailedEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SessionLeaseLostEvent:
+    """The session lost its writer lease and stopped without writing more; others go on.
+
+    ``error`` says how it was found out (a renewal or an append refused) and by whom it was
+    taken over, when the store knows.
+    """
+
+    session_id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionHibernated:
     """An idle session's actors stopped and its memory was dropped; its log is all that is left."""
 
@@ -249,6 +264,7 @@ Event: TypeAlias = (
     | ProtectedRefused
     | LogRepaired
     | SessionFailedEvent
+    | SessionLeaseLostEvent
     | SessionHibernated
     | SessionRehydrated
 )

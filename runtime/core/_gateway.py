@@ -47,12 +47,22 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponse:
-    """What came back: text and tool calls in the order given, and usage if reported."""
+    """What came back: text and tool calls in the order given, and usage if reported.
+
+    ``finish_reason`` is why the model stopped, as the wire said it (``stop``, ``tool_calls``,
+    ``length``; a Responses API response stopped by ``max_output_tokens`` says ``length``).
+    """
 
     items: tuple[AssistantMessage | FunctionCall, ...]
     usage: Usage | None = None
     model: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    finish_reason: str | None = field(default=None, compare=False)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the output limit cut the response off."""
+        return self.finish_reason == "length"
 
     @property
     def text(self) -> str:

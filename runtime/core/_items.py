@@ -44,6 +44,9 @@ class UserMessage:
     type: ClassVar[Literal["user"]] = "user"
     text: str
     pinned: bool = False
+    #: the sender's id for this message (a uuid), when it came through an inbox: a worker
+    #: never runs a message whose id is already in the log
+    message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,10 +108,12 @@ def item_to_dict(item: Item) -> dict[str, Any]:
     match item:
         case SystemMessage(text=text) | AssistantMessage(text=text) | CompactionSummary(text=text):
             return {"type": item.type, "text": text}
-        case UserMessage(text=text, pinned=pinned):
+        case UserMessage(text=text, pinned=pinned, message_id=message_id):
             out: dict[str, Any] = {"type": "user", "text": text}
             if pinned:
                 out["pinned"] = True
+            if message_id is not None:
+                out["message_id"] = message_id
             return out
         case FunctionCall(call_id=call_id, name=name, arguments=arguments):
             return {
@@ -133,7 +138,12 @@ def item_from_dict(data: dict[str, Any]) -> Item:
             case "system":
                 return SystemMessage(text=str(data["text"]))
             case "user":
-                return UserMessage(text=str(data["text"]), pinned=bool(data.get("pinned", False)))
+                message_id = data.get("message_id")
+                return UserMessage(
+                    text=str(data["text"]),
+                    pinned=bool(data.get("pinned", False)),
+                    message_id=None if message_id is None else str(message_id),
+                )
             case "assistant":
                 return AssistantMessage(text=str(data["text"]))
             case "function_call":

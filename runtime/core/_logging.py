@@ -11,6 +11,17 @@ import structlog
 __all__ = ["configure_logging"]
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time, so a live progress display that
+    redirects stderr (rich does) prints log lines above itself instead of tearing it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: Literal["console", "json"] = "console", level: str = "warning") -> None:
     """Send structlog output to stderr as console lines or JSON objects, at ``level``.
 
@@ -35,6 +46,6 @@ def configure_logging(fmt: Literal["console", "json"] = "console", level: str = 
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )

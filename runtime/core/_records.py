@@ -76,6 +76,11 @@ class RoundCommittedRecord:
     first_seq: int
     last_seq: int
     interrupted: bool = False
+    #: the response was stopped by the output limit (``finish_reason: "length"``)
+    truncated: bool = False
+    #: usage the provider reported but that cannot be true (zero, or far below what the
+    #: request's own size allows): kept for audit, while ``usage`` is None and estimates stand
+    reported_usage: Usage | None = None
 
 
 CompactionKind: TypeAlias = Literal["full", "fallback"]

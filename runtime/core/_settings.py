@@ -81,7 +81,17 @@ class Settings:
     max_rounds_per_turn: int = 50
     max_output_tokens: int | None = None
     request_timeout: float = 120.0
+    #: seconds a streamed response may go without an event (SSE comments and keep-alives do
+    #: not count) before it is abandoned as a transient failure and retried
+    stream_idle_timeout: float = 60.0
+    #: seconds one model request may take in all, streamed or not, before it is abandoned
+    request_deadline: float = 600.0
     max_retries: int = 2
+    #: the most seconds one retry waits, whatever the server asks for (Retry-After and kin)
+    max_retry_wait: float = 60.0
+    #: times in one turn the model may re-issue a tool call (same name and arguments) whose
+    #: output a compaction of that turn absorbed before the turn stops with ``CompactionLoop``
+    compaction_loop_repeats: int = 2
     stream: bool = True
     #: workspace tools: the most bytes one read_file call returns (it never reads more)
     read_max_bytes: int = 256 * 1024
@@ -136,6 +146,13 @@ class Settings:
             raise ConfigError(f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
         if self.max_rounds_per_turn < 1:
             raise ConfigError(f"max_rounds_per_turn must be >= 1, got {self.max_rounds_per_turn}")
+        for name in ("stream_idle_timeout", "request_deadline", "max_retry_wait"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.compaction_loop_repeats < 1:
+            raise ConfigError(
+                f"compaction_loop_repeats must be >= 1, got {self.compaction_loop_repeats}"
+            )
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
@@ -157,4 +174,8 @@ class Settings:
             "user_budget_chars": self.user_budget_chars,
             "tools": self.tools,
             "auto_compact": self.auto_compact,
+            "stream_idle_timeout": self.stream_idle_timeout,
+            "request_deadline": self.request_deadline,
+            "max_retry_wait": self.max_retry_wait,
+            "compaction_loop_repeats": self.compaction_loop_repeats,
         }

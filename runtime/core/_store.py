@@ -21,6 +21,13 @@ at most one store object (in any process, on any machine) holds a session's leas
   seconds: ``lease.renew()`` for one, ``store.renew_leases()`` for every lease the store holds
   (one round trip; it returns the ids whose lease was lost). JSONL leases are ``flock`` locks:
   they never expire and die with the process (``renew_every`` is ``None``).
+- Group commits isolate sessions: ``append_batches`` writes many sessions' batches with one
+  durability point and answers *per session* (a mapping ``session_id -> None | exception``).
+  A session's batches in one call stand or fall together; a session refused (seq gap, a record
+  that cannot be encoded, a lost or busy lease, a missing or invalid id, a log deleted or
+  replaced under it, an I/O error on its own file) gets its error and leaves no record, and
+  every other session of the call is written and durable. Only a failure of the store itself
+  (closed, connection lost, the database's disk full) raises, and then no session is written.
 - Readers never take the lease: ``read(..., repair=False)``, ``read_tail(..., repair=False)``,
   ``exists`` and ``list_sessions`` change no byte and create no file or directory; a torn last
   line is reported (``TornTail.removed`` false), never cut. Only the writer that acquires a session
@@ -31,7 +38,7 @@ at most one store object (in any process, on any machine) holds a session's leas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -109,11 +116,12 @@ class WriterLease(Protocol):
 class LogStore(Protocol):
     """Durable, append-only session logs, each written by one lease holder at a time.
 
-    Every method raises only ``StoreError`` subclasses. ``append`` returns once the batch is
-    durable to the store's setting (fsync per batch by default); a batch is written whole.
-    Writes need this store to hold the session's writer lease (see the module docstring: it is
-    taken implicitly by the first write when free); ``SessionBusy`` when another holds it,
-    ``FencingError`` when this store's lease was lost.
+    Every method raises only ``StoreError`` subclasses (and ``InvalidSessionId`` for a bad id).
+    ``append`` returns once the batch is durable to the store's setting (fsync per batch by
+    default); a batch is written whole. Writes need this store to hold the session's writer
+    lease (see the module docstring: it is taken implicitly by the first write when free);
+    ``SessionBusy`` when another holds it, ``FencingError`` when this store's lease was lost.
+    ``append_batches`` reports those per session instead of raising (see its docstring).
     """
 
     async def acquire(self, session_id: str) -> WriterLease:
@@ -139,8 +147,22 @@ class LogStore(Protocol):
         ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
         ...
 
-    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
-        """Append several sessions' batches with one durability point (group commit)."""
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> Mapping[str, Exception | None]:
+        """Append several sessions' batches with one durability point (group commit), each
+        session isolated from the others; returns one outcome per distinct session id.
+
+        ``None``: every batch of that session in ``batches`` (in their order) is durable. An
+        exception: none of them was written, and the exception is what ``append`` would have
+        raised for it: ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy``,
+        ``FencingError``, ``CorruptLogError``, or ``StoreError`` naming the session (a seq gap
+        or regression, a record that cannot be encoded, a log deleted or replaced under a live
+        session, an I/O error on that session's file). A refused session keeps no lease this
+        call took for it. Raises ``StoreError`` only for a failure of the whole store (closed,
+        connection lost, database disk full): then no session of the call was written, except
+        that a commit whose acknowledgement was lost may have landed.
+        """
         ...
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:

@@ -7,11 +7,19 @@ of a runtime share one persistence actor per store and the runtime's limits.
 Hibernation: with ``idle_timeout`` set, a session that has had nothing to do for that long
 stops its actors and is dropped from memory; only its id is kept. ``open``/``send`` rebuild it
 from the log (newest compaction + tail), exactly as a resume after a restart would.
+
+One writer per session: a session is live only while this runtime holds its writer lease
+(``LogStore.acquire``), taken before its log is read and given back when it stops (closed,
+hibernated, failed). Another process holding it makes ``create``/``open``/``resume``/``send``
+raise ``SessionBusy`` with nothing started. A lease found lost (a renewal or an append fenced)
+stops that session alone, without another write: ``SessionLeaseLost`` for its askers and a
+``SessionLeaseLostEvent``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import Self
 
@@ -38,6 +46,7 @@ from stowage.core import (
     ConfigError,
     Event,
     EventBus,
+    FencingError,
     ItemRecord,
     LogRepaired,
     LogStore,
@@ -46,8 +55,11 @@ from stowage.core import (
     ProtectedState,
     Record,
     SessionClosed,
+    SessionExists,
     SessionFailedEvent,
     SessionHibernated,
+    SessionLeaseLost,
+    SessionLeaseLostEvent,
     SessionRecord,
     SessionRehydrated,
     SessionState,
@@ -65,6 +77,7 @@ from stowage.model import LimitedGateway, make_gateway
 from stowage.storage import open_store
 from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
+from ._leases import Leases
 from ._session import Session
 
 __all__ = ["Runtime"]
@@ -84,6 +97,11 @@ class Runtime:
     the watermark together queue for them), ``max_tool_calls`` in flight. ``idle_timeout``
     seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
     timeout that is not positive.
+
+    Leaving ``async with`` normally finishes the work sent to every session first; leaving it
+    cancelled (Ctrl-C) or on ``KeyboardInterrupt`` stops every session at once: a model call or
+    tool in flight is abandoned and nothing half-done is written (a round is written whole or
+    not at all; a call whose output was never written reads as interrupted on resume).
     """
 
     def __init__(
@@ -146,6 +164,13 @@ class Runtime:
         # a hibernated session costs its id, nothing more
         self._hibernated: set[str] = set()
         self._reaper: anyio.CancelScope | None = None
+        self._leases = Leases(self.store, self._lease_lost)
+        self._renewer: anyio.CancelScope | None = None
+        # per live session: the scope that stops its actors at once, and why it was stopped
+        self._stops: dict[str, anyio.CancelScope] = {}
+        self._lost: dict[str, SessionLeaseLost] = {}
+        # sessions whose actors ended and whose lease is being given back
+        self._stopping: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._persistence: MemoryObjectSendStream[Append] | None = None
 
@@ -177,6 +202,8 @@ class Runtime:
         if self.idle_timeout is not None:
             self._reaper = anyio.CancelScope()
             self._tg.start_soon(self._reap, self._reaper, self.idle_timeout)
+        self._renewer = anyio.CancelScope()
+        self._tg.start_soon(self._renew, self._renewer)
         return self
 
     async def __aexit__(
@@ -186,6 +213,10 @@ class Runtime:
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._tg is not None and self._persistence is not None
+        # interrupted: stop now, abandoning calls in flight; otherwise finish the work sent
+        stop_now = exc_type is not None and issubclass(
+            exc_type, (anyio.get_cancelled_exc_class(), KeyboardInterrupt)
+        )
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(30):
                 if self._reaper is not None:
@@ -193,8 +224,12 @@ class Runtime:
                 closing = [*self._sessions.values(), *self._hibernating.values()]
                 for session in closing:  # all at once: their actors wind down concurrently
                     session.close_input()
+                    if stop_now and session.id in self._stops:
+                        self._stops[session.id].cancel()
                 for session in closing:
                     await session.close()
+                if self._renewer is not None:
+                    self._renewer.cancel()
                 await self._persistence.aclose()
         finally:
             try:
@@ -223,8 +258,10 @@ class Runtime:
         """Start a new session (a fresh id when none is given) and its log; ``objective`` and
         ``constraints`` start its protected state (the user's word, kept through compactions).
 
-        Raises ``InvalidSessionId``, ``SessionExists``, ``ProtectedStateViolation``.
+        Raises ``InvalidSessionId``, ``SessionExists``, ``ProtectedStateViolation``,
+        ``SessionBusy`` naming the holder when another writer holds the id's lease.
         """
+        self._check_running()
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
         system = system if system is not None else self.settings.system
         # checked before the log exists: a bad constraint must not leave a half-made session
@@ -244,6 +281,8 @@ class Runtime:
         if protected_ops:
             records.append(ProtectedRecord(seq=len(records) + 1, ops=protected_ops, source="user"))
         await self.store.create(session_id, records)
+        # the create took the lease; acquiring hands it to this runtime to hold and renew
+        await self._leases.acquire(session_id)
         state = replay(session_id, records)
         _log.info("session_created", session=session_id)
         return self._start(state)
@@ -252,15 +291,17 @@ class Runtime:
         """Rebuild a session from its log (newest compaction + tail) and start it; the live
         session when it is already running.
 
-        An open round gets "interrupted" outputs for its calls. Raises ``InvalidSessionId``,
-        ``SessionNotFound``, ``CorruptLogError``.
+        The session's writer lease is taken first (cutting a torn last line, reported as a
+        ``LogRepaired`` event), then the log is read. An open round gets "interrupted" outputs
+        for its calls. Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError``,
+        ``SessionBusy`` naming the holder when another writer holds it (nothing is started).
         """
         return await self._opened(validate_session_id(session_id), create=False)
 
     async def open(self, session_id: str) -> Session:
         """The live session with this id, woken or resumed from its log, or a new one.
 
-        Raises ``InvalidSessionId``, ``CorruptLogError``.
+        Raises ``InvalidSessionId``, ``CorruptLogError``, ``SessionBusy`` (as ``resume``).
         """
         return await self._opened(validate_session_id(session_id), create=True)
 
@@ -328,6 +369,7 @@ class Runtime:
                     await self._hibernate(session)
 
     async def _opened(self, session_id: str, *, create: bool) -> Session:
+        self._check_running()
         while True:
             live = self._sessions.get(session_id)
             if live is not None:
@@ -338,30 +380,39 @@ class Runtime:
             await opening.wait()  # one open per id at a time: never two sessions on one log
         opening = self._opening[session_id] = anyio.Event()
         try:
-            hibernating = self._hibernating.get(session_id)
+            hibernating = self._hibernating.get(session_id) or self._stopping.get(session_id)
             if hibernating is not None:
-                await hibernating.close()  # already closing: its last writes land before we read
+                # already closing: its last writes land and its lease is free before we read
+                await hibernating.close()
             known = session_id in self._hibernated
             if create and not known and not await self.store.exists(session_id):
-                return await self.create(session_id)
+                # another process may create it first: then it is resumed (or busy) below
+                with suppress(SessionExists):
+                    return await self.create(session_id)
             return await self._resume(session_id)
         finally:
             del self._opening[session_id]
             opening.set()
 
     async def _resume(self, session_id: str) -> Session:
-        read = await self.store.read_tail(session_id)
-        if read.torn_tail is not None:
-            torn = read.torn_tail
-            self.events.publish(
-                LogRepaired(
-                    session_id=session_id,
-                    path=torn.path,
-                    line=torn.line,
-                    bytes_removed=torn.bytes_removed,
+        # the lease first: only its holder may cut a torn tail, and nobody writes while we read
+        lease = await self._leases.acquire(session_id)
+        try:
+            if lease.repaired is not None:
+                torn = lease.repaired
+                self.events.publish(
+                    LogRepaired(
+                        session_id=session_id,
+                        path=torn.path,
+                        line=torn.line,
+                        bytes_removed=torn.bytes_removed,
+                    )
                 )
-            )
-        state = replay(session_id, read.records)
+            read = await self.store.read_tail(session_id, repair=False)
+            state = replay(session_id, read.records)
+        except BaseException:
+            await self._leases.release(session_id)
+            raise
         _log.info(
             "session_resumed",
             session=session_id,
@@ -373,20 +424,54 @@ class Runtime:
             self.events.publish(SessionRehydrated(session_id=session_id, records=len(read.records)))
         return self._start(state)
 
-    def _start(self, state: SessionState) -> Session:
+    def _check_running(self) -> None:
         if self._tg is None or self._persistence is None:
             raise StowageError("the runtime is not running: use 'async with Runtime(...) as rt'")
+
+    def _start(self, state: SessionState) -> Session:
+        self._check_running()
+        assert self._tg is not None
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
         session = Session(state.session_id, state, send)
         self._sessions[session.id] = session
-        self._tg.start_soon(self._supervise, session, receive)
+        stop = self._stops[session.id] = anyio.CancelScope()
+        self._tg.start_soon(self._supervise, session, receive, stop)
         return session
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _renew(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._leases.run()
+
+    def _lease_lost(self, session_id: str, reason: str) -> None:
+        """Stop a session whose lease is gone, at once: it must not write another record."""
+        stop = self._stops.get(session_id)
+        if stop is None or session_id in self._lost:
+            return
+        self._lost[session_id] = SessionLeaseLost(session_id, reason)
+        stop.cancel()
+
+    async def _stopped_by(self, session_id: str, failure: Exception | None) -> BaseException | None:
+        """What the session stopped on: ``SessionLeaseLost`` when its lease is gone (found by
+        the renewal, or by an append fenced for this session), else ``failure``."""
+        lost = self._lost.pop(session_id, None)
+        if lost is not None:
+            return lost
+        fenced = _fencing_error(failure) if failure is not None else None
+        if fenced is not None and await self._leases.confirm_lost(session_id):
+            _log.error("lease_lost", session=session_id, found_by="append")
+            lost = SessionLeaseLost(session_id, f"an append was fenced: {fenced}")
+            lost.__cause__ = fenced
+            return lost
+        return failure
 
     def _session_tools(self, session: Session) -> ToolRegistry:
         """The runtime's tools plus ``recall_artifact`` over this session, when it may stub."""
 
         async def read_log() -> tuple[Record, ...]:
-            return tuple((await self.store.read(session.id)).records)
+            # this runtime holds the lease: nothing to repair, and a reader never cuts
+            return tuple((await self.store.read(session.id, repair=False)).records)
 
         return with_recall(
             self.tools,
@@ -397,7 +482,10 @@ class Runtime:
         )
 
     async def _supervise(
-        self, session: Session, commands: MemoryObjectReceiveStream[SamplerCommand]
+        self,
+        session: Session,
+        commands: MemoryObjectReceiveStream[SamplerCommand],
+        stop: anyio.CancelScope,
     ) -> None:
         assert self._persistence is not None
         ctx = SessionContext(
@@ -417,23 +505,52 @@ class Runtime:
         sampler = Sampler(
             ctx=ctx, state=session.state, tools=tools_box.send, committed=committed, plans=plans
         )
+        raised: Exception | None = None
         failure: BaseException | None = None
         try:
-            async with ctx.persistence, anyio.create_task_group() as tg:
-                tg.start_soon(sampler.run, commands)
-                tg.start_soon(_tool_executor, ctx, tools_box.receive)
-                tg.start_soon(_compactor, ctx, committed, plans)
+            with stop:  # cancelled: stop now (lease lost, or interrupted)
+                async with ctx.persistence, anyio.create_task_group() as tg:
+                    tg.start_soon(sampler.run, commands)
+                    tg.start_soon(_tool_executor, ctx, tools_box.receive)
+                    tg.start_soon(_compactor, ctx, committed, plans)
         except Exception as exc:
-            failure = exc
-            _log.error("session_failed", session=session.id, error=repr(exc))
-            self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(exc)))
+            raised = exc
         finally:
             self._sessions.pop(session.id, None)
+            self._stopping[session.id] = session
             # idempotent; after a failure some were never closed by their owner
             session.close_input()
             for stream in (commands, tools_box.send, tools_box.receive):
                 stream.close()
+            with anyio.CancelScope(shield=True):
+                # the actors are done: nothing of this session can be written any more
+                failure = await self._stopped_by(session.id, raised)
+                await self._leases.release(session.id)
+            del self._stops[session.id], self._stopping[session.id]
+            self._lost.pop(session.id, None)  # found lost while it was stopping anyway
+            if isinstance(failure, SessionLeaseLost):
+                _log.error("session_lease_lost", session=session.id, reason=failure.reason)
+                self.events.publish(
+                    SessionLeaseLostEvent(session_id=session.id, error=failure.reason)
+                )
+            elif failure is not None:
+                _log.error("session_failed", session=session.id, error=repr(failure))
+                self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(failure)))
             session.mark_stopped(failure)
+
+
+def _fencing_error(exc: BaseException) -> FencingError | None:
+    """The ``FencingError`` in ``exc``, its exception groups or its causes, if any."""
+    if isinstance(exc, FencingError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _fencing_error(inner)
+            if found is not None:
+                return found
+    if exc.__cause__ is not None:
+        return _fencing_error(exc.__cause__)
+    return None
 
 
 async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[RunTools]) -> None:

@@ -15,12 +15,31 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from stowage.actors import CompactNow, Protect, Reply, SamplerCommand, TurnResult, UserTurn
-from stowage.core import Item, ProtectedState, SessionClosed, SessionFailed, SessionState, user_ops
+from stowage.actors import (
+    CompactNow,
+    ContinueTurn,
+    Protect,
+    Reply,
+    SamplerCommand,
+    TurnResult,
+    UserTurn,
+)
+from stowage.core import (
+    Item,
+    ProtectedState,
+    SessionClosed,
+    SessionFailed,
+    SessionLeaseLost,
+    SessionState,
+    user_ops,
+)
 
 __all__ = ["Session"]
 
 T = TypeVar("T")
+
+# how long an asker whose turn failed waits for the session's actors to stop and say why
+_STOP_WAIT = 30.0
 
 
 class Session:
@@ -78,14 +97,29 @@ class Session:
         """Whether an ask waits for its answer or a command waits to be served."""
         return bool(self._waiting) or self._commands.statistics().current_buffer_used > 0
 
-    async def send(self, text: str, *, pin: bool = False) -> TurnResult:
+    async def send(
+        self, text: str, *, pin: bool = False, message_id: str | None = None
+    ) -> TurnResult:
         """Run one turn with ``text`` as the user's input; returns the final answer.
+        ``message_id``, the sender's id for the message, is logged with it.
 
         Raises ``ModelError`` when the model fails the turn (the session stays usable),
-        ``SessionFailed`` when the session stopped on an error, ``SessionClosed`` after close.
+        ``SessionFailed`` when the session stopped on an error, ``SessionLeaseLost`` when it
+        stopped because its writer lease was lost, ``SessionClosed`` after close.
         """
         reply: Reply[TurnResult] = Reply()
-        await self._ask(UserTurn(text=text, pinned=pin, reply=reply))
+        await self._ask(UserTurn(text=text, pinned=pin, reply=reply, message_id=message_id))
+        return await self._wait(reply)
+
+    async def continue_turn(self) -> TurnResult:
+        """Run the rest of the turn the log left open (its input was logged, its answer never
+        was: the process running it stopped) without logging the input again; a result with
+        ``stopped="no_open_turn"`` when there is none.
+
+        Raises as ``send`` does.
+        """
+        reply: Reply[TurnResult] = Reply()
+        await self._ask(ContinueTurn(reply=reply))
         return await self._wait(reply)
 
     async def compact(self, focus: str | None = None) -> bool:
@@ -139,15 +173,23 @@ class Session:
 
     def mark_stopped(self, failure: BaseException | None) -> None:
         """Its actors stopped (on ``failure``, if any): a session that dies must not leave its
-        askers waiting, so every pending ask fails with ``SessionFailed`` or ``SessionClosed``."""
+        askers waiting, so every pending ask fails with ``SessionLeaseLost``, ``SessionFailed``
+        or ``SessionClosed``."""
         self._failure = failure
         self._stopped.set()
         for reply in tuple(self._waiting):
-            reply.fail(
-                SessionFailed(f"session {self.id} stopped: {failure!r}")
-                if failure is not None
-                else SessionClosed(f"session {self.id} closed")
-            )
+            reply.fail(self._stopped_error())
+
+    def _stopped_error(self) -> Exception:
+        failure = self._failure
+        if isinstance(failure, SessionLeaseLost):
+            # a fresh one per asker: one exception raised in many tasks mixes tracebacks
+            lost = SessionLeaseLost(failure.session_id, failure.reason)
+            lost.__cause__ = failure.__cause__
+            return lost
+        if failure is not None:
+            return SessionFailed(f"session {self.id} stopped: {failure!r}")
+        return SessionClosed(f"session {self.id} closed")
 
     async def _ask(self, command: SamplerCommand) -> None:
         self._last_active = anyio.current_time()
@@ -155,6 +197,8 @@ class Session:
             raise SessionClosed(
                 f"session {self.id} is hibernated: use Runtime.send or Runtime.open to wake it"
             )
+        if isinstance(self._failure, SessionLeaseLost):
+            raise self._stopped_error()
         if self._failure is not None:
             raise SessionFailed(
                 f"session {self.id} has failed: {self._failure!r}"
@@ -162,6 +206,9 @@ class Session:
         try:
             await self._commands.send(command)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            if isinstance(self._failure, SessionLeaseLost):
+                lost = self._stopped_error()
+                raise lost from lost.__cause__
             if self._failure is not None:
                 raise SessionFailed(f"session {self.id} has failed") from self._failure
             raise SessionClosed(f"session {self.id} is closed") from exc
@@ -170,6 +217,15 @@ class Session:
         self._waiting.add(reply)
         try:
             return await reply.wait()
+        except SessionFailed:
+            # the actor that failed the ask dies with it; its runtime then says why it stopped,
+            # and a lost lease is worth its own error (another process may hold the session)
+            with anyio.move_on_after(_STOP_WAIT):
+                await self._stopped.wait()
+            if isinstance(self._failure, SessionLeaseLost):
+                lost = self._stopped_error()
+                raise lost from lost.__cause__
+            raise
         finally:
             self._waiting.discard(reply)
             self._last_active = anyio.current_time()

@@ -15,8 +15,8 @@ import gc
 import resource
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ import anyio
 import orjson
 import psutil
 import pydantic
+import structlog
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -228,6 +229,45 @@ def _gc_meter(threshold: int | None) -> Iterator[dict[str, float]]:
         gc.set_threshold(*previous)
 
 
+# Log events the injected faults cause by design: a load run counts them in its report instead of
+# printing one line each (hundreds of them would bury the report and tear the progress bar).
+_EXPECTED_UNDER_FAULTS = frozenset(
+    {
+        "model_call_retry",
+        "summary_call_retry",
+        "turn_failed",
+        "compaction_failed",
+        "compaction_unavailable",
+        "compaction_fallback",
+    }
+)
+
+
+@contextmanager
+def _counted_fault_logs(active: bool) -> Iterator[Counter[str]]:
+    """While active, drop the log events of ``_EXPECTED_UNDER_FAULTS`` and count them."""
+    counts: Counter[str] = Counter()
+    if not active:
+        yield counts
+        return
+    saved = structlog.get_config()
+
+    def count_and_drop(
+        logger: Any, method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        name = str(event_dict.get("event", ""))
+        if name in _EXPECTED_UNDER_FAULTS:
+            counts[name] += 1
+            raise structlog.DropEvent
+        return event_dict
+
+    structlog.configure(processors=[count_and_drop, *saved["processors"]])
+    try:
+        yield counts
+    finally:
+        structlog.configure(processors=saved["processors"])
+
+
 @contextmanager
 def _progress(config: LoadConfig, console: Console) -> Iterator[Callable[[int, int], None]]:
     if not config.progress:
@@ -325,7 +365,11 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
         rss_before = _rss_mb()
         async with runtime as rt:
             cpu_started, wall_started = time.process_time(), time.perf_counter()
-            with _gc_meter(config.gc_threshold) as gc_spent, _progress(config, console) as advance:
+            with (
+                _gc_meter(config.gc_threshold) as gc_spent,
+                _counted_fault_logs(bool(config.faults)) as fault_logs,
+                _progress(config, console) as advance,
+            ):
 
                 async def drive(session_id: str, index: int) -> None:
                     for turn in range(config.turns):
@@ -367,6 +411,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
         cpu=cpu,
         turn_errors=dict(turn_errors),
         turns_stopped=dict(stopped),
+        fault_logs=dict(fault_logs),
         gc_spent=gc_spent,
         acknowledged_turns=sum(acknowledged_turns.values()),
         live_sessions=live_sessions,
@@ -436,6 +481,7 @@ def _report(
     cpu: float,
     turn_errors: dict[str, int],
     turns_stopped: dict[str, int],
+    fault_logs: dict[str, int],
     gc_spent: dict[str, float],
     acknowledged_turns: int,
     live_sessions: int,
@@ -467,6 +513,7 @@ def _report(
         "requests": wire.get("requests"),
         "summary_requests": wire.get("summaries"),
         "faults_injected": wire.get("faults"),
+        "fault_log_events": fault_logs,
         "requests_checked_by": wire.get("checked_by"),
         "compactions": sum(compactions),
         "compactions_per_session": {

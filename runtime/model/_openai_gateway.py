@@ -12,6 +12,12 @@ starts; an SDK that lacks one (openai before 2.16 has no ``content=``) gets the 
 instead, ``chat.completions.create`` or ``responses.create``, whose typed results are turned
 back into the same plain JSON and go through the same parsers, with one warning per process.
 
+Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
+an event (SSE comments and keep-alives do not count) and any request still unfinished after
+``request_deadline`` seconds are abandoned as ``ModelConnectionError``, so a silent or dripping
+endpoint fails in bounded time and is retried. Every error names the endpoint (its URL
+redacted) and the HTTP status, and carries the longest wait the server asked for.
+
 Calls are spread over shards of at most ``SHARD_CALLS`` calls in flight, one client (and one
 connection pool) each, opened as concurrency grows: the HTTP pool checks every idle connection
 of its pool on each request, so one pool serving hundreds of sessions costs more CPU per call
@@ -21,19 +27,19 @@ the more sessions there are, and small pools keep that cost flat.
 from __future__ import annotations
 
 import inspect
+import json
 import os
-import time
 from collections.abc import AsyncIterator
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Literal, NoReturn
 
+import anyio
 import openai
 import orjson
 import structlog
 from stowage.core import (
     ConfigError,
-    ContextLengthExceeded,
+    IncompleteResponse,
     ModelAuthError,
     ModelConnectionError,
     ModelError,
@@ -46,6 +52,7 @@ from stowage.core import (
     Settings,
     StreamEvent,
     TextDelta,
+    redact_url,
 )
 
 from ._openai_wire import (
@@ -54,6 +61,7 @@ from ._openai_wire import (
     chat_body,
     chat_messages,
     chat_tools,
+    context_error,
     is_context_length_error,
     parse_chat_completion,
     parse_responses_response,
@@ -61,6 +69,7 @@ from ._openai_wire import (
     responses_input,
     responses_tools,
 )
+from ._retry_headers import parse_retry_after, requested_wait
 from ._scripted import ScriptedModel
 from ._sse import JsonEventStream
 
@@ -140,12 +149,12 @@ def _takes_security(sdk: Any = openai) -> bool:
 def _plain(value: Any) -> Any:
     """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from.
 
-    Raises ``ModelResponseError`` for anything else, such as the text the SDK returns for an
+    Raises ``IncompleteResponse`` for anything else, such as the text the SDK returns for an
     answer that is not JSON.
     """
     to_dict = getattr(value, "to_dict", None)
     if not callable(to_dict):
-        raise ModelResponseError(f"unusable model response: {type(value).__name__}")
+        raise IncompleteResponse(f"the response is not valid JSON: {type(value).__name__}")
     return to_dict(warnings=False)
 
 
@@ -155,6 +164,11 @@ class _PlainEvents:
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response the stream reads (as ``JsonEventStream.response``)."""
+        return getattr(self._stream, "response", None)
 
     async def __aenter__(self) -> _PlainEvents:
         return self
@@ -211,34 +225,9 @@ def _split_body(
     return known, {k: v for k, v in body.items() if k not in parameters}
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (delta seconds or an HTTP date), or None."""
-    if value is None or not value.strip():
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    headers = exc.response.headers
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    return parse_retry_after(headers.get("retry-after"))
-
-
-def map_openai_error(exc: BaseException) -> ModelError:
-    """The ``ModelError`` that stands for an openai/httpx/parse failure ``exc``."""
+def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
+    """The ``ModelError`` that stands for an openai/httpx/parse failure ``exc``; a wait the
+    server asked for (at most ``max_retry_wait`` seconds) is its ``retry_after``."""
     if isinstance(exc, ModelError):
         return exc
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
@@ -246,20 +235,35 @@ def map_openai_error(exc: BaseException) -> ModelError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = str(exc.message)
+        wait = requested_wait(exc.response.headers, cap=max_retry_wait)
+        error: ModelError
         if status == 429:
-            return RateLimitError(message, retry_after=_retry_after(exc))
-        if status in (400, 413, 422) and is_context_length_error(exc.code, message):
-            return ContextLengthExceeded(message)
-        if status in (401, 403):
-            return ModelAuthError(message)
-        if status >= 500:
-            return ModelConnectionError(message)
-        return ModelResponseError(message)
+            error = RateLimitError(message, retry_after=wait)
+        elif status in (400, 413, 422) and is_context_length_error(exc.code, message):
+            error = context_error(exc.code, message)
+        elif status in (401, 403):
+            error = ModelAuthError(message)
+        elif status >= 500:
+            error = ModelConnectionError(message)
+            error.retry_after = wait
+        else:
+            error = ModelResponseError(message)
+        return error
     if isinstance(exc, openai.APIError):  # an error event inside a stream, a bad body
         if is_context_length_error(exc.code, str(exc.message)):
-            return ContextLengthExceeded(str(exc.message))
+            return context_error(exc.code, str(exc.message))
         return ModelResponseError(str(exc.message))
+    if isinstance(exc, json.JSONDecodeError):  # orjson's too: a cut or garbled body
+        return IncompleteResponse(f"the response is not valid JSON: {exc}")
     return ModelResponseError(f"unusable model response: {type(exc).__name__}: {exc}")
+
+
+def _locate(error: ModelError, where: str) -> ModelError:
+    """``error`` with ``where`` (endpoint and status) appended to its message, once."""
+    text = str(error)
+    if where not in text:
+        error.args = (f"{text} ({where})", *error.args[1:])
+    return error
 
 
 # What a call may raise that is the provider's fault, not ours.
@@ -278,10 +282,15 @@ class OpenAIGateway:
         timeout: float = 120,
         max_retries: int = 2,
         fast_wire: bool | None = None,
+        stream_idle_timeout: float = 60.0,
+        request_deadline: float = 600.0,
+        max_retry_wait: float = 60.0,
     ) -> None:
         """``fast_wire``: None takes the fast wire path when the SDK has its hooks (see
         ``fast_wire_gaps``) and the public API otherwise, False always the public API, True
-        always the fast path.
+        always the fast path. ``stream_idle_timeout``: seconds a stream may go without an
+        event; ``request_deadline``: seconds a request may take in all; ``max_retry_wait``:
+        the most a wait the server asks for is taken at.
 
         Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, ``wire_api`` is
         unknown, or ``fast_wire`` is True and the SDK lacks a hook of the fast path.
@@ -305,6 +314,11 @@ class OpenAIGateway:
             self._client = openai.AsyncOpenAI(**self._client_options)
         except openai.OpenAIError as exc:
             raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
+        self.stream_idle_timeout = stream_idle_timeout
+        self.request_deadline = request_deadline
+        self.max_retry_wait = max_retry_wait
+        #: the endpoint as errors and logs name it: never with its credentials
+        self.url = redact_url(str(self._client.base_url).rstrip("/") + self._path) or ""
         self._shards: list[openai.AsyncOpenAI] = [self._client]
         self._in_flight: list[int] = [0]
         gaps = fast_wire_gaps() if fast_wire is not False else ()
@@ -358,19 +372,50 @@ class OpenAIGateway:
             return parse_chat_completion(data)
         return parse_responses_response(data)
 
-    def _raise(self, exc: BaseException, request: ModelRequest) -> NoReturn:
-        error = map_openai_error(exc)
+    def _raise(
+        self, exc: BaseException, request: ModelRequest, *, status: int | None = None
+    ) -> NoReturn:
+        """Raise the ``ModelError`` for ``exc``, naming the endpoint and the HTTP status
+        (``status``: the stream's, for a failure after its headers came)."""
+        error = map_openai_error(exc, max_retry_wait=self.max_retry_wait)
+        status = getattr(exc, "status_code", None) or status
+        where = f"POST {self.url}" + (f", HTTP {status}" if status else ", no HTTP status")
+        _locate(error, where)
         _log.warning(
             "model_call_failed",
             wire_api=self.wire_api,
             model=request.model,
             purpose=request.purpose,
             error=type(error).__name__,
-            status=getattr(exc, "status_code", None),
+            status=status,
+            url=self.url,
+            retry_after=error.retry_after,
         )
         if error is exc:
             raise error
         raise error from exc
+
+    def _timed_out(self, request: ModelRequest, *, idle: bool, status: int | None) -> NoReturn:
+        if idle:
+            what = (
+                f"no stream event for {self.stream_idle_timeout:g} s (stream_idle_timeout; "
+                "keep-alives do not count)"
+            )
+        else:
+            what = f"no complete response within {self.request_deadline:g} s (request_deadline)"
+        self._raise(
+            ModelConnectionError(f"the model endpoint stalled: {what}"), request, status=status
+        )
+
+    def _wait_limit(self, deadline: float) -> tuple[float, bool]:
+        """Seconds the next read of a stream may take, and whether the idle timeout (rather
+        than the request's deadline) is what limits it."""
+        left = deadline - anyio.current_time()
+        return (
+            (self.stream_idle_timeout, True)
+            if self.stream_idle_timeout < left
+            else (max(0.0, left), False)
+        )
 
     async def create(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call.
@@ -380,20 +425,28 @@ class OpenAIGateway:
         """
         shard = self._take_shard()
         client = self._shards[shard]
+        raw: Any
         try:
-            if not self.fast_wire:
-                return self._parse(_plain(await self._public_call(client, request, stream=False)))
-            raw = await client.post(
-                self._path,
-                cast_to=bytes,
-                content=self._body(request, stream=False),
-                options=self._options(request),
-            )
-            return self._parse(orjson.loads(raw))
+            with anyio.fail_after(self.request_deadline):
+                if not self.fast_wire:
+                    raw = await self._public_call(client, request, stream=False)
+                else:
+                    raw = await client.post(
+                        self._path,
+                        cast_to=bytes,
+                        content=self._body(request, stream=False),
+                        options=self._options(request),
+                    )
         except _BOUNDARY as exc:
             self._raise(exc, request)
+        except TimeoutError:
+            self._timed_out(request, idle=False, status=None)
         finally:
             self._in_flight[shard] -= 1
+        try:
+            return self._parse(orjson.loads(raw) if self.fast_wire else _plain(raw))
+        except _BOUNDARY as exc:  # the body came (HTTP 200) but cannot be used
+            self._raise(exc, request, status=200)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``.
@@ -406,31 +459,44 @@ class OpenAIGateway:
         shard = self._take_shard()
         client = self._shards[shard]
         events: JsonEventStream | _PlainEvents
+        deadline = anyio.current_time() + self.request_deadline
+        status: int | None = None
         try:
+            limit, idle = self._wait_limit(deadline)
             try:
-                if self.fast_wire:
-                    events = await client.post(
-                        self._path,
-                        cast_to=object,
-                        content=self._body(request, stream=True),
-                        options=self._options(request),
-                        stream=True,
-                        stream_cls=JsonEventStream,
-                    )
-                else:
-                    events = _PlainEvents(await self._public_call(client, request, stream=True))
+                with anyio.fail_after(limit):
+                    if self.fast_wire:
+                        events = await client.post(
+                            self._path,
+                            cast_to=object,
+                            content=self._body(request, stream=True),
+                            options=self._options(request),
+                            stream=True,
+                            stream_cls=JsonEventStream,
+                        )
+                    else:
+                        events = _PlainEvents(await self._public_call(client, request, stream=True))
             except _BOUNDARY as exc:
                 self._raise(exc, request)
+            except TimeoutError:
+                self._timed_out(request, idle=idle, status=None)
+            status = _status(events)
             async with events:
                 iterator = aiter(events)
                 while True:
+                    # one read at a time under the clock, never a yield: keep-alives are
+                    # skipped inside the read, so only a real event resets it
+                    limit, idle = self._wait_limit(deadline)
                     try:
-                        event = await anext(iterator)
+                        with anyio.fail_after(limit):
+                            event = await anext(iterator)
                         text = accumulator.feed(event)
                     except StopAsyncIteration:
                         break
                     except _BOUNDARY as exc:
-                        self._raise(exc, request)
+                        self._raise(exc, request, status=status)
+                    except TimeoutError:
+                        self._timed_out(request, idle=idle, status=status)
                     if text:
                         yield TextDelta(text=text)
         finally:
@@ -438,7 +504,7 @@ class OpenAIGateway:
         try:
             response = accumulator.finish()
         except ModelError as exc:
-            self._raise(exc, request)
+            self._raise(exc, request, status=status)
         yield ResponseDone(response=response)
 
     async def aclose(self) -> None:
@@ -461,6 +527,12 @@ def _log_fallback(gaps: tuple[str, ...]) -> None:
     )
 
 
+def _status(events: JsonEventStream | _PlainEvents) -> int | None:
+    """The HTTP status of a stream's response, if it can be read."""
+    status = getattr(events.response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
 def make_gateway(settings: Settings) -> ModelGateway:
     """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``.
 
@@ -475,4 +547,7 @@ def make_gateway(settings: Settings) -> ModelGateway:
         timeout=settings.request_timeout,
         # the runtime retries itself (jittered, Retry-After honoured, logged): not twice
         max_retries=0,
+        stream_idle_timeout=settings.stream_idle_timeout,
+        request_deadline=settings.request_deadline,
+        max_retry_wait=settings.max_retry_wait,
     )

@@ -2,11 +2,15 @@
 
 Kept free of I/O and of the SDK's typed models so that the bodies can be unit-tested, sent by
 any HTTP path (the SDK's low-level ``post`` today), and parsed from plain decoded JSON. Parsers
-raise ``ModelResponseError`` on payloads they cannot use.
+raise ``ModelResponseError`` on payloads they cannot use, and ``IncompleteResponse`` on one
+that never said it was done: a response counts only with its finish marker (a Chat choice's
+``finish_reason``, a Responses ``status`` of ``completed``, or ``incomplete`` when the output
+limit stopped it), so a cut stream is retried instead of half used.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +21,7 @@ from stowage.core import (
     ContextLengthExceeded,
     FunctionCall,
     FunctionCallOutput,
+    IncompleteResponse,
     Item,
     ModelRequest,
     ModelResponse,
@@ -34,6 +39,8 @@ __all__ = [
     "chat_body",
     "chat_messages",
     "chat_tools",
+    "context_error",
+    "context_error_figures",
     "is_context_length_error",
     "parse_chat_completion",
     "parse_responses_response",
@@ -177,6 +184,48 @@ def is_context_length_error(code: object, message: str) -> bool:
     return "context" in lowered and ("exceed" in lowered or "too long" in lowered)
 
 
+# The window a context error states: OpenAI and vLLM "maximum context length is 8192 tokens",
+# Anthropic (through proxies) "7180 tokens > 4096 maximum", others "context window of 8192".
+_LIMIT = (
+    re.compile(r"maximum context length (?:is|of) (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"context (?:window|length) (?:is|of) (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"> ?(\d[\d,]*) maximum", re.IGNORECASE),
+    re.compile(r"limit (?:is|of) (\d[\d,]*) tokens", re.IGNORECASE),
+)
+# The input it counted, most precise first: "(7180 in the messages, ...)", "your messages
+# resulted in 7180 tokens", "prompt is too long: 7180 tokens".
+_INPUT = (
+    re.compile(r"(\d[\d,]*) in the messages", re.IGNORECASE),
+    re.compile(r"resulted in (\d[\d,]*) tokens", re.IGNORECASE),
+    re.compile(r"prompt is too long: (\d[\d,]*) tokens", re.IGNORECASE),
+)
+_TOKENS = re.compile(r"(\d[\d,]*) tokens", re.IGNORECASE)
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def context_error_figures(message: str) -> tuple[int | None, int | None]:
+    """The input tokens and the window a context-length error message states, each None when
+    it does not say. A message that names token counts without saying which is which (as
+    LiteLLM's wrappers may) gives the largest count that is not the window as the input.
+    Raises nothing."""
+    limit = next((_number(m.group(1)) for p in _LIMIT if (m := p.search(message))), None)
+    tokens = next((_number(m.group(1)) for p in _INPUT if (m := p.search(message))), None)
+    if tokens is None:
+        counts = [_number(m.group(1)) for m in _TOKENS.finditer(message)]
+        others = [n for n in counts if n != limit]
+        tokens = max(others) if others else None
+    return tokens, limit
+
+
+def context_error(code: object, message: str) -> ContextLengthExceeded:
+    """A ``ContextLengthExceeded`` carrying the figures ``message`` states. Raises nothing."""
+    tokens, limit = context_error_figures(message)
+    return ContextLengthExceeded(message or str(code), tokens=tokens, limit=limit)
+
+
 def _usage(data: Any, inp: str, out: str) -> Usage | None:
     if not isinstance(data, dict):
         return None
@@ -197,22 +246,38 @@ def _call(call_id: Any, name: Any, arguments: Any) -> FunctionCall:
 
 
 def _response(
-    text: str, calls: Sequence[FunctionCall], usage: Usage | None, model: Any
+    text: str,
+    calls: Sequence[FunctionCall],
+    usage: Usage | None,
+    model: Any,
+    finish_reason: str | None,
 ) -> ModelResponse:
     items: list[AssistantMessage | FunctionCall] = []
     if text:
         items.append(AssistantMessage(text=text))
     items.extend(calls)
-    return ModelResponse(items=tuple(items), usage=usage, model=str(model or ""))
+    return ModelResponse(
+        items=tuple(items), usage=usage, model=str(model or ""), finish_reason=finish_reason
+    )
 
 
 def parse_chat_completion(data: Any) -> ModelResponse:
     """A ``ModelResponse`` from a decoded ``chat.completion`` body.
 
-    Raises ``ModelResponseError`` if the body has no usable choice.
+    Raises ``IncompleteResponse`` if the body has no choice or its choice no ``finish_reason``,
+    ``ModelResponseError`` if it is malformed.
     """
     try:
-        message = data["choices"][0]["message"]
+        choices = data.get("choices")
+        if not choices:
+            raise IncompleteResponse("chat completion has no choices")
+        choice = choices[0]
+        finish_reason = choice.get("finish_reason")
+        if not finish_reason:
+            raise IncompleteResponse(
+                "chat completion has no finish_reason: the response never said it was done"
+            )
+        message = choice["message"]
         text = message.get("content") or ""
         calls = [
             _call(tc.get("id"), tc["function"].get("name"), tc["function"].get("arguments"))
@@ -224,20 +289,36 @@ def parse_chat_completion(data: Any) -> ModelResponse:
         raise ModelResponseError(f"malformed chat completion: {data!r:.200}") from exc
     if not isinstance(text, str):
         raise ModelResponseError("chat completion content is not text")
-    return _response(text, calls, usage, model)
+    return _response(text, calls, usage, model, str(finish_reason))
+
+
+def _responses_finish(data: dict[str, Any], has_calls: bool) -> str:
+    """The finish reason a Responses API ``response`` object stands for.
+
+    Raises ``ModelResponseError`` if it failed, ``IncompleteResponse`` if it is not finished.
+    """
+    status = data.get("status")
+    if status == "failed" or data.get("error"):
+        raise ModelResponseError(f"response failed: {data.get('error')!r:.200}")
+    if status == "incomplete":
+        reason = str((data.get("incomplete_details") or {}).get("reason") or "incomplete")
+        return "length" if reason == "max_output_tokens" else reason
+    if status not in ("completed", None):
+        raise IncompleteResponse(f"response is {status!r}, not completed")
+    return "tool_calls" if has_calls else "stop"
 
 
 def parse_responses_response(data: Any) -> ModelResponse:
     """A ``ModelResponse`` from a decoded Responses API ``response`` object.
 
-    Raises ``ModelResponseError`` if the body is malformed or the response failed.
+    Raises ``ModelResponseError`` if the body is malformed or the response failed, and
+    ``IncompleteResponse`` if it is not finished or has no output at all.
     """
     try:
-        if data.get("status") == "failed" or data.get("error"):
-            raise ModelResponseError(f"response failed: {data.get('error')!r:.200}")
         texts: list[str] = []
         calls: list[FunctionCall] = []
-        for item in data["output"]:
+        output = data["output"]
+        for item in output:
             kind = item.get("type")
             if kind == "message":
                 texts.extend(
@@ -247,11 +328,14 @@ def parse_responses_response(data: Any) -> ModelResponse:
                 )
             elif kind == "function_call":
                 calls.append(_call(item.get("call_id"), item.get("name"), item.get("arguments")))
+        finish_reason = _responses_finish(data, bool(calls))
         usage = _usage(data.get("usage"), "input_tokens", "output_tokens")
         model = data.get("model")
     except (KeyError, TypeError, AttributeError) as exc:
         raise ModelResponseError(f"malformed responses body: {data!r:.200}") from exc
-    return _response("".join(texts), calls, usage, model)
+    if not output and finish_reason != "length":
+        raise IncompleteResponse("response has no output")
+    return _response("".join(texts), calls, usage, model, finish_reason)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -270,6 +354,7 @@ class ChatStreamAccumulator:
     _usage: Usage | None = None
     _model: str = ""
     _chunks: int = 0
+    _finish_reason: str | None = None
 
     def feed(self, chunk: Any) -> str:
         """Take one chunk; return its text (may be empty). Raises ``ModelResponseError``."""
@@ -288,6 +373,7 @@ class ChatStreamAccumulator:
                     function = tc.get("function") or {}
                     partial.name = function.get("name") or partial.name
                     partial.arguments.append(function.get("arguments") or "")
+                self._finish_reason = choice.get("finish_reason") or self._finish_reason
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelResponseError(f"malformed chat stream chunk: {chunk!r:.200}") from exc
         if text:
@@ -295,45 +381,60 @@ class ChatStreamAccumulator:
         return text
 
     def finish(self) -> ModelResponse:
-        """The whole response. Raises ``ModelResponseError`` if the stream carried nothing."""
+        """The whole response. Raises ``IncompleteResponse`` if the stream carried nothing or
+        ended before a choice said why it finished."""
         if not self._chunks:
-            raise ModelResponseError("chat stream ended without a single chunk")
+            raise IncompleteResponse("chat stream ended without a single chunk")
+        if self._finish_reason is None:
+            raise IncompleteResponse(
+                f"chat stream ended after {self._chunks} chunks without a finish_reason: "
+                "the response was cut off"
+            )
         calls = [
             _call(p.call_id, p.name, "".join(p.arguments)) for _, p in sorted(self._calls.items())
         ]
-        return _response("".join(self._text), calls, self._usage, self._model)
+        return _response(
+            "".join(self._text), calls, self._usage, self._model, str(self._finish_reason)
+        )
 
 
 @dataclass(eq=False)
 class ResponsesStreamAccumulator:
-    """Folds Responses API stream events into text deltas and the completed response."""
+    """Folds Responses API stream events into text deltas and the final response."""
 
     _final: ModelResponse | None = None
+    _events: int = 0
 
     def feed(self, event: Any) -> str:
         """Take one event; return its text delta (may be empty).
 
         Raises ``ModelResponseError`` on an ``error`` or ``response.failed`` event, or a
-        malformed one.
+        malformed one; ``ContextLengthExceeded`` when that error says the input was too long.
         """
+        self._events += 1
         try:
             kind = event.get("type")
             if kind == "response.output_text.delta":
                 return str(event.get("delta") or "")
-            if kind == "response.completed":
+            if kind in ("response.completed", "response.incomplete"):
+                # incomplete: stopped by the output limit (or a filter); it says so itself
                 self._final = parse_responses_response(event["response"])
-            elif kind in ("error", "response.failed", "response.incomplete"):
+            elif kind in ("error", "response.failed"):
                 error = event.get("error") or (event.get("response") or {}).get("error") or event
                 code, message = error.get("code"), str(error.get("message") or "")
                 if is_context_length_error(code, message):
-                    raise ContextLengthExceeded(message or str(code))
+                    raise context_error(code, message)
                 raise ModelResponseError(f"response stream reported {kind}: {event!r:.300}")
         except (KeyError, TypeError, AttributeError) as exc:
             raise ModelResponseError(f"malformed responses stream event: {event!r:.200}") from exc
         return ""
 
     def finish(self) -> ModelResponse:
-        """The completed response. Raises ``ModelResponseError`` if it never came."""
+        """The final response. Raises ``IncompleteResponse`` if the stream ended before
+        ``response.completed`` (or ``response.incomplete``)."""
         if self._final is None:
-            raise ModelResponseError("responses stream ended before response.completed")
+            raise IncompleteResponse(
+                f"responses stream ended before response.completed (after {self._events} "
+                "events): the response was cut off"
+            )
         return self._final

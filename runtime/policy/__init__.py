@@ -6,16 +6,25 @@ from ._budget import Budget, effective_threshold, resolve_budget, summary_input_
 from ._check import check_log
 from ._compaction import CompactionDecision, build_summary_request, decide_compaction
 from ._fallback import digest, fallback_summary
-from ._tokens import TokenStatus, calibrated_ratio, token_status
+from ._tokens import (
+    TokenStatus,
+    calibrated_ratio,
+    implausible_usage,
+    ratio_from_stated,
+    request_chars,
+    token_status,
+)
 from ._watermarks import (
     MIN_STUB_CHARS,
     PolicyDecision,
     Watermarks,
+    compaction_cut,
     decide,
     drop_oldest_rounds,
     microcompact_candidates,
     round_groups,
     tokens_after_compaction,
+    turn_round_cuts,
 )
 
 __all__ = [
@@ -28,16 +37,21 @@ __all__ = [
     "build_summary_request",
     "calibrated_ratio",
     "check_log",
+    "compaction_cut",
     "decide",
     "decide_compaction",
     "digest",
     "drop_oldest_rounds",
     "effective_threshold",
     "fallback_summary",
+    "implausible_usage",
     "microcompact_candidates",
+    "ratio_from_stated",
+    "request_chars",
     "resolve_budget",
     "round_groups",
     "summary_input_budget",
     "token_status",
     "tokens_after_compaction",
+    "turn_round_cuts",
 ]

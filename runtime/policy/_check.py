@@ -10,7 +10,9 @@ from stowage.core import (
     CorruptLogError,
     ItemRecord,
     Record,
+    SessionRecord,
     SessionState,
+    TornTail,
     apply_compaction,
     replay,
 )
@@ -34,15 +36,35 @@ class CheckReport:
         return not self.problems
 
 
-def check_log(session_id: str, full: Sequence[Record], tail: Sequence[Record]) -> CheckReport:
-    """Check a whole log and its resume tail.
+def check_log(
+    session_id: str,
+    full: Sequence[Record],
+    tail: Sequence[Record],
+    *,
+    torn_tail: TornTail | None = None,
+) -> CheckReport:
+    """Check a whole log and its resume tail; ``torn_tail`` is what the read found after the
+    last complete line, if anything.
 
-    Problems: records that contradict each other; a compaction whose retained entries differ
-    from the logged items at those seqs or from a re-run of the pure policy on the prefix;
-    resume-from-tail history differing from whole-log replay.
+    Problems: a log without its session record (empty: no bytes, or only a torn line), or
+    not starting with it; records that contradict each other; a compaction whose retained
+    entries differ from the logged items at those seqs or from a re-run of the pure policy on
+    the prefix; resume-from-tail history differing from whole-log replay. A torn tail is a
+    note (a write a crash cut short was never acknowledged), unless it is all the log holds.
     """
     problems: list[str] = []
     notes: list[str] = []
+    if torn_tail is not None:
+        notes.append(_torn_note(torn_tail))
+    if not full or not isinstance(full[0], SessionRecord) or full[0].seq != 1:
+        return CheckReport(
+            session_id=session_id,
+            records=len(full),
+            compactions=0,
+            history_items=0,
+            problems=(_no_session_record(full, torn_tail),),
+            notes=tuple(notes),
+        )
     try:
         state = replay(session_id, full)
     except CorruptLogError as exc:
@@ -113,3 +135,27 @@ def _check_compaction(
             f"{[e.seq for e in rerun.retained]}, the record says {[e.seq for e in record.retained]}"
         )
     return problems
+
+
+def _no_session_record(full: Sequence[Record], torn_tail: TornTail | None) -> str:
+    if full:
+        first = full[0]
+        return (
+            f"the log starts with a {type(first).__name__} at seq {first.seq}, not the session "
+            "record (seq 1): it cannot be resumed"
+        )
+    if torn_tail is not None:
+        return (
+            "the log holds no complete record, only a torn line "
+            f"({torn_tail.bytes_removed} bytes at {torn_tail.path}:{torn_tail.line}): "
+            "the session was never created whole and cannot be resumed"
+        )
+    return "the log is empty: it holds no session record (seq 1) and cannot be resumed"
+
+
+def _torn_note(torn: TornTail) -> str:
+    done = "was cut off" if torn.removed else "is still in the file"
+    return (
+        f"a torn last line ({torn.bytes_removed} bytes at {torn.path}:{torn.line}) {done}: "
+        "a write a crash cut short, never acknowledged"
+    )

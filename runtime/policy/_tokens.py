@@ -10,15 +10,19 @@ needs is folded into ``SessionState`` from the log, so replay reproduces it exac
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
-from stowage.core import SessionState, entry_chars
+from stowage.core import ModelRequest, SessionState, Usage, entry_chars, item_chars
 
 __all__ = [
     "DEFAULT_CHARS_PER_TOKEN",
     "TokenStatus",
     "calibrated_ratio",
+    "implausible_usage",
+    "ratio_from_stated",
+    "request_chars",
     "token_status",
 ]
 
@@ -27,6 +31,53 @@ DEFAULT_CHARS_PER_TOKEN = 4.0
 _MIN_CALIBRATION_TOKENS = 200
 # Real tokenizers stay within these; a wild ratio means the report was not about our text.
 _RATIO_RANGE = (1.5, 8.0)
+# A reported input count below this share of the fewest tokens the request's characters can
+# be (at the loosest ratio above) is not a count of this request: a proxy that zeroes or
+# invents usage, or one that leaves cached tokens out.
+_IMPLAUSIBLE_SHARE = 1 / 8
+
+
+def request_chars(request: ModelRequest) -> int:
+    """Characters a request sends: its input items and its tool schemas (as JSON). Raises
+    nothing."""
+    chars = sum(item_chars(item) for item in request.input)
+    if request.tools:
+        chars += len(
+            json.dumps(
+                [
+                    {"name": t.name, "description": t.description, "parameters": t.parameters}
+                    for t in request.tools
+                ],
+                sort_keys=True,
+            )
+        )
+    return chars
+
+
+def implausible_usage(usage: Usage, *, chars: int) -> str | None:
+    """Why ``usage`` reported for a request of ``chars`` characters cannot be true (an input
+    count of 0, or far below what that many characters allow), or None if it can. Raises
+    nothing."""
+    if usage.input_tokens <= 0:
+        return f"the provider reported {usage.input_tokens} input tokens"
+    fewest = chars / _RATIO_RANGE[1]
+    if usage.input_tokens < fewest * _IMPLAUSIBLE_SHARE:
+        return (
+            f"the provider reported {usage.input_tokens} input tokens for a request of {chars} "
+            f"characters, which cannot be fewer than {math.floor(fewest)} tokens"
+        )
+    return None
+
+
+def ratio_from_stated(chars: int, stated_tokens: int, tool_tokens: int = 0) -> float | None:
+    """Chars per token of a request of ``chars`` content characters that the provider said
+    counted ``stated_tokens`` (``tool_tokens`` of them tool schemas), within the range real
+    tokenizers keep; None when the figures leave no content tokens. Raises nothing."""
+    content_tokens = stated_tokens - tool_tokens
+    if content_tokens <= 0 or chars <= 0:
+        return None
+    low, high = _RATIO_RANGE
+    return min(high, max(low, chars / content_tokens))
 
 
 def calibrated_ratio(state: SessionState, tool_tokens: int = 0) -> float:

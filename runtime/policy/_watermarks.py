@@ -17,10 +17,12 @@ from typing import Literal, TypeAlias
 
 from stowage.core import (
     AssistantMessage,
+    CompactionError,
     FunctionCall,
     FunctionCallOutput,
     HistoryEntry,
     Settings,
+    UserMessage,
     apply_compaction,
     history_chars,
 )
@@ -32,11 +34,13 @@ __all__ = [
     "Action",
     "PolicyDecision",
     "Watermarks",
+    "compaction_cut",
     "decide",
     "microcompact_candidates",
     "round_groups",
     "drop_oldest_rounds",
     "tokens_after_compaction",
+    "turn_round_cuts",
 ]
 
 Action: TypeAlias = Literal["none", "microcompact", "compact", "block"]
@@ -193,3 +197,60 @@ def tokens_after_compaction(
     )
     chars = history_chars(result.history, stubbed) + summary_chars
     return fixed_tokens + math.ceil(chars / chars_per_token)
+
+
+def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:
+    """Where a compaction may end to keep the current turn's newest whole tool rounds (those
+    after the newest user message) verbatim: element k-1 is the ``covers_through`` that keeps
+    the newest k. Stops at a round no ``covers_through`` can keep (an older summary's seq
+    after it). Raises nothing."""
+    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
+    if not users:
+        return []
+    groups = [g for g in round_groups(history) if g[0] > users[-1]]
+    cuts: list[int] = []
+    for group in reversed(groups):
+        index = group[0]
+        before = max(e.seq for e in history[:index])
+        if before >= min(e.seq for e in history[index:]):
+            break
+        cuts.append(before)
+    return cuts
+
+
+def compaction_cut(
+    history: Sequence[HistoryEntry],
+    *,
+    last_seq: int,
+    target_tokens: int,
+    stubbed: Collection[int],
+    user_budget_chars: int,
+    summary_chars: int,
+    chars_per_token: float,
+    fixed_tokens: int = 0,
+    keep_at_most: int | None = None,
+) -> int:
+    """The ``covers_through`` of a compaction that keeps the most of the current turn's newest
+    whole tool rounds verbatim (at most ``keep_at_most``) while what it leaves stays within
+    ``target_tokens``; ``last_seq`` (everything) when not even the newest round fits, or the
+    turn has none. A summary of ``summary_chars`` is assumed. Raises nothing."""
+    cut = last_seq
+    for kept, candidate in enumerate(turn_round_cuts(history), start=1):
+        if keep_at_most is not None and kept > keep_at_most:
+            break
+        try:
+            tokens = tokens_after_compaction(
+                history,
+                stubbed=stubbed,
+                covers_through=candidate,
+                user_budget_chars=user_budget_chars,
+                summary_chars=summary_chars,
+                chars_per_token=chars_per_token,
+                fixed_tokens=fixed_tokens,
+            )
+        except CompactionError:
+            break
+        if tokens > target_tokens:
+            break
+        cut = candidate
+    return cut

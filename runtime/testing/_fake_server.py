@@ -3,7 +3,11 @@
 It serves ``/v1/chat/completions`` and ``/v1/responses`` (streamed and not) from a brain (the
 scripted one by default), records every request body, and injects faults on demand: in process
 through ``inject``, or from another process through ``POST /_fake/faults``; or at random, at
-given rates (``fault_rates``), for load runs. It checks every request it receives for tool calls
+given rates (``fault_rates``), for load runs. Faults answer like real providers and the proxies
+in front of them do when things go wrong: errors with their headers and bodies (OpenAI's and
+LiteLLM's), and 200s that are not what they should be (see ``_fake_faults``): usage zeroed or
+invented, the output limit cutting a call off, no finish marker, no choices, a stream cut
+off, a stream of keep-alives only, a dripping stream. It checks every request it receives for tool calls
 without their output itself (``GET /_fake/stats``), so a long load run need not keep the bodies.
 """
 
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import random
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +33,15 @@ from stowage.core import ModelRequest, ModelResponse
 from stowage.load import parse_fault_rates
 from stowage.model import PURPOSE_HEADER, ScriptedBrain
 
+from ._fake_faults import (
+    MUTATIONS,
+    WIRE_FAULTS,
+    chat_answer,
+    chat_stream,
+    mutate,
+    responses_answer,
+    responses_stream,
+)
 from ._fake_wire import (
     chat_chunks,
     chat_completion,
@@ -43,7 +56,25 @@ __all__ = ["Fault", "FakeOpenAIServer", "FaultWhen"]
 
 FaultWhen: TypeAlias = Literal["round", "summary", "any"]
 FaultKind: TypeAlias = Literal[
-    "rate_limit", "server_error", "context_length", "auth", "delay", "garbage"
+    "rate_limit",
+    "server_error",
+    "context_length",
+    "litellm_context",
+    "auth",
+    "not_found",
+    "delay",
+    "garbage",
+    "keepalive",
+    "drip",
+    "zero_usage",
+    "invented_usage",
+    "truncated",
+    "bad_arguments",
+    "duplicate_ids",
+    "unknown_tool",
+    "no_finish",
+    "empty_choices",
+    "cut_stream",
 ]
 
 
@@ -55,11 +86,22 @@ class Fault:
     status: int = 200
     retry_after: float | None = None
     delay: float = 0.0
+    #: extra response headers (a proxy's ``llm_provider-retry-after``, ``x-ratelimit-*``)
+    headers: tuple[tuple[str, str], ...] = ()
+    #: the input tokens and the window a context error states (None: not stated)
+    tokens: int | None = None
+    limit: int | None = None
+    #: seconds between the pieces of a keep-alive or dripping answer
+    interval: float = 0.05
 
     @classmethod
-    def rate_limit(cls, retry_after: float = 1.0) -> Fault:
-        """A 429 with a ``Retry-After`` header of ``retry_after`` seconds."""
-        return cls(kind="rate_limit", status=429, retry_after=retry_after)
+    def rate_limit(
+        cls, retry_after: float | None = 1.0, *, headers: Mapping[str, str] | None = None
+    ) -> Fault:
+        """A 429 with a ``Retry-After`` header of ``retry_after`` seconds (None: without one)
+        and ``headers`` (``llm_provider-retry-after``, ``x-ratelimit-reset-requests``, ...)."""
+        extra = tuple((headers or {}).items())
+        return cls(kind="rate_limit", status=429, retry_after=retry_after, headers=extra)
 
     @classmethod
     def server_error(cls, status: int = 500) -> Fault:
@@ -67,14 +109,26 @@ class Fault:
         return cls(kind="server_error", status=status)
 
     @classmethod
-    def context_length(cls) -> Fault:
-        """A 400 with the provider's ``context_length_exceeded`` error body."""
-        return cls(kind="context_length", status=400)
+    def context_length(cls, tokens: int | None = 9000, limit: int | None = 8192) -> Fault:
+        """A 400 with OpenAI's ``context_length_exceeded`` error body, stating ``limit`` as
+        the window and ``tokens`` as what the messages came to (either left out when None)."""
+        return cls(kind="context_length", status=400, tokens=tokens, limit=limit)
+
+    @classmethod
+    def litellm_context(cls, tokens: int = 7180, limit: int | None = None) -> Fault:
+        """A 400 as LiteLLM wraps a context overflow: ``code: "400"``, ``param: null``, a
+        ``ContextWindowExceededError`` message ending with the count (and ``limit`` if set)."""
+        return cls(kind="litellm_context", status=400, tokens=tokens, limit=limit)
 
     @classmethod
     def auth(cls) -> Fault:
         """A 401 invalid API key."""
         return cls(kind="auth", status=401)
+
+    @classmethod
+    def not_found(cls) -> Fault:
+        """A 404: the model does not exist (or the URL is wrong)."""
+        return cls(kind="not_found", status=404)
 
     @classmethod
     def slow(cls, delay: float) -> Fault:
@@ -87,18 +141,50 @@ class Fault:
         return cls(kind="garbage")
 
     @classmethod
+    def keepalive(cls, interval: float = 0.05) -> Fault:
+        """A 200 that never answers: SSE comments (whitespace, unstreamed) every
+        ``interval`` seconds until the client gives up."""
+        return cls(kind="keepalive", interval=interval)
+
+    @classmethod
+    def drip(cls, interval: float = 0.2) -> Fault:
+        """A normal answer sent one event (or, unstreamed, a few bytes) every ``interval``."""
+        return cls(kind="drip", interval=interval)
+
+    @classmethod
+    def answer(cls, kind: str) -> Fault:
+        """A 200 whose answer has the fault ``kind``: ``zero_usage``, ``invented_usage``,
+        ``truncated`` (the output limit cut the last call's arguments or the text:
+        ``finish_reason: "length"``), ``bad_arguments`` (not JSON), ``duplicate_ids``,
+        ``unknown_tool``, ``no_finish``, ``empty_choices``, ``cut_stream`` (the stream, or
+        the body, ends half way). Raises ``ValueError`` on another kind."""
+        if kind not in MUTATIONS | WIRE_FAULTS:
+            raise ValueError(f"unknown answer fault {kind!r}")
+        return cls(kind=kind)  # type: ignore[arg-type]
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fault:
         """A fault from ``{"fault": kind, ...}``; raises ``ValueError`` on an unknown kind."""
         kind = data.get("fault")
         if kind == "rate_limit":
-            return cls.rate_limit(float(data.get("retry_after", 1.0)))
+            after = data.get("retry_after", 1.0)
+            return cls.rate_limit(
+                None if after is None else float(after), headers=data.get("headers")
+            )
         if kind == "server_error":
             return cls.server_error(int(data.get("status", 500)))
         if kind == "delay":
             return cls.slow(float(data.get("delay", 1.0)))
+        if kind in ("keepalive", "drip"):
+            builder = cls.keepalive if kind == "keepalive" else cls.drip
+            return builder(float(data.get("interval", 0.05)))
+        if kind in MUTATIONS | WIRE_FAULTS:
+            return cls.answer(str(kind))
         builders: dict[Any, Callable[[], Fault]] = {
             "context_length": cls.context_length,
+            "litellm_context": cls.litellm_context,
             "auth": cls.auth,
+            "not_found": cls.not_found,
             "garbage": cls.garbage,
         }
         if kind not in builders:
@@ -128,25 +214,69 @@ _ERRORS: dict[FaultKind, tuple[str, str, str | None]] = {
         "server_error",
         None,
     ),
-    "context_length": (
-        "This model's maximum context length is 8192 tokens. However, your messages resulted in "
-        "9000 tokens. Please reduce the length of the messages.",
-        "invalid_request_error",
-        "context_length_exceeded",
-    ),
     "auth": ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
+    "not_found": (
+        "The model does not exist or you do not have access to it.",
+        "invalid_request_error",
+        "model_not_found",
+    ),
 }
 
 
-def _sse(events: Iterable[dict[str, Any]], *, named: bool, done: bool) -> AsyncIterator[bytes]:
+def _error_body(fault: Fault) -> dict[str, Any]:
+    """The JSON error body of an error fault, as OpenAI (or LiteLLM) writes it."""
+    if fault.kind == "context_length":
+        window = (
+            f"This model's maximum context length is {fault.limit} tokens. " if fault.limit else ""
+        )
+        counted = (
+            f"However, your messages resulted in {fault.tokens} tokens. " if fault.tokens else ""
+        )
+        message = f"{window}{counted}Please reduce the length of the messages."
+        return {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    if fault.kind == "litellm_context":
+        window = f"maximum context length is {fault.limit} tokens; " if fault.limit else ""
+        message = (
+            "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+            "ContextWindowExceededError: OpenAIException - Input too long for this model: "
+            f"{window}prompt is {fault.tokens} tokens"
+        )
+        return {"message": message, "type": None, "param": None, "code": "400"}
+    message, kind, code = _ERRORS[fault.kind]
+    return {"message": message, "type": kind, "param": None, "code": code}
+
+
+def _sse(
+    events: Iterable[dict[str, Any]], *, named: bool, done: bool, interval: float = 0.0
+) -> AsyncIterator[bytes]:
     async def body() -> AsyncIterator[bytes]:
         for event in events:
+            if interval > 0:
+                await anyio.sleep(interval)
             head = b"event: " + event["type"].encode() + b"\n" if named else b""
             yield head + b"data: " + orjson.dumps(event) + b"\n\n"
         if done:
             yield b"data: [DONE]\n\n"
 
     return body()
+
+
+async def _keepalives(interval: float, piece: bytes) -> AsyncIterator[bytes]:
+    """``piece`` every ``interval`` seconds, for as long as the client listens."""
+    while True:
+        yield piece
+        await anyio.sleep(interval)
+
+
+async def _dripped(data: bytes, interval: float, piece: int = 16) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), piece):
+        yield data[start : start + piece]
+        await anyio.sleep(interval)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -337,56 +467,100 @@ class FakeOpenAIServer:
         with self.record.open("ab") as f:
             f.write(line)
 
-    async def _prepare(self, request: Request) -> tuple[dict[str, Any], Response | None]:
+    async def _prepare(
+        self, request: Request
+    ) -> tuple[dict[str, Any], Fault | None, Response | None]:
+        """The request's body, the fault to shape the answer with (None: a normal one), or the
+        whole answer when the fault is an error, garbage or keep-alives."""
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return {}, JSONResponse(
-                {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}, 400
+            return (
+                {},
+                None,
+                JSONResponse(
+                    {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}},
+                    400,
+                ),
             )
         fault = await self._take(body, request.url.path, request.headers.get(PURPOSE_HEADER))
         if self.latency > 0:
             await anyio.sleep(self.latency)
         if fault is None:
-            return body, None
+            return body, None, None
         if fault.kind == "delay":
             await anyio.sleep(fault.delay)
-            return body, None
+            return body, None, None
+        if fault.kind in MUTATIONS or fault.kind in WIRE_FAULTS or fault.kind == "drip":
+            return body, fault, None
         if fault.kind == "garbage":
             if body.get("stream"):
-                return body, Response(b"data: {not json\n\n", media_type="text/event-stream")
-            return body, Response(b"<html>not json", media_type="application/json")
-        message, kind, code = _ERRORS[fault.kind]
-        headers = {}
+                return body, None, Response(b"data: {not json\n\n", media_type="text/event-stream")
+            return body, None, Response(b"<html>not json", media_type="application/json")
+        if fault.kind == "keepalive":
+            streamed = bool(body.get("stream"))
+            piece = b": keep-alive\n\n" if streamed else b" "
+            media = "text/event-stream" if streamed else "application/json"
+            return (
+                body,
+                None,
+                StreamingResponse(_keepalives(fault.interval, piece), media_type=media),
+            )
+        headers = dict(fault.headers)
         if fault.retry_after is not None:
             headers["retry-after"] = f"{fault.retry_after:g}"
-        error = {"message": message, "type": kind, "param": None, "code": code}
-        return body, JSONResponse({"error": error}, fault.status, headers=headers)
+        return (
+            body,
+            None,
+            JSONResponse({"error": _error_body(fault)}, fault.status, headers=headers),
+        )
 
-    def _answer(self, request: ModelRequest) -> tuple[ModelResponse, int]:
+    def _answer(self, request: ModelRequest, fault: Fault | None) -> tuple[ModelResponse, int]:
         self._serial += 1
-        return self.brain(request), self._serial
+        response = self.brain(request)
+        if fault is not None and fault.kind in MUTATIONS:
+            response = mutate(response, fault.kind)
+        return response, self._serial
+
+    @staticmethod
+    def _whole(data: dict[str, Any], fault: Fault | None) -> Response:
+        """An unstreamed answer: cut half way, dripped, or whole."""
+        raw = orjson.dumps(data)
+        if fault is not None and fault.kind == "cut_stream":
+            return Response(raw[: len(raw) // 2], media_type="application/json")
+        if fault is not None and fault.kind == "drip":
+            return StreamingResponse(_dripped(raw, fault.interval), media_type="application/json")
+        return Response(raw, media_type="application/json")
 
     async def _chat(self, request: Request) -> Response:
-        body, failure = await self._prepare(request)
+        body, fault, failure = await self._prepare(request)
         if failure is not None:
             return failure
         try:
             model_request = request_from_chat(body, purpose=request.headers.get(PURPOSE_HEADER))
         except (KeyError, TypeError, AttributeError) as exc:
             return _bad_request(exc)
-        response, serial = self._answer(model_request)
+        response, serial = self._answer(model_request, fault)
         model = model_request.model
+        kind = fault.kind if fault is not None else ""
         if not body.get("stream"):
-            return JSONResponse(chat_completion(response, model=model, serial=serial))
+            return self._whole(
+                chat_answer(chat_completion(response, model=model, serial=serial), kind), fault
+            )
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunks = chat_chunks(response, model=model, serial=serial, include_usage=include_usage)
+        chunks = list(
+            chat_chunks(response, model=model, serial=serial, include_usage=include_usage)
+        )
+        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
         return StreamingResponse(
-            _sse(chunks, named=False, done=True), media_type="text/event-stream"
+            _sse(
+                chat_stream(chunks, kind), named=False, done=kind != "cut_stream", interval=interval
+            ),
+            media_type="text/event-stream",
         )
 
     async def _responses(self, request: Request) -> Response:
-        body, failure = await self._prepare(request)
+        body, fault, failure = await self._prepare(request)
         if failure is not None:
             return failure
         try:
@@ -395,13 +569,19 @@ class FakeOpenAIServer:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             return _bad_request(exc)
-        response, serial = self._answer(model_request)
+        response, serial = self._answer(model_request, fault)
         model = model_request.model
+        kind = fault.kind if fault is not None else ""
         if not body.get("stream"):
-            return JSONResponse(responses_object(response, model=model, serial=serial))
-        events = responses_events(response, model=model, serial=serial)
+            return self._whole(
+                responses_answer(responses_object(response, model=model, serial=serial), kind),
+                fault,
+            )
+        events = list(responses_events(response, model=model, serial=serial))
+        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
         return StreamingResponse(
-            _sse(events, named=True, done=False), media_type="text/event-stream"
+            _sse(responses_stream(events, kind), named=True, done=False, interval=interval),
+            media_type="text/event-stream",
         )
 
     async def _models(self, request: Request) -> Response:

@@ -163,6 +163,10 @@ def _chat_usage(response: ModelResponse) -> dict[str, Any] | None:
     }
 
 
+def _finish_reason(response: ModelResponse) -> str:
+    return response.finish_reason or ("tool_calls" if response.calls else "stop")
+
+
 def chat_completion(response: ModelResponse, *, model: str, serial: int) -> dict[str, Any]:
     """A ``chat.completion`` body for ``response``."""
     message: dict[str, Any] = {
@@ -189,7 +193,7 @@ def chat_completion(response: ModelResponse, *, model: str, serial: int) -> dict
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": "tool_calls" if response.calls else "stop",
+                "finish_reason": _finish_reason(response),
             }
         ],
         "usage": _chat_usage(response),
@@ -220,7 +224,7 @@ def chat_chunks(
         yield chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
         for piece in _pieces(call.arguments):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, "tool_calls" if response.calls else "stop")
+    yield chunk({}, _finish_reason(response))
     if include_usage:
         yield {**base, "choices": [], "usage": _chat_usage(response)}
 
@@ -262,7 +266,12 @@ def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
 def responses_object(
     response: ModelResponse, *, model: str, serial: int, status: str = "completed"
 ) -> dict[str, Any]:
-    """A Responses API ``response`` object for ``response``."""
+    """A Responses API ``response`` object for ``response`` (``incomplete`` when the output
+    limit cut it off, as its ``finish_reason`` says)."""
+    incomplete = status == "completed" and response.truncated
+    if incomplete:
+        status = "incomplete"
+    done = status in ("completed", "incomplete")
     u = response.usage
     usage = (
         {
@@ -272,7 +281,7 @@ def responses_object(
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.total_tokens,
         }
-        if u is not None and status == "completed"
+        if u is not None and done
         else None
     )
     return {
@@ -281,9 +290,9 @@ def responses_object(
         "created_at": int(time.time()),
         "status": status,
         "error": None,
-        "incomplete_details": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "model": model,
-        "output": _output_items(response, serial) if status == "completed" else [],
+        "output": _output_items(response, serial) if done else [],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -335,6 +344,5 @@ def responses_events(
                 yield event("response.function_call_arguments.delta", **at, delta=piece)
             yield event("response.function_call_arguments.done", **at, arguments=item["arguments"])
         yield event("response.output_item.done", output_index=index, item=item)
-    yield event(
-        "response.completed", response=responses_object(response, model=model, serial=serial)
-    )
+    final = responses_object(response, model=model, serial=serial)
+    yield event(f"response.{final['status']}", response=final)

@@ -62,9 +62,12 @@ class _ListStore:
     def __init__(self) -> None:
         self.records: list[Record] = []
 
-    async def append_batches(self, batches: Sequence[tuple[str, Sequence[Record]]]) -> None:
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
         for _, records in batches:
             self.records.extend(records)
+        return {session_id: None for session_id, _ in batches}
 
 
 class _NoModel:

@@ -230,12 +230,11 @@ class DiskFullFor(JsonlStore):
         self.broken = broken
 
     async def append_batches(self, batches):  # type: ignore[no-untyped-def]
-        if any(sid == self.broken for sid, _ in batches):
-            ok = [(sid, recs) for sid, recs in batches if sid != self.broken]
-            if ok:
-                await super().append_batches(ok)
-            raise StoreError(f"no space left on device writing {self.broken}")
-        await super().append_batches(batches)
+        ok = [(sid, recs) for sid, recs in batches if sid != self.broken]
+        outcomes = await super().append_batches(ok)
+        if len(ok) < len(batches):
+            outcomes[self.broken] = StoreError(f"no space left on device writing {self.broken}")
+        return outcomes
 
 
 async def test_a_failing_session_leaves_other_sessions_running(tmp_path: Path) -> None:

@@ -61,8 +61,11 @@ async def test_load_through_the_fake_server_process_rides_out_injected_faults(
     assert report["compactions"] >= 20
 
 
-async def test_failed_turns_fail_the_verdict_unless_allowed(tmp_path: Path) -> None:
-    """500s on a third of the requests fail turns; the verdict says so unless allowed."""
+async def test_failed_turns_fail_the_verdict_unless_allowed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """500s on a third of the requests fail turns; the verdict says so unless allowed. The
+    retries those faults cause are counted in the report, not printed one line each."""
     config = LoadConfig(
         sessions=6, turns=4, in_process=True, progress=False, faults="500:0.35", seed=3
     )
@@ -81,6 +84,9 @@ async def test_failed_turns_fail_the_verdict_unless_allowed(tmp_path: Path) -> N
     assert any("more than --allow-failed-turns 0" in p for p in strict["problems"])
     assert lenient["checks"]["failed_turns_within_allowance"] is True
     assert lenient["ok"], lenient["problems"]
+    assert strict["fault_log_events"].get("model_call_retry", 0) > 0
+    printed = capfd.readouterr()
+    assert "model_call_retry" not in printed.err + printed.out
 
 
 def test_fault_spec_with_an_unknown_fault_is_refused() -> None:

@@ -394,9 +394,10 @@ def test_chat_stream_accumulates_tool_call_deltas_by_index() -> None:
         },
         {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"p"'}}]}}]},
         {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
     ]
-    assert [accumulator.feed(c) for c in chunks] == ["ok ", "", "", "", "", ""]
+    assert [accumulator.feed(c) for c in chunks] == ["ok ", "", "", "", "", "", ""]
     response = accumulator.finish()
     assert response.text == "ok "
     assert response.calls == (

@@ -81,6 +81,8 @@ records: st.SearchStrategy[Record] = st.one_of(
         first_seq=ints,
         last_seq=ints,
         interrupted=st.booleans(),
+        truncated=st.booleans(),
+        reported_usage=usages,
     ),
     every_field(
         CompactionRecord,

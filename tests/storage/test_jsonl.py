@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -275,25 +275,34 @@ async def test_failed_write_leaves_no_part_of_the_batch(
     assert list(read.records) == _log(1)
 
 
-async def test_failed_fsync_in_a_group_rolls_every_file_back(
+async def test_a_failed_fsync_fails_that_session_only_and_cuts_its_file_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail_sync(fd: int) -> None:
-        raise OSError(5, "Input/output error")
+    real_sync = jsonl_module._sync_data
+
+    def fail_sync_of_b(fd: int) -> None:
+        if os.fstat(fd).st_ino == (tmp_path / "b.jsonl").stat().st_ino:
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
 
     with anyio.fail_after(10):
         store = JsonlStore(tmp_path)
         for session_id in ("a", "b"):
             await store.create(session_id, session_start())
-        before = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
-        monkeypatch.setattr(jsonl_module, "_sync_data", fail_sync)
-        with pytest.raises(StoreError, match="Input/output error"):
-            await store.append_batches([("a", round_records(4, 1)), ("b", round_records(4, 1))])
+        before = _bytes(tmp_path / "b.jsonl")
+        monkeypatch.setattr(jsonl_module, "_sync_data", fail_sync_of_b)
+        outcomes = await store.append_batches(
+            [("a", round_records(4, 1)), ("b", round_records(4, 1))]
+        )
         monkeypatch.undo()
-        after = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
-        await store.append("b", round_records(4, 1))
+        after = _bytes(tmp_path / "b.jsonl")
+        await store.append("b", round_records(4, 1))  # the same seqs, accepted now
+        a, b = await store.read("a"), await store.read("b")
         await store.aclose()
+    assert outcomes["a"] is None
+    assert isinstance(outcomes["b"], StoreError) and "Input/output error" in str(outcomes["b"])
     assert after == before
+    assert list(a.records) == list(b.records) == _log(1)
 
 
 async def test_create_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
@@ -542,21 +551,97 @@ async def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path) -> None:
     assert _bytes(root / "s.jsonl").count(b"\n") == 3
 
 
-async def test_a_group_commit_with_one_busy_session_takes_no_lease(tmp_path: Path) -> None:
+async def test_a_group_commit_with_one_busy_session_writes_the_others(tmp_path: Path) -> None:
     with anyio.fail_after(10):
         holder, other = JsonlStore(tmp_path), JsonlStore(tmp_path)
         for session_id in ("a", "b"):
             await holder.create(session_id, session_start())
         await (await holder.acquire("a")).release()  # a is free, b stays held
-        before = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
+        before_b = _bytes(tmp_path / "b.jsonl")
+        outcomes = await other.append_batches(
+            [("a", round_records(4, 1)), ("b", round_records(4, 1))]
+        )
+        after_b = _bytes(tmp_path / "b.jsonl")
         with pytest.raises(SessionBusy):
-            await other.append_batches([("a", round_records(4, 1)), ("b", round_records(4, 1))])
-        after = {sid: _bytes(tmp_path / f"{sid}.jsonl") for sid in ("a", "b")}
-        lease = await holder.acquire("a")  # other let go of the lease it took for a
-        await holder.aclose()
+            await holder.acquire("a")  # other took a's lease with its write, and keeps it
         await other.aclose()
-    assert after == before
+        lease = await holder.acquire("a")
+        read = await holder.read("a")
+        await holder.aclose()
+    assert outcomes["a"] is None and isinstance(outcomes["b"], SessionBusy)
+    assert after_b == before_b
+    assert list(read.records) == _log(1)
     assert lease.token == 3
+
+
+async def test_a_refused_session_gives_back_the_lease_the_group_took_for_it(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(10):
+        first, second = JsonlStore(tmp_path), JsonlStore(tmp_path)
+        await first.create("a", session_start())
+        await first.aclose()
+        outcomes = await second.append_batches([("a", round_records(9, 1))])  # a gap
+        third = JsonlStore(tmp_path)
+        lease = await third.acquire("a")  # free again: second let go of it
+        await third.aclose()
+        await second.aclose()
+    assert isinstance(outcomes["a"], StoreError) and "gap" in str(outcomes["a"])
+    assert lease.token == 3
+
+
+# -- a log deleted or replaced under a live session -------------------------------------------
+
+
+def _delete(path: Path, tmp_path: Path) -> None:
+    path.unlink()
+
+
+def _move_away(path: Path, tmp_path: Path) -> None:
+    path.rename(tmp_path / "elsewhere.jsonl")
+
+
+def _replace(path: Path, tmp_path: Path) -> None:
+    other = tmp_path / "incoming.jsonl"
+    _write_log(other, _log(1))
+    os.replace(other, path)
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [(_delete, "deleted"), (_move_away, "moved away"), (_replace, "replaced by another file")],
+    ids=["deleted", "moved-away", "replaced"],
+)
+@pytest.mark.parametrize("cache", [512, 1], ids=["fd-cached", "fd-evicted"])
+async def test_a_log_deleted_or_replaced_under_a_live_session_fails_its_appends(
+    change: Callable[[Path, Path], None], what: str, cache: int, tmp_path: Path
+) -> None:
+    """The next append names the file and writes nothing, while the fd cache still holds the
+    old file or after it evicted it (a reopen by path finds the replacement); appends keep
+    failing, and another session in the same group commit is written."""
+    root = tmp_path / "logs"
+    path = root / "s.jsonl"
+    with anyio.fail_after(10):
+        store = JsonlStore(root, max_open_files=cache)
+        await store.create("s", session_start())
+        await store.create("t", session_start())
+        await store.append("s", round_records(4, 1))
+        await store.append("t", round_records(4, 1))  # with one descriptor, evicts s's
+        change(path, tmp_path)
+        now = path.read_bytes() if path.exists() else None
+        outcomes = await store.append_batches(
+            [("s", round_records(8, 2)), ("t", round_records(8, 2))]
+        )
+        with pytest.raises(StoreError) as again:
+            await store.append("s", round_records(8, 2))
+        t = await store.read("t")
+        await store.aclose()
+    error = outcomes["s"]
+    assert isinstance(error, StoreError) and not isinstance(error, SessionNotFound)
+    assert str(path) in str(error) and what in str(error), error
+    assert str(path) in str(again.value) and what in str(again.value)
+    assert (path.read_bytes() if path.exists() else None) == now, "the changed file was written"
+    assert outcomes["t"] is None and len(t.records) == 11
 
 
 async def test_a_reader_repairing_with_the_lease_free_takes_it_and_gives_it_back(

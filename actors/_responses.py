@@ -1,0 +1,86 @@
+"""What the sampler checks in a complete response before any of it is written: usage that
+cannot be true, and tool calls the output limit cut off.
+
+Pure functions: the sampler writes what they decide. A reported usage that cannot describe
+the request (zero, or far below what its characters allow) is kept for audit only, and the
+estimate stands, as for a provider that reports none. A call whose arguments the output
+limit cut off (the response's ``finish_reason`` is ``length`` and they are not JSON) is
+never run: it gets an error output naming the cause, so the model can ask again for less.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from stowage.core import FunctionCall, FunctionCallOutput, ModelRequest, ModelResponse, Usage
+from stowage.policy import implausible_usage, request_chars
+
+__all__ = ["VettedUsage", "cut_call_outputs", "merge_outputs", "vet_usage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VettedUsage:
+    """The usage to record (None: treat as missing), the report set aside, and why."""
+
+    usage: Usage | None
+    rejected: Usage | None = None
+    reason: str | None = None
+
+
+def vet_usage(response: ModelResponse, request: ModelRequest) -> VettedUsage:
+    """``response``'s usage if it can describe ``request``; else none, with the report and the
+    reason kept. Raises nothing."""
+    usage = response.usage
+    if usage is None:
+        return VettedUsage(usage=None)
+    reason = implausible_usage(usage, chars=request_chars(request))
+    if reason is None:
+        return VettedUsage(usage=usage)
+    return VettedUsage(usage=None, rejected=usage, reason=reason)
+
+
+def _is_json(arguments: str) -> bool:
+    if not arguments.strip():
+        return True  # some models send "" for a call without arguments
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
+
+
+def cut_call_outputs(
+    response: ModelResponse, *, max_output_tokens: int | None
+) -> dict[str, FunctionCallOutput]:
+    """Error outputs, by call id, for the calls of a truncated ``response`` whose arguments the
+    output limit cut off; empty for a response that finished on its own. Raises nothing."""
+    if not response.truncated:
+        return {}
+    limit = f" ({max_output_tokens} tokens)" if max_output_tokens is not None else ""
+    outputs: dict[str, FunctionCallOutput] = {}
+    for call in response.calls:
+        if _is_json(call.arguments):
+            continue
+        outputs[call.call_id] = FunctionCallOutput(
+            call_id=call.call_id,
+            output=(
+                f"error: not run: the response was cut off by the output limit{limit} "
+                f"(finish_reason 'length') before the arguments of this {call.name} call were "
+                f"complete ({len(call.arguments)} characters arrived, not valid JSON). Ask for "
+                "less in one call, or split the work."
+            ),
+            is_error=True,
+        )
+    return outputs
+
+
+def merge_outputs(
+    calls: tuple[FunctionCall, ...],
+    refused: dict[str, FunctionCallOutput],
+    ran: tuple[FunctionCallOutput, ...],
+) -> tuple[FunctionCallOutput, ...]:
+    """One output per call, in call order: the refused ones' error outputs, and the outputs of
+    those that ran (``ran`` in the order of the calls not refused). Raises nothing."""
+    run = iter(ran)
+    return tuple(refused.get(call.call_id) or next(run) for call in calls)

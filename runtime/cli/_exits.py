@@ -1,0 +1,113 @@
+"""What the command line says and returns when a command does not simply succeed.
+
+Exit statuses, one meaning each, so scripts can tell a busy session from a broken endpoint:
+
+====  =========================================================================================
+0     ok
+1     a check failed (``check``: a problem in the log, a corrupt line, a torn tail not cut;
+      ``load``: a verdict failed; ``compact``: nothing to compact)
+2     usage or configuration error: bad option, unknown session, bad store spec, refused input
+3     the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
+4     the session is busy (another process holds its writer lease) or its lease was lost
+130   interrupted (Ctrl-C); committed rounds are in the log, nothing half-done was written
+====  =========================================================================================
+
+A user error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+from stowage.core import (
+    FencingError,
+    ModelError,
+    SessionBusy,
+    SessionLeaseLost,
+    StowageError,
+)
+
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CHECK_FAILED",
+    "EXIT_ENDPOINT",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_STATUSES",
+    "EXIT_USAGE",
+    "error_line",
+    "exit_status",
+    "stowage_error",
+]
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ENDPOINT = 3
+EXIT_BUSY = 4
+EXIT_INTERRUPTED = 130
+
+#: the table ``stowage --help`` ends with
+EXIT_STATUSES = """exit statuses:
+  0    ok
+  1    a check failed (check, load; compact: nothing to compact)
+  2    usage or configuration error (bad option or store, unknown session, refused input)
+  3    the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
+  4    the session is busy (another process holds its writer lease) or its lease was lost
+  130  interrupted (Ctrl-C); nothing half-done is written
+
+the store: --store DIR | sqlite:///PATH | postgresql://... or $STOWAGE_STORE (default ./.stowage)"""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes, outermost first (a session's failure wraps what ended it)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__
+    return seen
+
+
+def stowage_error(exc: BaseException) -> StowageError | None:
+    """The ``StowageError`` ``exc`` is, or the only one inside an exception group."""
+    if isinstance(exc, StowageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return stowage_error(exc.exceptions[0])
+    return None
+
+
+def exit_status(exc: StowageError) -> int:
+    """The exit status for an error that ended a command (see the module docstring)."""
+    chain = _chain(exc)
+    if any(isinstance(e, (SessionBusy, SessionLeaseLost, FencingError)) for e in chain):
+        return EXIT_BUSY
+    if any(isinstance(e, ModelError) for e in chain):
+        return EXIT_ENDPOINT
+    return EXIT_USAGE
+
+
+def error_line(exc: StowageError) -> str:
+    """One line for stderr: what happened and, for a busy session, who holds it and what to do."""
+    for error in _chain(exc):
+        if isinstance(error, SessionBusy):
+            return _busy_line(error)
+        if isinstance(error, SessionLeaseLost):
+            return (
+                f"stowage: session {error.session_id} stopped: it lost its writer lease "
+                f"({error.reason}); nothing more was written; another process may be writing "
+                f"it now: run 'stowage check {error.session_id}' once it is free"
+            )
+    return "stowage: error: " + " ".join(str(exc).split())
+
+
+def _busy_line(error: SessionBusy) -> str:
+    holder = error.holder
+    if holder is None:
+        who = "another process"
+    else:
+        since = holder.since.isoformat(timespec="seconds")
+        who = f"pid {holder.pid} on host {holder.host} (since {since})"
+    return (
+        f"stowage: session {error.session_id} is busy: {who} is writing it; wait for that "
+        "process to finish or stop it, then run the command again"
+    )

@@ -1,0 +1,235 @@
+"""``stowage worker`` and ``stowage send``: workers sharing a PostgreSQL store, and their senders.
+
+``add_worker_commands(subparsers)`` adds both to the ``stowage`` parser; each parsed namespace
+carries its handler as ``args.handler`` (an async function of the namespace returning the exit
+status). ``python -m stowage.cli._worker worker|send ...`` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from stowage.core import ConfigError, StowageError, configure_logging, redact_url
+from stowage.storage import PostgresStore
+from stowage.worker import Client, MessageFailed, Worker, WorkerOptions
+
+from ._run_options import add_model_options, settings_from_options, tools_from_spec
+
+__all__ = ["add_worker_commands", "main", "send_main", "worker_main"]
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+        return value
+
+    return parse
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    from_env = os.environ.get("STOWAGE_STORE")
+    parser.add_argument(
+        "--store",
+        default=from_env,
+        required=from_env is None,
+        help="the shared store: postgresql://user@host:port/db, or $STOWAGE_STORE "
+        "(a password is never shown; PGPASSWORD works)",
+    )
+    parser.add_argument(
+        "--schema", default="public", help="schema of the store's tables (default public)"
+    )
+    parser.add_argument("--log-format", choices=["console", "json"], default="console")
+
+
+def add_worker_commands(subparsers: Any) -> None:
+    """Add ``worker`` and ``send`` to the subparsers of ``stowage``."""
+    d = WorkerOptions()
+    worker = subparsers.add_parser(
+        "worker",
+        help="serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
+    )
+    _store_options(worker)
+    worker.add_argument("--log-level", default="info", help="debug, info (default), warning")
+    worker.add_argument(
+        "--concurrency",
+        type=_positive(int),
+        default=d.concurrency,
+        help=f"sessions with work served at once (default {d.concurrency})",
+    )
+    worker.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=d.idle_timeout,
+        help=f"seconds an idle session stays live before it hibernates (default {d.idle_timeout})",
+    )
+    worker.add_argument(
+        "--poll-interval",
+        type=_positive(float),
+        default=d.poll_interval,
+        help=f"seconds between claims without a NOTIFY (default {d.poll_interval})",
+    )
+    worker.add_argument(
+        "--grace",
+        type=_positive(float),
+        default=d.grace,
+        help=f"seconds turns in flight may take after SIGTERM (default {d.grace})",
+    )
+    worker.add_argument(
+        "--lease-ttl",
+        type=_positive(float),
+        default=30.0,
+        help="seconds a session's lease lasts past its last renewal: how soon another worker "
+        "takes over from a dead one (default 30)",
+    )
+    worker.add_argument("--max-model-calls", type=_positive(int), default=100)
+    worker.add_argument("--max-compactions", type=_positive(int), default=8)
+    worker.add_argument("--max-tool-calls", type=_positive(int), default=256)
+    worker.add_argument(
+        "--gc-threshold",
+        type=_positive(int),
+        default=50_000,
+        help="first generation threshold of Python's cyclic GC (default 50000; see README)",
+    )
+    add_model_options(worker, system_help="system message of the sessions a worker creates")
+    worker.set_defaults(handler=worker_main)
+
+    send = subparsers.add_parser(
+        "send", help="queue MESSAGE for session ID; --wait prints the answer once committed"
+    )
+    send.add_argument("session")
+    send.add_argument("message")
+    _store_options(send)
+    send.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    send.add_argument(
+        "--create", action="store_true", help="a session with no log gets one (worker settings)"
+    )
+    send.add_argument("--wait", action="store_true", help="print the answer once it is committed")
+    send.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=None,
+        help="with --wait: give up after this many seconds (the message stays queued)",
+    )
+    send.add_argument(
+        "--message-id", default=None, help="the message's id (default: a new uuid); retry with it"
+    )
+    send.add_argument(
+        "--pin", action="store_true", help="keep this message verbatim through compactions"
+    )
+    send.set_defaults(handler=send_main)
+
+
+def _postgres_url(url: str) -> str:
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"--store {redact_url(url)!r}: workers share a PostgreSQL store (postgresql://...)"
+        )
+    return url
+
+
+async def worker_main(args: argparse.Namespace) -> int:
+    """Run a worker until SIGTERM or SIGINT; 0 once it drained and gave every lease back."""
+    options = WorkerOptions(
+        concurrency=args.concurrency,
+        idle_timeout=args.idle_timeout,
+        poll_interval=args.poll_interval,
+        grace=args.grace,
+    )
+    store = PostgresStore(
+        _postgres_url(args.store),
+        schema=args.schema,
+        lease_ttl=args.lease_ttl,
+        max_size=max(4, min(args.concurrency, 20)),
+    )
+    # with many live sessions the cyclic GC is the main cost; see README "Many sessions"
+    gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
+    worker = Worker(
+        store,
+        settings_from_options(args),
+        options=options,
+        tools=tools_from_spec(args.tools_from) if args.tools_from else None,
+        max_model_calls=args.max_model_calls,
+        max_compactions=args.max_compactions,
+        max_tool_calls=args.max_tool_calls,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_drain_on_signal, worker)
+        await worker.run()
+        tg.cancel_scope.cancel()
+    return 0
+
+
+async def _drain_on_signal(worker: Worker) -> None:
+    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        draining = False
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if draining:
+                print(f"stowage worker: {name} again: interrupting", file=sys.stderr)
+                worker.interrupt()
+                continue
+            draining = True
+            print(f"stowage worker: {name}: draining (again to interrupt)", file=sys.stderr)
+            worker.drain()
+
+
+async def send_main(args: argparse.Namespace) -> int:
+    """Queue the message; with ``--wait`` print the answer. 1 when it failed or timed out."""
+    client = Client(_postgres_url(args.store), schema=args.schema)
+    try:
+        with anyio.fail_after(args.timeout if args.wait else None):
+            sent = await client.send(
+                args.session,
+                args.message,
+                wait=args.wait,
+                create=args.create,
+                pin=args.pin,
+                message_id=args.message_id,
+            )
+    except MessageFailed as exc:
+        print(f"stowage: {exc}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print(
+            f"stowage: no answer within {args.timeout} s; the message stays queued",
+            file=sys.stderr,
+        )
+        return 1
+    if not sent.queued:
+        print(f"note: message {sent.message_id} was queued before; not again", file=sys.stderr)
+    if args.wait:
+        print(f"message: {sent.message_id}", file=sys.stderr)
+        sys.stdout.write((sent.answer or "") + "\n")
+    else:
+        print(sent.message_id)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m stowage.cli._worker worker|send ...``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="stowage")
+    add_worker_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(args.log_format, args.log_level)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        return int(anyio.run(args.handler, args))
+    except StowageError as exc:
+        print(f"stowage: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

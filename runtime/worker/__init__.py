@@ -1,0 +1,23 @@
+"""Workers that share one PostgreSQL store across processes and machines, and the client that
+sends them messages.
+
+``stowage worker`` runs a ``Worker``; ``stowage send`` (or ``await Client(url).send(id, text,
+wait=True)``) queues a message with an id of its own, which the log records with the user item,
+so that every message is answered exactly once whichever worker takes it, dies or takes over.
+"""
+
+from ._client import Client, Sent
+from ._errors import MessageFailed
+from ._messages import InboxMessage, new_message_id
+from ._options import WorkerOptions
+from ._worker import Worker
+
+__all__ = [
+    "Client",
+    "InboxMessage",
+    "MessageFailed",
+    "Sent",
+    "Worker",
+    "WorkerOptions",
+    "new_message_id",
+]

@@ -1,0 +1,175 @@
+"""What the sampler checks in a response before writing it, and how long it waits to retry:
+duplicate ids, calls cut off by the output limit, the loop guard, the server's waits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from stowage.actors._loop_guard import LoopGuard, loop_message
+from stowage.actors._responses import cut_call_outputs, merge_outputs, vet_usage
+from stowage.actors._retry import backoff_delay, call_with_retries
+from stowage.actors.sampler import unique_call_ids
+from stowage.core import (
+    AssistantMessage,
+    CompactionRecord,
+    FunctionCall,
+    FunctionCallOutput,
+    ItemRecord,
+    ModelConnectionError,
+    ModelRequest,
+    ModelResponse,
+    SessionRecord,
+    SessionState,
+    SystemMessage,
+    Usage,
+    UserMessage,
+)
+
+
+def call(call_id: str, arguments: str = "{}", name: str = "read") -> FunctionCall:
+    return FunctionCall(call_id=call_id, name=name, arguments=arguments)
+
+
+def test_duplicate_ids_in_one_response_become_unique_and_keep_their_order() -> None:
+    response = ModelResponse(items=(call("c1"), call("c1"), call("c1-s9-1")))
+    fixed = unique_call_ids(response, set(), salt="s9")
+    ids = [c.call_id for c in fixed.calls]
+    assert ids[0] == "c1" and len(set(ids)) == 3
+    assert [c.name for c in fixed.calls] == ["read"] * 3
+
+
+def test_only_calls_cut_off_by_the_output_limit_are_refused() -> None:
+    items = (call("a", '{"path": "x"}'), call("b", '{"path": "y'))
+    truncated = ModelResponse(items=items, finish_reason="length")
+    refused = cut_call_outputs(truncated, max_output_tokens=256)
+    assert list(refused) == ["b"]
+    assert refused["b"].is_error and "cut off by the output limit (256 tokens)" in (
+        refused["b"].output
+    )
+    assert (
+        cut_call_outputs(
+            ModelResponse(items=items, finish_reason="tool_calls"), max_output_tokens=None
+        )
+        == {}
+    )
+    ran = (FunctionCallOutput(call_id="a", output="ok"),)
+    assert [o.call_id for o in merge_outputs(truncated.calls, refused, ran)] == ["a", "b"]
+
+
+def test_usage_is_vetted_against_the_request_it_describes() -> None:
+    request = ModelRequest(model="m", input=(UserMessage(text="x" * 64_000),))
+    zero = Usage(input_tokens=0, output_tokens=0, total_tokens=0)
+    vetted = vet_usage(ModelResponse(items=(), usage=zero), request)
+    assert vetted.usage is None and vetted.rejected == zero and vetted.reason
+    real = Usage(input_tokens=16_000, output_tokens=5, total_tokens=16_005)
+    assert vet_usage(ModelResponse(items=(), usage=real), request).usage == real
+
+
+def state_with(*items: Any, compacted_through: int = 0) -> SessionState:
+    state = SessionState(session_id="s")
+    state.apply(SessionRecord(seq=1, model="m"))
+    for n, item in enumerate(items, start=2):
+        state.apply(ItemRecord(seq=n, item=item, round=1))
+    if compacted_through:
+        state.apply(
+            CompactionRecord(
+                seq=state.last_seq + 1,
+                summary="s",
+                covers_through=compacted_through,
+                retained=(),
+                reason="r",
+                tokens_before=None,
+                tokens_after=None,
+                removed=0,
+                round=1,
+            )
+        )
+    return state
+
+
+def test_the_guard_counts_re_issues_of_absorbed_calls_and_trips_at_its_limit() -> None:
+    guard = LoopGuard(limit=2)
+    first = call("c1", '{"path": "big"}')
+    output = FunctionCallOutput(call_id="c1", output="x" * 5000)
+    guard.written([first], [output])
+    visible = state_with(UserMessage(text="go"), first, output)
+    assert guard.check([call("c2", first.arguments)], visible) is None  # its output is there
+    assert guard.repeats == 0
+    absorbed = state_with(UserMessage(text="go"), first, output, compacted_through=4)
+    assert guard.check([call("c2", first.arguments)], absorbed) is None  # once: allowed
+    assert guard.check([call("c3", '{"path": "other"}')], absorbed) is None  # not a repeat
+    tripped = guard.check([call("c4", first.arguments)], absorbed)
+    assert tripped is not None and tripped.repeats == 2 and tripped.output_chars == 5000
+    guard.turn_started()
+    assert guard.check([call("c5", first.arguments)], absorbed) is None  # a new turn
+
+
+def test_an_output_stubbed_this_turn_counts_as_absorbed() -> None:
+    guard = LoopGuard(limit=1)
+    first = call("c1")
+    output = FunctionCallOutput(call_id="c1", output="y" * 900)
+    guard.written([first], [output])
+    state = state_with(SystemMessage(text="s"), first, output)
+    state.stubbed.add(4)
+    assert guard.check([call("c2")], state) is not None
+
+
+def test_the_loop_message_gives_the_figures_and_the_fixes() -> None:
+    guard = LoopGuard(limit=1)
+    guard.written(
+        [call("c1", '{"path": "big"}')], [FunctionCallOutput(call_id="c1", output="z" * 4000)]
+    )
+    state = state_with(call("c1", '{"path": "big"}'), compacted_through=2)
+    reissue = guard.check([call("c2", '{"path": "big"}')], state)
+    assert reissue is not None
+    message = loop_message(
+        reissue,
+        turn=3,
+        compactions=2,
+        context_window=2000,
+        usable=1500,
+        tool_tokens=200,
+        chars_per_token=4.0,
+    )
+    for part in ("turn 3", "read", "4000 characters", "~1000 tokens", "2000 tokens", "1500"):
+        assert part in message
+    assert "larger window" in message and "read_max_bytes" in message and "fewer tools" in message
+
+
+def test_a_wait_the_server_asks_for_is_taken_up_to_the_cap() -> None:
+    assert 2.0 <= backoff_delay(1, retry_after=2.0, max_wait=60) <= 2.2
+    assert 5.0 <= backoff_delay(1, retry_after=360.0, max_wait=5.0) <= 5.5
+    assert backoff_delay(1, retry_after=None) <= 0.5
+
+
+async def test_a_transient_error_with_a_retry_after_waits_what_the_server_asked() -> None:
+    calls: list[float] = []
+
+    async def flaky() -> str:
+        calls.append(anyio.current_time())
+        if len(calls) == 1:
+            error = ModelConnectionError("503")
+            error.retry_after = 0.2
+            raise error
+        return "ok"
+
+    with anyio.fail_after(5):
+        assert await call_with_retries(flaky, attempts=2, log=_Log(), what="t") == "ok"
+    assert calls[1] - calls[0] >= 0.2
+
+
+class _Log:
+    """Enough of a structlog logger for ``call_with_retries``."""
+
+    def warning(self, event: str, **fields: Any) -> None:
+        assert event == "t_retry" and fields["error"] == "ModelConnectionError"
+
+    def debug(self, event: str, **fields: Any) -> None:
+        pytest.fail("a 5xx is not a throttle")
+
+
+def test_an_assistant_message_alone_is_not_checked_for_calls() -> None:
+    response = ModelResponse(items=(AssistantMessage(text="hi"),), finish_reason="length")
+    assert response.truncated and cut_call_outputs(response, max_output_tokens=10) == {}
