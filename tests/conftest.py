@@ -3,6 +3,8 @@
 - ``repo_root``: the checkout these tests belong to.
 - ``cli_env``: the environment for a ``stowage`` subprocess: this one without any ``OPENAI_*``
   variable (a developer's own key or endpoint never reaches a test), unbuffered output.
+- ``pg_schema``: a fresh PostgreSQL schema name at ``PG_DSN`` (``STOWAGE_TEST_PG``, else the local
+  server), dropped after the test; the test is skipped without a server, and fails under CI.
 - ``cli``: run the command line as a user runs it, ``cli("run", "hi", cwd=path)``: a subprocess
   of this interpreter (``python -m stowage.cli``) with ``cli_env``; returns the completed process
   with text stdout and stderr, whatever its exit status.
@@ -11,14 +13,17 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +54,19 @@ def cli(cli_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[st
         )
 
     return run
+
+
+@pytest.fixture
+async def pg_schema() -> AsyncIterator[str]:
+    try:
+        conn = await asyncpg.connect(PG_DSN, timeout=3)
+    except (OSError, asyncpg.PostgresError) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"no PostgreSQL at {PG_DSN} under CI: {exc}")
+        pytest.skip(f"no PostgreSQL at {PG_DSN}: {exc}")
+    name = f"stowage_test_{secrets.token_hex(6)}"
+    try:
+        yield name
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await conn.close()

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -213,22 +212,6 @@ async def test_a_renewal_that_finds_the_lease_taken_stops_that_session_only(
             assert "bystander" in rt.sessions
         assert len((await thief.read("victim", repair=False)).records) == taken_at
         await thief.aclose()
-
-
-@pytest.fixture
-async def pg_schema() -> AsyncIterator[str]:
-    try:
-        conn = await asyncpg.connect(PG_DSN, timeout=3)
-    except (OSError, asyncpg.PostgresError) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"no PostgreSQL at {PG_DSN} under CI: {exc}")
-        pytest.skip(f"no PostgreSQL at {PG_DSN}: {exc}")
-    name = f"stowage_test_{secrets.token_hex(6)}"
-    try:
-        yield name
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await conn.close()
 
 
 async def fenced_append_stops_only_its_session(

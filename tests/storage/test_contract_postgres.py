@@ -8,8 +8,6 @@ absence is a failure. Each test works in a schema of its own, dropped afterwards
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import AsyncIterator
 
 import anyio
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
@@ -33,20 +31,9 @@ DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/te
 
 
 @pytest.fixture
-async def schema() -> AsyncIterator[str]:
+def schema(pg_schema: str) -> str:
     """A fresh schema name; the schema is dropped after the test."""
-    try:
-        conn = await asyncpg.connect(DSN, timeout=3)
-    except (OSError, asyncpg.PostgresError) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"no PostgreSQL at {DSN} under CI: {exc}")
-        pytest.skip(f"no PostgreSQL at {DSN}: {exc}")
-    name = f"stowage_test_{secrets.token_hex(6)}"
-    try:
-        yield name
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await conn.close()
+    return pg_schema
 
 
 def backing(schema: str) -> Backing:

@@ -8,12 +8,11 @@ skipped when none answers, except under CI (``CI`` set), where its absence is a 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,20 +29,9 @@ DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/te
 
 
 @pytest.fixture
-async def schema() -> AsyncIterator[str]:
+def schema(pg_schema: str) -> str:
     """A fresh schema name; the schema is dropped after the test."""
-    try:
-        conn = await asyncpg.connect(DSN, timeout=3)
-    except (OSError, asyncpg.PostgresError) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"no PostgreSQL at {DSN} under CI: {exc}")
-        pytest.skip(f"no PostgreSQL at {DSN}: {exc}")
-    name = f"stowage_wk_{secrets.token_hex(6)}"
-    try:
-        yield name
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await conn.close()
+    return pg_schema
 
 
 async def sql(query: str, *args: Any) -> list[asyncpg.Record]:
