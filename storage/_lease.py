@@ -20,6 +20,9 @@ from stowage.core import ConfigError, FencingError, LeaseHolder, SessionBusy, To
 
 __all__ = [
     "Lease",
+    "LeaseHook",
+    "Taken",
+    "register_lease",
     "LeaseRow",
     "busy",
     "check_lease_row",
@@ -175,3 +178,31 @@ def lease_times(ttl: float, renew_every: float | None) -> tuple[float, float]:
             f"lease_renew_every must be positive and below lease_ttl ({ttl}), got {every!r}"
         )
     return float(ttl), float(every)
+
+
+#: a grant as a transaction made it: (session_id, token, holder), registered once committed
+Taken = tuple[str, int, LeaseHolder]
+LeaseHook = Callable[[Lease], Awaitable[None]]
+
+
+def register_lease(
+    held: dict[str, Lease],
+    taken: Taken,
+    *,
+    renew_every: float | None,
+    renew: LeaseHook,
+    release: LeaseHook,
+) -> Lease:
+    """Record a committed grant in a store's ``held`` map and return its lease. Raises nothing."""
+    session_id, token, holder = taken
+    lease = Lease(
+        session_id=session_id,
+        token=token,
+        holder=holder,
+        repaired=None,
+        renew_every=renew_every,
+        renew=renew,
+        release=release,
+    )
+    held[session_id] = lease
+    return lease

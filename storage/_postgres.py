@@ -56,12 +56,14 @@ from ._codec import decode_record
 from ._lease import (
     Lease,
     LeaseRow,
+    Taken,
     busy,
     check_lease_row,
     lease_is_free,
     lease_times,
     new_owner,
     now_holder,
+    register_lease,
 )
 from ._pg_inbox import InboxTables, decode_entries, messages_logged, queued_status
 from ._sql import check_continues, decode_rows, plan_batch, plan_sessions
@@ -78,7 +80,6 @@ _LEASE_COLUMNS = (
     "lease_token, lease_owner, lease_pid, lease_host, lease_since, "
     "(lease_expires IS NULL OR lease_expires < now()) AS lease_expired"
 )
-_Taken = tuple[str, int, LeaseHolder]  # (session_id, token, holder), registered after commit
 
 
 def _asyncpg() -> ModuleType:
@@ -262,7 +263,7 @@ class PostgresStore:
         messages = messages_logged(batches)  # user items with a message id, finished turns
         ids = sorted(planned)  # one lock order for all workers
         pool = await self._get_pool(write=True)
-        taken: list[_Taken] = []
+        taken: list[Taken] = []
         try:
             async with pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(
@@ -688,7 +689,7 @@ class PostgresStore:
 
     # -- leases -----------------------------------------------------------------------------
 
-    async def _take(self, conn: Any, session_id: str, row: LeaseRow) -> _Taken:
+    async def _take(self, conn: Any, session_id: str, row: LeaseRow) -> Taken:
         """Grant this store the lease (the row is locked); ``SessionBusy`` if another holds it."""
         if not lease_is_free(row, dead_pid_frees=False):
             raise busy(session_id, row, where=self._sessions)
@@ -738,19 +739,14 @@ class PostgresStore:
             self._owner,
         )
 
-    def _register(self, taken: _Taken) -> Lease:
-        session_id, token, holder = taken
-        lease = Lease(
-            session_id=session_id,
-            token=token,
-            holder=holder,
-            repaired=None,
+    def _register(self, taken: Taken) -> Lease:
+        return register_lease(
+            self._held,
+            taken,
             renew_every=self._renew_every,
             renew=self._renew_lease,
             release=self._release_lease,
         )
-        self._held[session_id] = lease
-        return lease
 
     async def _renew_lease(self, lease: Lease) -> None:
         if self._held.get(lease.session_id) is not lease:

@@ -43,12 +43,14 @@ from stowage.core import (
 from ._lease import (
     Lease,
     LeaseRow,
+    Taken,
     busy,
     check_lease_row,
     lease_is_free,
     lease_times,
     new_owner,
     now_holder,
+    register_lease,
 )
 from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
 
@@ -78,8 +80,6 @@ CREATE TABLE IF NOT EXISTS leases (
     expires REAL
 ) WITHOUT ROWID;
 """
-
-_Taken = tuple[str, int, LeaseHolder]  # (session_id, token, holder), registered after commit
 
 
 class SqliteStore:
@@ -123,7 +123,7 @@ class SqliteStore:
         validate_session_id(session_id)
         held = self._held.get(session_id)
 
-        def run(conn: sqlite3.Connection) -> _Taken | None:
+        def run(conn: sqlite3.Connection) -> Taken | None:
             if held is not None and not held.lost:
                 row = self._lease_row(conn, session_id)
                 if row.token == held.token and row.owner == self._owner:
@@ -135,7 +135,7 @@ class SqliteStore:
                 raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
             return self._take(conn, session_id)
 
-        def missing() -> _Taken | None:
+        def missing() -> Taken | None:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
 
         taken = await self._run(run, write=True, missing=missing)
@@ -174,7 +174,7 @@ class SqliteStore:
         batch = plan_batch(session_id, records, create=True)
         held = session_id in self._held
 
-        def run(conn: sqlite3.Connection) -> _Taken | None:
+        def run(conn: sqlite3.Connection) -> Taken | None:
             try:
                 conn.execute(
                     "INSERT INTO sessions (session_id, last_seq, tail_from) VALUES (?, ?, ?)",
@@ -212,9 +212,9 @@ class SqliteStore:
             return outcomes
         ids = sorted(planned)
 
-        def run(conn: sqlite3.Connection) -> tuple[dict[str, Exception], list[_Taken]]:
+        def run(conn: sqlite3.Connection) -> tuple[dict[str, Exception], list[Taken]]:
             refused: dict[str, Exception] = {}
-            taken: list[_Taken] = []
+            taken: list[Taken] = []
             for session_id in ids:
                 conn.execute("SAVEPOINT session_batches")
                 try:
@@ -229,7 +229,7 @@ class SqliteStore:
                     taken.append(took)
             return refused, taken
 
-        def missing() -> tuple[dict[str, Exception], list[_Taken]]:
+        def missing() -> tuple[dict[str, Exception], list[Taken]]:
             no_log: dict[str, Exception] = {
                 sid: SessionNotFound(f"no log for session {sid!r} in {self._path}") for sid in ids
             }
@@ -312,7 +312,7 @@ class SqliteStore:
         expired = expires is None or expires < time.time()
         return LeaseRow(token=token, owner=owner, expired=expired, holder=holder)
 
-    def _take(self, conn: sqlite3.Connection, session_id: str) -> _Taken:
+    def _take(self, conn: sqlite3.Connection, session_id: str) -> Taken:
         """Grant this store the lease if it is free; ``SessionBusy`` naming the holder if not."""
         row = self._lease_row(conn, session_id)
         if not lease_is_free(row, dead_pid_frees=True):
@@ -347,19 +347,14 @@ class SqliteStore:
             (lease.session_id, lease.token, self._owner),
         )
 
-    def _register(self, taken: _Taken) -> Lease:
-        session_id, token, holder = taken
-        lease = Lease(
-            session_id=session_id,
-            token=token,
-            holder=holder,
-            repaired=None,
+    def _register(self, taken: Taken) -> Lease:
+        return register_lease(
+            self._held,
+            taken,
             renew_every=self._renew_every,
             renew=self._renew_lease,
             release=self._release_lease,
         )
-        self._held[session_id] = lease
-        return lease
 
     async def _renew_lease(self, lease: Lease) -> None:
         def run(conn: sqlite3.Connection) -> None:
@@ -387,7 +382,7 @@ class SqliteStore:
 
     def _append_session(
         self, conn: sqlite3.Connection, session_id: str, batches: list[PlannedBatch]
-    ) -> _Taken | None:
+    ) -> Taken | None:
         """Check the session's lease and seqs, then write its batches; returns the lease taken
         for it, if it was not held. Raises ``SessionNotFound``, ``SessionBusy``,
         ``FencingError`` or ``StoreError`` (seqs) before it writes a row of a refused batch."""
