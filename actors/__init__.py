@@ -5,12 +5,14 @@ through the typed messages of ``_messages``, over mailboxes and coalescing slots
 """
 
 from ._context import SessionContext
+from ._interrupt import TurnInterrupt
 from ._mailbox import Reply, Slot, mailbox
 from ._messages import (
     Append,
     CommittedSnapshot,
     CompactNow,
     ContinueTurn,
+    Decide,
     PlanOutcome,
     Protect,
     RunTools,
@@ -28,6 +30,7 @@ __all__ = [
     "CommittedSnapshot",
     "CompactNow",
     "ContinueTurn",
+    "Decide",
     "PlanOutcome",
     "Protect",
     "Reply",
@@ -36,6 +39,7 @@ __all__ = [
     "SamplerCommand",
     "SessionContext",
     "Slot",
+    "TurnInterrupt",
     "TurnResult",
     "UserTurn",
     "mailbox",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from stowage.core import Event, ModelGateway, Settings
+from stowage.core import BeforeCompaction, Event, ModelGateway, Settings
 from stowage.tools import ToolRegistry
 
 from ._messages import Append
@@ -27,5 +27,7 @@ class SessionContext:
     persistence: MemoryObjectSendStream[Append]
     model_limiter: anyio.CapacityLimiter | None = None
     compaction_limiter: anyio.CapacityLimiter | None = None
+    #: ``CompactionHooks.before`` of the runtime, run by the compactor
+    before_compaction: BeforeCompaction | None = None
     tool_limiter: anyio.CapacityLimiter | None = None
     write_timeout: float = 60.0

@@ -7,6 +7,7 @@ from typing import Any, TypeAlias
 
 from stowage.core import FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
 
+from ._interrupt import TurnInterrupt
 from ._mailbox import Reply, Slot
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "CommittedSnapshot",
     "CompactNow",
     "ContinueTurn",
+    "Decide",
     "Plan",
     "PlanFailed",
     "PlanOutcome",
@@ -83,6 +85,8 @@ class RunTools:
     round: int
     calls: tuple[FunctionCall, ...]
     reply: Reply[tuple[FunctionCallOutput, ...]]
+    #: the turn's interrupt: calls still running when it is requested get interrupted outputs
+    interrupt: TurnInterrupt | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,10 +112,12 @@ class Plan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanFailed:
-    """The compactor could not produce a plan for ``round``."""
+    """The compactor could not produce a plan for ``round`` (or a before-compaction hook
+    refused a manual one: ``vetoed``, not a failure)."""
 
     round: int
     error: str
+    vetoed: bool = False
 
 
 PlanOutcome: TypeAlias = Plan | PlanFailed
@@ -134,6 +140,8 @@ class UserTurn:
     pinned: bool
     reply: Reply[TurnResult]
     message_id: str | None = None
+    #: lets the asker stop the turn while it runs (``stopped="interrupted"``)
+    interrupt: TurnInterrupt | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,4 +168,15 @@ class Protect:
     reply: Reply[None]
 
 
-SamplerCommand: TypeAlias = UserTurn | ContinueTurn | CompactNow | Protect
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decide:
+    """A person's answer for a call that awaits approval; once no call of the round awaits
+    one, the round runs (denied calls get a "denied" output) and the turn goes on."""
+
+    call_id: str
+    approve: bool
+    reason: str | None
+    reply: Reply[TurnResult]
+
+
+SamplerCommand: TypeAlias = UserTurn | ContinueTurn | CompactNow | Protect | Decide

@@ -20,15 +20,18 @@ from stowage.core import (
     ProtectedRecord,
     ProtectedRefused,
     Record,
+    SystemMessage,
     UpdatesReview,
     apply_compaction,
     build_projection,
     estimate_tokens,
+    history_chars,
     prepare_all,
     review_updates,
     verify,
 )
 from stowage.core import render as render_protected
+from stowage.policy import compaction_shrinks
 
 from ._context import SessionContext
 from ._journal import Journal
@@ -48,12 +51,19 @@ class PlanApplier:
         self._log = _log.bind(session=ctx.session_id, actor="sampler")
 
     async def apply(
-        self, plan: Plan, *, user_budget_chars: int, chars_per_token: float, tool_tokens: int
+        self,
+        plan: Plan,
+        *,
+        user_budget_chars: int,
+        chars_per_token: float,
+        tool_tokens: int,
+        waited: float | None = None,
     ) -> bool:
         """Apply ``plan`` at a round boundary; False when it was stale or refused.
 
         ``user_budget_chars`` is what recent user words may keep; ``chars_per_token`` and
-        ``tool_tokens`` turn the new projection into the token figure the record carries.
+        ``tool_tokens`` turn the new projection into the token figure the record carries;
+        ``waited`` (seconds a request was held back for it) goes into the record.
         Raises what ``Journal.write`` raises.
         """
         state = self.journal.state
@@ -82,6 +92,30 @@ class PlanApplier:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
         tokens_after = tool_tokens + estimate_tokens(projection, chars_per_token)
+        kept = {entry.seq for entry in result.retained}
+        replaced = [
+            e
+            for e in state.history
+            if e.seq <= plan.covers_through
+            and e.seq not in kept
+            and not isinstance(e.item, SystemMessage)
+        ]
+        # the compactor's reason for a compaction the user asked for (see ``decide_for``)
+        manual = plan.reason.startswith("manual compaction requested")
+        no_gain = (
+            None
+            if manual and not self.ctx.settings.compact_only_if_smaller
+            else compaction_shrinks(
+                replaced_chars=history_chars(replaced, state.stubbed),
+                summary_chars=len(plan.summary),
+                chars_per_token=chars_per_token,
+            )
+        )
+        if no_gain is not None:
+            # a compaction that grows history is how a too-small window loops: never write it
+            self._log.info("compaction_skipped", reason=no_gain)
+            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=no_gain))
+            return False
         record = CompactionRecord(
             seq=seq,
             kind="full" if plan.kind == "full" else "fallback",
@@ -98,6 +132,7 @@ class PlanApplier:
             protected=review.state.snapshot(),
             estimated=plan.estimated,
             chars_per_token=chars_per_token,
+            waited=waited,
         )
         await self.journal.write([*protected_records, record])
         self._publish_protected(plan, review, applied=True)

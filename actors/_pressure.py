@@ -24,12 +24,15 @@ from dataclasses import replace
 import anyio
 import structlog
 from stowage.core import (
+    PREVIEW_MIN_CHARS,
     CompactionDecided,
     CompactionError,
+    CompactionLanded,
     CompactionSkipped,
     CompactionWaited,
     ContextLengthExceeded,
     ErrorRecord,
+    FunctionCallOutput,
     Microcompacted,
     MicrocompactRecord,
     ModelRequest,
@@ -42,11 +45,13 @@ from stowage.policy import (
     PolicyDecision,
     TokenStatus,
     Watermarks,
+    cache_key_for,
     calibrated_ratio,
     compaction_cut,
     decide,
     effective_threshold,
     fallback_summary,
+    microcompact_batch,
     microcompact_candidates,
     ratio_from_stated,
     resolve_budget,
@@ -103,6 +108,19 @@ class Pressure:
         self.threshold = effective_threshold(settings)
         self.budget: Budget | None = resolve_budget(settings, ctx.tools.specs())
         self.requested: int | None = None
+        #: the ``prompt_cache_key`` the session's round requests carry
+        self.cache_key = cache_key_for(settings, ctx.session_id)
+        #: microcompaction acts once per crossing of the soft mark (``micro_min_free``)
+        self._micro_armed = True
+        # what landing before the hard mark is predicted from: (time, tokens) after each
+        # round, when the plan in flight was asked for, how long plans took, and when a
+        # round began to wait for one
+        self._growth: list[tuple[float, int]] = []
+        # (time, tokens left if every old output were stubbed): what only a compaction frees
+        self._floors: list[tuple[float, int]] = []
+        self._requested_at: float | None = None
+        self._plan_seconds: list[float] = []
+        self._wait_started: float | None = None
         self.waited = 0.0
         self.turn_compactions = 0
         # the ratio the provider's own count gave, while recovering from its refusal; every
@@ -173,26 +191,179 @@ class Pressure:
     async def apply_outcome(self, outcome: PlanOutcome) -> bool:
         """Apply a plan (a failure is logged and applies nothing); True when history was
         compacted. A request the outcome answers is no longer in flight."""
+        now = anyio.current_time()
         if self.requested is not None and outcome.round >= self.requested:
             self.requested = None
+            if self._requested_at is not None:
+                self._plan_seconds = [*self._plan_seconds[-4:], now - self._requested_at]
+                self._requested_at = None
         if isinstance(outcome, PlanFailed):
-            self._log.warning("compaction_unavailable", round=outcome.round, error=outcome.error)
+            if not outcome.vetoed:
+                self._log.warning(
+                    "compaction_unavailable", round=outcome.round, error=outcome.error
+                )
             return False
+        fraction = self.decision().fraction if self.budget is not None else None
         applied = await self._apply(outcome)
         if applied:
+            waited = now - self._wait_started if self._wait_started is not None else 0.0
+            self.ctx.publish(
+                CompactionLanded(
+                    session_id=self.ctx.session_id,
+                    round=self.journal.state.round,
+                    kind=outcome.kind,
+                    fraction=fraction,
+                    hard=self.marks.hard,
+                    waited=waited,
+                )
+            )
+            self._growth = []  # growth is measured again from the compacted context
+            self._floors = []
             await self._after_compaction(outcome)
         return applied
+
+    async def _cap_outputs(self) -> None:
+        """Outputs above ``tool_output_cap`` of the usable budget become head + tail + their
+        artifact reference before any request carries them (no prefix is broken: they are
+        the newest items); the log keeps them whole."""
+        share = self.settings.tool_output_cap
+        if not share or self.budget is None:
+            return
+        cap = max(PREVIEW_MIN_CHARS, int(share * self.budget.usable * self.ratio()))
+        state = self.journal.state
+        seqs = tuple(
+            e.seq
+            for e in state.history
+            if isinstance(e.item, FunctionCallOutput)
+            and e.seq not in state.stubbed
+            and len(e.item.output) > cap
+        )
+        if not seqs:
+            return
+        before = self.status().tokens
+        chosen = set(seqs)
+        saved = sum(
+            entry_chars(e) - entry_chars(e, chosen) for e in state.history if e.seq in chosen
+        )
+        after = None if before is None else max(0, before - int(saved / self.ratio()))
+        reason = (
+            f"{len(seqs)} tool output(s) above the cap of {cap} chars "
+            f"({share:.0%} of the usable budget) shown as head and tail"
+        )
+        await self.journal.write(
+            [
+                MicrocompactRecord(
+                    seq=state.last_seq + 1,
+                    stubbed=seqs,
+                    reason=reason,
+                    tokens_before=before,
+                    tokens_after=after,
+                    estimated=True,
+                )
+            ]
+        )
+        self._log.info("tool_outputs_capped", stubbed=len(seqs), cap_chars=cap)
+        self.ctx.publish(
+            Microcompacted(
+                session_id=self.ctx.session_id,
+                stubbed=len(seqs),
+                tokens_before=before,
+                tokens_after=after,
+                estimated=True,
+                reason=reason,
+            )
+        )
+
+    def _record_growth(self, tokens: int | None) -> None:
+        """Remember this round's token figure and its floor (the newest six are kept)."""
+        if tokens is None:
+            return
+        now = anyio.current_time()
+        self._growth = [*self._growth[-5:], (now, tokens)]
+        self._floors = [*self._floors[-5:], (now, tokens - self._stub_savings())]
+
+    def _stub_savings(self) -> int:
+        """Tokens stubbing every old output (past ``keep_rounds``) would free now."""
+        state = self.journal.state
+        seqs = set(microcompact_candidates(state.history, state.stubbed, self.marks.keep_rounds))
+        if not seqs:
+            return 0
+        saved = sum(entry_chars(e) - entry_chars(e, seqs) for e in state.history if e.seq in seqs)
+        return int(saved / self.ratio())
+
+    def _per_round(
+        self, samples: list[tuple[float, int]] | None = None
+    ) -> tuple[float, float] | None:
+        """Tokens added and seconds taken per round over the recent rounds (of ``samples``,
+        default the token figures); None before two rounds were seen."""
+        samples = self._growth if samples is None else samples
+        if len(samples) < 2:
+            return None
+        (t0, k0), (t1, k1) = samples[0], samples[-1]
+        rounds = len(samples) - 1
+        return max(0.0, (k1 - k0) / rounds), max(1e-6, (t1 - t0) / rounds)
+
+    def _micro_due(self, decision: PolicyDecision) -> bool:
+        """Whether to stub now: at the compaction mark or above, always; past the soft mark,
+        only once the next round is expected to reach the compaction mark (the prefix is
+        kept as long as it can be; with ``micro_min_free`` 0, at once, the old way)."""
+        if decision.action != "microcompact" or not self.settings.micro_min_free:
+            return True
+        growth = self._per_round()
+        if growth is None or decision.tokens is None or self.budget is None:
+            return True
+        return decision.tokens + growth[0] >= self.marks.compact * self.budget.usable
+
+    def _lands_late(self, decision: PolicyDecision) -> str | None:
+        """Why a plan must be asked for now: at the growth of the recent rounds, by the time
+        a plan asked for now is back (the summarizer's observed latency, in rounds), stubs
+        alone could no longer keep the context below the compaction mark (what stubbing
+        every old output leaves, and a round's growth on top, reaches the hard mark); None
+        when a plan asked for at the compaction mark lands in time. Raises nothing."""
+        growth = self._per_round()
+        floors = self._per_round(self._floors)
+        if decision.tokens is None or self.budget is None or growth is None or floors is None:
+            return None
+        per_round, round_seconds = growth
+        floor_per_round = floors[0]
+        floor = self._floors[-1][1]
+        latency = max(self._plan_seconds, default=round_seconds)
+        lead = math.ceil(latency / round_seconds) + 1  # the plan is applied a round later
+        expected = floor + floor_per_round * lead + per_round
+        if expected < self.marks.hard * self.budget.usable:
+            return None
+        return (
+            f"planned early to land before the hard mark: +{per_round:.0f} tokens a round "
+            f"(+{floor_per_round:.0f} that stubs cannot free), a plan takes ~{lead} rounds, "
+            f"~{expected:.0f} tokens stubs cannot free by then"
+        )
 
     async def after_commit(self) -> None:
         """Soft mark: microcompact; compaction mark: ask for a plan in the background."""
         if not self.active:
             return
+        await self._cap_outputs()
         decision = self._announce(self.decision())
+        self._record_growth(decision.tokens)
         if decision.action == "none":
+            self._micro_armed = True  # below the soft mark: the next crossing may stub
             return
-        decision = await self._microcompact(decision, self.marks.keep_rounds) or decision
+        # micro_min_free 0: every round past the soft mark stubs what it can (the old way)
+        if (self._micro_armed or not self.settings.micro_min_free) and self._micro_due(decision):
+            stubbed = await self._microcompact(decision, self.marks.keep_rounds, batch=True)
+            if stubbed is not None:
+                decision = stubbed
+                self._micro_armed = False
+                self._growth = [(anyio.current_time(), decision.tokens or 0)]
+                self._floors = self._floors[-1:]
+        # a plan is asked for at the compaction mark, or earlier (past the soft mark) when at
+        # the recent growth it would not be back before the hard mark
+        late = self._lands_late(decision) if decision.action == "microcompact" else None
+        early = late is not None and self.settings.background_compaction
+        if late is not None and early:
+            decision = replace(decision, reason=f"{decision.reason}; {late}")
         if (
-            decision.action in ("compact", "block")
+            (decision.action in ("compact", "block") or early)
             and self.requested is None
             and self._worth_compacting(decision)
         ):
@@ -203,13 +374,14 @@ class Pressure:
     async def _wait_for_plan(self, *, why: str) -> None:
         requested = self.requested
         assert requested is not None
-        started = anyio.current_time()
+        started = self._wait_started = anyio.current_time()
         try:
             await self.apply_plan_for(requested)
         finally:
             self._waited(started, why)
 
     def _waited(self, started: float, why: str) -> None:
+        self._wait_started = None
         seconds = anyio.current_time() - started
         self.waited += seconds
         self._log.info("compaction_waited", seconds=round(seconds, 4), why=why)
@@ -280,7 +452,7 @@ class Pressure:
             ]
         )
         self._stated_ratio = stated
-        started = anyio.current_time()
+        started = self._wait_started = anyio.current_time()
         try:
             await self._free_to_fit(fit, f"the provider refused the request as too long: {error}")
         finally:
@@ -412,7 +584,10 @@ class Pressure:
 
     async def _after_compaction(self, plan: Plan) -> None:
         """The target: a compaction that leaves more than ``target_after`` of the budget is
-        followed by the no-model fallback, which says why."""
+        followed by stubs of what it kept (the prefix changed anyway: they cost the prompt
+        cache nothing more), and, when that still leaves the context at or above the soft
+        mark, by the no-model fallback, which says why. Between the target and the soft mark
+        the lossy digest is not worth it: the next compaction will be a summary again."""
         self.turn_compactions += 1
         if not self.active or plan.kind != "full":
             return
@@ -421,11 +596,17 @@ class Pressure:
         fraction = decision.fraction or 0.0
         if fraction <= self.marks.target:
             return
+        decision = await self._microcompact(decision, self.marks.keep_rounds) or decision
+        fraction = decision.fraction or 0.0
+        if fraction <= self.marks.target:
+            return
         reason = (
             f"after compaction {decision.tokens} tokens are {fraction:.0%} of the usable "
             f"{self.budget.usable}, above the target {self.marks.target:.0%}"
         )
-        if self._worth_compacting(decision):
+        if fraction < self.marks.soft:
+            self._skip(f"{reason} but below the soft mark {self.marks.soft:.0%}; no fallback")
+        elif self._worth_compacting(decision):
             await self._fallback(decision, reason)
         else:
             self._skip(f"{reason}; the fallback would free nothing more")
@@ -510,6 +691,7 @@ class Pressure:
             history = tuple(e for e in snapshot.history if e.seq <= cut)
             snapshot = replace(snapshot, history=history, last_seq=cut)
         self.requested = snapshot.round
+        self._requested_at = anyio.current_time()
         self._log.info(
             "compaction_requested",
             round=snapshot.round,
@@ -520,13 +702,31 @@ class Pressure:
         self.journal.send_to_compactor(snapshot)
 
     async def _microcompact(
-        self, decision: PolicyDecision, keep_rounds: int, *, min_chars: int = MIN_STUB_CHARS
+        self,
+        decision: PolicyDecision,
+        keep_rounds: int,
+        *,
+        min_chars: int = MIN_STUB_CHARS,
+        batch: bool = False,
     ) -> PolicyDecision | None:
-        """Stub old tool outputs; returns the decision after, or None if nothing was stubbed."""
+        """Stub old tool outputs; returns the decision after, or None if nothing was stubbed.
+
+        ``batch``: only the oldest that free at least ``micro_min_free`` of the usable budget
+        together, or none (one prefix break for a big gain); else every candidate."""
         state = self.journal.state
-        seqs = microcompact_candidates(
-            state.history, state.stubbed, keep_rounds, min_chars=min_chars
-        )
+        if batch and self.budget is not None:
+            min_free = int(self.settings.micro_min_free * self.budget.usable * self.ratio())
+            seqs = microcompact_batch(
+                state.history,
+                state.stubbed,
+                keep_rounds,
+                min_free_chars=min_free,
+                min_chars=min_chars,
+            )
+        else:
+            seqs = microcompact_candidates(
+                state.history, state.stubbed, keep_rounds, min_chars=min_chars
+            )
         if not seqs:
             return None
         chosen = set(seqs)
@@ -565,11 +765,17 @@ class Pressure:
         return self.decision() if self.budget is not None else None
 
     async def _apply(self, plan: Plan) -> bool:
+        # how long a request has been held back for this compaction (0: it landed in the
+        # background), written into its record for ``show`` and the console
+        waited = (
+            anyio.current_time() - self._wait_started if self._wait_started is not None else 0.0
+        )
         return await self.applier.apply(
             plan,
             user_budget_chars=self.user_budget(),
             chars_per_token=self.ratio(),
             tool_tokens=self.tool_tokens,
+            waited=round(waited, 3),
         )
 
     async def _fallback(
@@ -608,11 +814,18 @@ class Pressure:
 
         Raises ``ContextLengthExceeded`` as ``before_request``.
         """
-        started = anyio.current_time()
+        started = self._wait_started = anyio.current_time()
+        waited = True  # unless a batch of stubs alone brings it down: that is not waiting
         try:
             if self.budget is not None:
-                decision = await self._microcompact(decision, self.marks.keep_rounds) or decision
+                # a batch that frees micro_min_free, or nothing: rather than one stub a round
+                # (a prefix break each), wait for the compaction
+                decision = (
+                    await self._microcompact(decision, self.marks.keep_rounds, batch=True)
+                    or decision
+                )
                 if self._below_hard():
+                    waited = False
                     return
             if self.requested is not None or self._worth_compacting(decision):
                 if self.requested is None:
@@ -635,4 +848,7 @@ class Pressure:
                 "free more; not sending it"
             )
         finally:
-            self._waited(started, why)
+            if waited:
+                self._waited(started, why)
+            else:
+                self._wait_started = None

@@ -8,14 +8,30 @@ one-slot edge and the sampler applies it at a round boundary.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import anyio
 import structlog
-from stowage.core import Event, Item, ModelGateway, ModelRequest, Settings, parse_summary_updates
+from stowage.core import (
+    BeforeCompaction,
+    CompactionAbout,
+    CompactionSkipped,
+    CompactionVetoed,
+    Event,
+    FunctionCallOutput,
+    Item,
+    ModelGateway,
+    ModelRequest,
+    Settings,
+    parse_summary_updates,
+)
 from stowage.policy import (
     CompactionDecision,
     build_summary_request,
+    cache_key_for,
     decide_compaction,
     effective_threshold,
     summary_input_budget,
@@ -75,6 +91,23 @@ def decide_for(snapshot: CommittedSnapshot, settings: Settings) -> CompactionDec
     return decision
 
 
+def _compact_prompt(settings: Settings, log: structlog.stdlib.BoundLogger) -> str | None:
+    """The text of ``compact_prompt_file``, read once; None (the built-in instructions) when
+    none is set, or, with a warning, when it cannot be read or is empty."""
+    path = settings.compact_prompt_file
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("compact_prompt_unreadable", path=str(path), error=str(exc))
+        return None
+    if not text:
+        log.warning("compact_prompt_empty", path=str(path))
+        return None
+    return text
+
+
 async def run_compactor(
     session_id: str,
     settings: Settings,
@@ -84,10 +117,13 @@ async def run_compactor(
     publish: Callable[[Event], None],
     *,
     limiter: anyio.CapacityLimiter | None = None,
+    before: BeforeCompaction | None = None,
 ) -> None:
-    """Plan compactions for committed snapshots until ``inbox`` is closed."""
+    """Plan compactions for committed snapshots until ``inbox`` is closed; ``before`` (a
+    ``CompactionHooks.before``) sees each full compaction before its summary is asked for."""
     log = _log.bind(session=session_id, actor="compactor")
     breaker = Breaker(threshold=settings.breaker_failures)
+    instructions = _compact_prompt(settings, log)
     input_budget = summary_input_budget(settings)
     while True:
         try:
@@ -98,15 +134,42 @@ async def run_compactor(
         if not decision.compact:
             continue
         log.info("compaction_planning", round=snapshot.round, reason=decision.reason)
+        focus = snapshot.focus
+        if before is not None:
+            about = CompactionAbout(
+                session_id=session_id,
+                round=snapshot.round,
+                manual=snapshot.manual,
+                reason=decision.reason,
+                tokens=decision.tokens,
+                focus=focus,
+            )
+            try:
+                focus = await _before(before, about, log)
+            except CompactionVetoed as veto:
+                reason = f"vetoed by the before-compaction hook: {veto}"
+                log.info("compaction_vetoed", round=snapshot.round, reason=reason)
+                publish(CompactionSkipped(session_id=session_id, reason=reason))
+                plans.put(PlanFailed(round=snapshot.round, error=reason, vetoed=True))
+                continue
 
-        def build(items: list[Item], snapshot: CommittedSnapshot = snapshot) -> ModelRequest:
-            return build_summary_request(
+        def build(
+            items: list[Item], snapshot: CommittedSnapshot = snapshot, focus: str | None = focus
+        ) -> ModelRequest:
+            request = build_summary_request(
                 items,
                 model=settings.compact_model or settings.model,
-                focus=snapshot.focus,
+                focus=focus,
                 protected_text=snapshot.protected_text,
                 protected_updates=True,
+                instructions=instructions,
+                refs={
+                    e.item.call_id: e.seq
+                    for e in snapshot.history
+                    if isinstance(e.item, FunctionCallOutput)
+                },
             )
+            return replace(request, cache_key=cache_key_for(settings, session_id))
 
         outcome = await summarize(
             snapshot.history,
@@ -144,3 +207,31 @@ async def run_compactor(
                 protected_problems=problems,
             )
         )
+
+
+async def _before(
+    hook: BeforeCompaction, about: CompactionAbout, log: structlog.stdlib.BoundLogger
+) -> str | None:
+    """Run the before hook: the focus to summarize with (the hook's text added to the one
+    asked for). Raises ``CompactionVetoed`` for a manual compaction the hook refuses; any other
+    failure of the hook, and a veto of an automatic compaction, is logged and changes nothing."""
+    try:
+        extra = hook(about)
+        if inspect.isawaitable(extra):
+            extra = await extra
+    except CompactionVetoed as veto:
+        if about.manual:
+            raise
+        log.warning(
+            "compaction_veto_ignored",
+            round=about.round,
+            reason=f"an automatic compaction cannot be vetoed (the window needs it): {veto}",
+        )
+        return about.focus
+    except Exception as exc:  # a broken hook must not stop what keeps the session in its window
+        log.warning("compaction_hook_failed", round=about.round, error=repr(exc))
+        return about.focus
+    if not extra:
+        return about.focus
+    text = str(extra)
+    return f"{about.focus}\n{text}" if about.focus else text

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.core import (
+    ApprovalError,
+    ApprovalRecord,
     AssistantDelta,
     AssistantMessage,
     CompactionSkipped,
@@ -56,12 +58,14 @@ from stowage.core import (
 
 from ._checks import ResponseChecks
 from ._context import SessionContext
+from ._interrupt import TurnInterrupt
 from ._journal import Journal
 from ._mailbox import Reply, Slot
 from ._messages import (
     CommittedSnapshot,
     CompactNow,
     ContinueTurn,
+    Decide,
     PlanOutcome,
     Protect,
     RunTools,
@@ -83,6 +87,14 @@ T = TypeVar("T")
 INTERRUPTED = (
     "interrupted: the session stopped before this call finished; it may or may not have run"
 )
+
+
+class _TurnInterrupted(Exception):
+    """Raised inside the sampler when the turn's interrupt stopped the model stream."""
+
+
+class _AwaitingApproval(Exception):
+    """Raised inside the sampler when a round's calls wait for a person's approval."""
 
 
 def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
@@ -129,6 +141,8 @@ class Sampler:
         self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans)
         # usage vetting and the loop guard, before anything of a response is written
         self._checks = ResponseChecks(self.ctx, self._journal, self._pressure)
+        # the running turn's interrupt, if its asker can stop it
+        self._interrupt: TurnInterrupt | None = None
 
     @property
     def settings(self) -> Settings:
@@ -149,8 +163,8 @@ class Sampler:
     async def recover(self) -> None:
         """Close a round the log left open: every logged call without an output gets the
         synthetic "interrupted" output, so no orphan call ever reaches a model."""
-        if not self.state.open_calls:
-            return
+        if not self.state.open_calls or self.state.awaiting_approval:
+            return  # a round that waits for approval stays open until the answer comes
         round_ = self.state.open_round or self.state.round + 1
         first = self.state.last_seq + 1
         records: list[Record] = [
@@ -166,7 +180,9 @@ class Sampler:
     async def _serve(self, command: SamplerCommand) -> None:
         match command:
             case UserTurn():
-                turn = self._turn(command.text, command.pinned, command.message_id)
+                turn = self._turn(
+                    command.text, command.pinned, command.message_id, command.interrupt
+                )
                 await self._answer(command.reply, turn)
             case ContinueTurn():
                 await self._answer(command.reply, self._continue_turn())
@@ -174,6 +190,9 @@ class Sampler:
                 await self._answer(command.reply, self._compact_now(command.focus))
             case Protect():
                 await self._answer(command.reply, self._protect(command.ops))
+            case Decide():
+                decided = self._decide(command.call_id, command.approve, command.reason)
+                await self._answer(command.reply, decided)
 
     async def _answer(self, reply: Reply[T], work: Awaitable[T]) -> None:
         try:
@@ -181,6 +200,10 @@ class Sampler:
         except ModelError as exc:
             # the model failing a turn leaves the log consistent: nothing of it was written
             self._log.warning("turn_failed", error=str(exc))
+            reply.fail(exc)
+        except ApprovalError as exc:
+            # checked before anything is written: the session goes on
+            self._log.info("approval_refused", error=str(exc))
             reply.fail(exc)
         except ProtectedStateViolation as exc:
             # a refused user change is checked before anything is written: the session goes on
@@ -194,7 +217,14 @@ class Sampler:
 
     # -- turns and rounds ----------------------------------------------------------------
 
-    async def _turn(self, text: str, pinned: bool, message_id: str | None) -> TurnResult:
+    async def _turn(
+        self,
+        text: str,
+        pinned: bool,
+        message_id: str | None,
+        interrupt: TurnInterrupt | None = None,
+    ) -> TurnResult:
+        self._refuse_while_awaiting("a new turn")
         turn = self.state.turn + 1
         seq = self.state.last_seq
         user = UserMessage(text=text, pinned=pinned, message_id=message_id)
@@ -204,26 +234,63 @@ class Sampler:
                 TurnRecord(seq=seq + 2, turn=turn, phase="started"),
             ]
         )
-        return await self._rounds(turn)
+        return await self._rounds(turn, interrupt)
 
     async def _continue_turn(self) -> TurnResult:
         """The rounds of the turn the log left open; ``stopped="no_open_turn"`` when none is."""
         if not self.state.turn_open:
             return TurnResult(text="", rounds=0, stopped="no_open_turn")
+        if self.state.awaiting_approval:
+            return TurnResult(text="", rounds=0, stopped="pending_approval")
         self._log.info("turn_continued", turn=self.state.turn)
         return await self._rounds(self.state.turn)
 
-    async def _rounds(self, turn: int) -> TurnResult:
+    async def _rounds(self, turn: int, interrupt: TurnInterrupt | None = None) -> TurnResult:
         self._pressure.turn_started()
         self._checks.turn_started()
+        self._interrupt = interrupt
+        try:
+            return await self._rounds_until_done(turn, interrupt)
+        finally:
+            self._interrupt = None
+
+    async def _rounds_until_done(self, turn: int, interrupt: TurnInterrupt | None) -> TurnResult:
         for rounds in range(1, self.settings.max_rounds_per_turn + 1):
+            if interrupt is not None and interrupt.requested:
+                return await self._interrupted(turn, rounds - 1)
             await self._pressure.apply_ready_plan()
-            answer = await self._round(turn)
+            try:
+                answer = await self._round(turn)
+            except _TurnInterrupted:
+                return await self._interrupted(turn, rounds)
+            except _AwaitingApproval:
+                return TurnResult(text="", rounds=rounds, stopped="pending_approval")
             if answer is not None:
                 stopped = "truncated" if answer.truncated else "answered"
                 return TurnResult(text=answer.text, rounds=rounds, stopped=stopped)
         self._log.warning("turn_round_limit", turn=turn, rounds=self.settings.max_rounds_per_turn)
         return TurnResult(text="", rounds=self.settings.max_rounds_per_turn, stopped="round_limit")
+
+    async def _interrupted(self, turn: int, rounds: int) -> TurnResult:
+        """Close a turn its asker stopped: every round it wrote is whole (a stopped model
+        stream wrote nothing, stopped calls got interrupted outputs); the turn is closed."""
+        self._log.info("turn_interrupted", turn=turn, rounds=rounds)
+        await self._journal.write(
+            [TurnRecord(seq=self.state.last_seq + 1, turn=turn, phase="interrupted")]
+        )
+        return TurnResult(text="", rounds=rounds, stopped="interrupted")
+
+    async def _sample_unless_interrupted(self, request: ModelRequest, round_: int) -> ModelResponse:
+        """``_sample`` under the turn's interrupt; raises ``_TurnInterrupted`` if it fired
+        (nothing of the round is written yet)."""
+        if self._interrupt is None:
+            return await self._sample(request, round_)
+        response: ModelResponse | None = None
+        with self._interrupt.guard():
+            response = await self._sample(request, round_)
+        if response is None:
+            raise _TurnInterrupted
+        return response
 
     async def _round(self, turn: int) -> ModelResponse | None:
         """One round; returns the response when the model made no tool calls (the answer).
@@ -240,6 +307,7 @@ class Sampler:
             input=projection,
             tools=self.ctx.tools.specs(),
             max_output_tokens=self.settings.max_output_tokens,
+            cache_key=self._pressure.cache_key,
         )
         self.ctx.publish(
             RoundStarted(
@@ -251,12 +319,12 @@ class Sampler:
             )
         )
         try:
-            response = await self._sample(request, round_)
+            response = await self._sample_unless_interrupted(request, round_)
         except ContextLengthExceeded as exc:
             # nothing of the round was written: compact, blocking, and send it once more
             await self._pressure.recover_overflow(exc, request)
             request = replace(request, input=self._projection())
-            response = await self._sample(request, round_)
+            response = await self._sample_unless_interrupted(request, round_)
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         await self._checks.stop_a_loop(turn, response)
@@ -281,6 +349,7 @@ class Sampler:
             return response
         # write-ahead: the calls are durable before any tool runs
         await self._journal.write(sampled)
+        await self._request_approvals(round_, calls)
         outputs = await self._run_tools(round_, response)
         first = self.state.last_seq + 1
         committed: list[Record] = [
@@ -292,6 +361,92 @@ class Sampler:
         await self._commit(round_, committed, response, calls=len(calls))
         self._checks.written(calls, outputs)
         return None
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def _needs_approval(self, call: FunctionCall) -> bool:
+        return bool(getattr(self.ctx.tools.get(call.name), "needs_approval", False))
+
+    def _refuse_while_awaiting(self, what: str) -> None:
+        waiting = self.state.awaiting_approval
+        if waiting:
+            ids = ", ".join(c.call_id for c in waiting)
+            raise ApprovalError(
+                f"session {self.ctx.session_id} has calls awaiting approval ({ids}): "
+                f"approve or deny them before {what}"
+            )
+
+    async def _request_approvals(self, round_: int, calls: Sequence[FunctionCall]) -> None:
+        """Stop the turn before any tool of the round runs when one of its calls needs a
+        person's approval: the requests are durable, the round stays open."""
+        needing = [c for c in calls if self._needs_approval(c)]
+        if not needing:
+            return
+        seq = self.state.last_seq
+        await self._journal.write(
+            [
+                ApprovalRecord(seq=seq + 1 + i, call_id=c.call_id, decision="requested")
+                for i, c in enumerate(needing)
+            ]
+        )
+        self._log.info("approval_requested", round=round_, calls=[c.call_id for c in needing])
+        raise _AwaitingApproval
+
+    async def _decide(self, call_id: str, approve: bool, reason: str | None) -> TurnResult:
+        """Log the answer for ``call_id``; when no call of the round awaits one any more, run
+        the round (denied calls get a "denied" output) and go on with the turn.
+
+        Raises ``ApprovalError`` if ``call_id`` awaits no approval (nothing is written).
+        """
+        waiting = [c.call_id for c in self.state.awaiting_approval]
+        if call_id not in waiting:
+            awaiting = f"; awaiting: {', '.join(waiting)}" if waiting else "; none is awaiting"
+            raise ApprovalError(
+                f"session {self.ctx.session_id}: call {call_id!r} awaits no approval{awaiting}"
+            )
+        decision: Literal["approved", "denied"] = "approved" if approve else "denied"
+        await self._journal.write(
+            [
+                ApprovalRecord(
+                    seq=self.state.last_seq + 1, call_id=call_id, decision=decision, reason=reason
+                )
+            ]
+        )
+        self._log.info("approval_decided", call_id=call_id, decision=decision)
+        if self.state.awaiting_approval:
+            return TurnResult(text="", rounds=0, stopped="pending_approval")
+        await self._run_decided_round()
+        result = await self._rounds(self.state.turn)
+        return replace(result, rounds=result.rounds + 1)
+
+    async def _run_decided_round(self) -> None:
+        """Run the open round whose approvals are all given and commit it, outputs in call
+        order."""
+        round_ = self.state.open_round or self.state.round + 1
+        calls = tuple(self.state.open_calls.values())
+        denied = dict(self.state.denial_reasons)
+        runnable = tuple(c for c in calls if c.call_id not in denied)
+        ran: tuple[FunctionCallOutput, ...] = ()
+        if runnable:
+            reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
+            await self.tools.send(RunTools(round=round_, calls=runnable, reply=reply))
+            ran = await reply.wait()
+        by_id = {output.call_id: output for output in ran}
+        outputs = [
+            by_id.get(c.call_id)
+            or FunctionCallOutput(
+                call_id=c.call_id,
+                output=f"denied: {denied.get(c.call_id) or 'a person denied this call'}",
+                is_error=True,
+            )
+            for c in calls
+        ]
+        first = self.state.last_seq + 1
+        committed: list[Record] = [
+            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
+        ]
+        committed.append(self._commit_record(round_, None, first, offset=len(committed)))
+        await self._commit(round_, committed, ModelResponse(items=()), calls=len(calls))
 
     async def _run_tools(
         self, round_: int, response: ModelResponse
@@ -306,7 +461,9 @@ class Sampler:
         ran: tuple[FunctionCallOutput, ...] = ()
         if runnable:
             reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
-            await self.tools.send(RunTools(round=round_, calls=runnable, reply=reply))
+            await self.tools.send(
+                RunTools(round=round_, calls=runnable, reply=reply, interrupt=self._interrupt)
+            )
             ran = await reply.wait()
         return merge_outputs(calls, refused, ran)
 

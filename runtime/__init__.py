@@ -7,12 +7,16 @@ an append-only log from which every session can be rebuilt after a crash.
 from stowage.core import (
     AssistantDelta,
     AssistantMessage,
+    CompactionAbout,
     CompactionDecided,
     CompactionError,
     CompactionFailed,
+    CompactionHooks,
+    CompactionLanded,
     CompactionLoop,
     CompactionSkipped,
     CompactionSummary,
+    CompactionVetoed,
     CompactionWaited,
     ConfigError,
     ContextLengthExceeded,
@@ -64,6 +68,8 @@ from stowage.core import (
     SystemMessage,
     TextDelta,
     Tool,
+    ToolCancelled,
+    ToolContext,
     ToolFinished,
     ToolSpec,
     ToolStarted,
@@ -76,7 +82,7 @@ from stowage.core import (
     validate_session_id,
 )
 from stowage.facade import Runtime, Session, TurnResult
-from stowage.tools import FunctionTool, ToolRegistry
+from stowage.tools import FunctionTool, ToolError, ToolRegistry, tool
 from stowage.worker import Client
 
 from ._version import __version__
@@ -87,12 +93,16 @@ __all__ = [
     "AssistantMessage",
     "Client",
     "CompactionError",
+    "CompactionAbout",
     "CompactionDecided",
     "CompactionFailed",
+    "CompactionHooks",
     "CompactionLoop",
     "CompactionSkipped",
+    "CompactionLanded",
     "CompactionWaited",
     "CompactionSummary",
+    "CompactionVetoed",
     "ConfigError",
     "ContextLengthExceeded",
     "CorruptLogError",
@@ -146,6 +156,9 @@ __all__ = [
     "SystemMessage",
     "TextDelta",
     "Tool",
+    "ToolCancelled",
+    "ToolContext",
+    "ToolError",
     "ToolFinished",
     "ToolRegistry",
     "ToolSpec",
@@ -157,5 +170,6 @@ __all__ = [
     "configure_logging",
     "new_session_id",
     "replay",
+    "tool",
     "validate_session_id",
 ]

@@ -1,22 +1,38 @@
-"""Figure 8: a scripted 200-round session with large tool outputs, background compaction on/off.
+"""Compaction policies side by side: prompt cache, compactions, waits and recall, 200 rounds.
 
-Prints, per mode: requests sent (rounds and summaries), the largest fraction of the context
-window any round request used, compactions and microcompactions, and the time the sampler
-spent waiting on compaction. The model is the offline scripted one with a fixed latency per
-round and per summary (summaries are slower, as they are in life).
+The same scripted workload (planted facts, then turns of five tool rounds, each reading a
+large output) runs through the fake OpenAI server over loopback HTTP, whose prefix cache
+serves the common prefix with the session's previous request in whole 128-token blocks, once
+per policy:
 
-    .venv/bin/python scripts/bench_compaction_policy.py [--rounds 200] [--summary-latency 0.25]
+* ``stowage`` — the defaults: watermarks, batched microcompaction, background planning;
+* ``codex-like`` — one full compaction near 90% of the window, nothing else, inline;
+* ``claude-code-like`` — microcompaction every round keeping the 5 newest outputs, full
+  compaction at ~85%, inline;
+* ``unlimited`` — no compaction and a window large enough for everything.
+
+Per policy it prints: uncached input tokens (the cost proxy, summary requests included),
+prefix reuse (cached share of the round requests' input), prefix breaks, compactions (micro and
+full), the largest share of the window a request used, rounds held back for compaction and how
+long, and recall of the planted facts (``scripts/drift_eval.py``'s) in the last request. The
+summarizer is the scripted one (lossy with ``--loss``), and it is the same for every policy.
+
+    .venv/bin/python scripts/bench_compaction_policy.py [--rounds 200] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pydantic
@@ -24,14 +40,17 @@ from rich.console import Console
 from rich.table import Table
 from stowage import (
     AssistantMessage,
+    CompactionLanded,
     CompactionWaited,
     Event,
     FunctionCall,
     FunctionTool,
     HistoryCompacted,
     Microcompacted,
+    ModelGateway,
     ModelRequest,
     ModelResponse,
+    ResponseDone,
     Runtime,
     Settings,
     ToolRegistry,
@@ -39,12 +58,23 @@ from stowage import (
     configure_logging,
     replay,
 )
-from stowage.model._brain import is_summary_request, scripted_usage
-from stowage.model._scripted import ScriptedModel
+from stowage.core._gateway import StreamEvent
+from stowage.model._brain import ScriptedBrain, is_summary_request, scripted_usage
+from stowage.model._openai_gateway import OpenAIGateway
 from stowage.storage import JsonlStore
+from stowage.testing import FakeOpenAIServer
 
 ROUNDS_PER_TURN = 5
-_CALLS = itertools.count()
+POLICIES = ("stowage", "codex-like", "claude-code-like", "unlimited")
+
+# the planted facts of the drift evaluation, loaded from the script beside this one
+_spec = importlib.util.spec_from_file_location(
+    "drift_eval", Path(__file__).with_name("drift_eval.py")
+)
+assert _spec is not None and _spec.loader is not None
+drift_eval = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("drift_eval", drift_eval)
+_spec.loader.exec_module(drift_eval)
 
 
 class BigArgs(pydantic.BaseModel):
@@ -58,88 +88,176 @@ def tools(output_chars: int) -> ToolRegistry:
     return ToolRegistry([FunctionTool(name="big", description="big", args_model=BigArgs, fn=big)])
 
 
-def brain(request: ModelRequest) -> ModelResponse:
-    if is_summary_request(request):
-        items: tuple[AssistantMessage | FunctionCall, ...] = (
-            AssistantMessage(text="Summary: goal, files, decisions, next step. " * 10),
-        )
-    else:
+def make_brain(loss: float, seed: int) -> Callable[[ModelRequest], ModelResponse]:
+    """Rounds: five tool calls per turn, then a short answer; summaries: the scripted
+    summarizer (lossy with ``loss``)."""
+    summarizer = ScriptedBrain(tool_rounds=0, loss=loss, seed=seed)
+    calls = itertools.count()
+
+    def brain(request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request):
+            return summarizer(request)
         last_user = max(i for i, x in enumerate(request.input) if isinstance(x, UserMessage))
         done = sum(isinstance(x, FunctionCall) for x in request.input[last_user:])
-        n = next(_CALLS)  # call ids must be unique in a session, as providers make them
-        items = (
+        n = next(calls)  # call ids must be unique in a session, as providers make them
+        items: tuple[AssistantMessage | FunctionCall, ...] = (
             (FunctionCall(call_id=f"c{n}", name="big", arguments=json.dumps({"n": n})),)
             if done < ROUNDS_PER_TURN
             else (AssistantMessage(text="done with this step"),)
         )
-    return ModelResponse(items=items, usage=scripted_usage(request, items), model=request.model)
+        return ModelResponse(items=items, usage=scripted_usage(request, items), model=request.model)
+
+    return brain
 
 
-class Latency(ScriptedModel):
-    def __init__(self, round_latency: float, summary_latency: float) -> None:
-        super().__init__(brain=brain)
-        self.round_latency, self.summary_latency = round_latency, summary_latency
+@dataclass(eq=False)
+class Metered:
+    """The gateway wrapper of a run: summary latency, and every request and usage seen."""
+
+    inner: ModelGateway
+    summary_latency: float
+    round_latency: float = 0.0
+    rounds: list[ModelRequest] = field(default_factory=list)
+    usages: list[tuple[str, int, int]] = field(default_factory=list)  # purpose, input, cached
+
+    def _seen(self, request: ModelRequest, response: ModelResponse) -> None:
+        usage = response.usage
+        if usage is not None:
+            self.usages.append((request.purpose, usage.input_tokens, usage.cached_tokens))
 
     async def create(self, request: ModelRequest) -> ModelResponse:
-        summary = is_summary_request(request)
-        await anyio.sleep(self.summary_latency if summary else self.round_latency)
-        return await super().create(request)
+        await self._before(request)
+        response = await self.inner.create(request)
+        self._seen(request, response)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        await self._before(request)
+        async for event in self.inner.stream(request):
+            if isinstance(event, ResponseDone):
+                self._seen(request, event.response)
+            yield event
+
+    async def _before(self, request: ModelRequest) -> None:
+        if is_summary_request(request):
+            await anyio.sleep(self.summary_latency)
+        else:
+            self.rounds.append(request)
+            await anyio.sleep(self.round_latency)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 @dataclass
 class Figures:
-    mode: str
-    micro: bool
+    policy: str
     rounds: int = 0
     summaries: int = 0
-    max_fraction: float = 0.0
-    compactions: int = 0
+    input_tokens: int = 0
+    uncached_tokens: int = 0
+    round_input_tokens: int = 0
+    round_cached_tokens: int = 0
+    prefix_breaks: int = 0
+    full: int = 0
     fallbacks: int = 0
-    microcompactions: int = 0
+    micro: int = 0
+    landed_below_hard: int = 0
+    landed: int = 0
+    max_fraction: float = 0.0
+    rounds_waited: int = 0
     waited: float = 0.0
+    recall: float = 0.0
     wall: float = 0.0
     replay_ok: bool = False
 
+    @property
+    def reuse(self) -> float:
+        return self.round_cached_tokens / self.round_input_tokens if self.round_input_tokens else 0
 
-async def run(mode: str, micro: bool, args: argparse.Namespace, store: Path) -> Figures:
-    figures = Figures(mode=mode, micro=micro)
-    model = Latency(args.round_latency, args.summary_latency)
-    settings = Settings(
+
+def settings_for(policy: str, args: argparse.Namespace, store: Path, base_url: str) -> Settings:
+    base = Settings(
         store=store,
         model="scripted",
+        base_url=base_url,
+        api_key="bench",
         context_window=args.window,
         max_output_tokens=args.window // 10,
         user_budget_chars=2000,
-        background_compaction=mode == "on",
-        # without microcompaction every output stays whole until a compaction absorbs it
-        keep_rounds=3 if micro else 1_000_000,
         durability="none",
+        max_compactions_per_turn=10,
     )
+    if policy == "stowage":
+        return base
+    if policy == "codex-like":
+        # one full compaction near 90% of the window, no microcompaction, the turn waits
+        return base.with_(
+            soft_mark=0.90, compact_mark=0.90, hard_mark=0.95, keep_rounds=1_000_000,
+            background_compaction=False,
+        )  # fmt: skip
+    if policy == "claude-code-like":
+        # old outputs cleared every round past the soft mark (the 5 newest kept), full at 85%
+        return base.with_(
+            keep_rounds=5, micro_min_free=0.0, compact_mark=0.85, background_compaction=False
+        )
+    if policy == "unlimited":
+        return base.with_(context_window=100 * args.window * args.rounds, auto_compact=False)
+    raise ValueError(policy)
 
-    def on_event(event: Event) -> None:
-        if isinstance(event, HistoryCompacted):
-            figures.compactions += 1
-            figures.fallbacks += event.kind == "fallback"
-        elif isinstance(event, Microcompacted):
-            figures.microcompactions += 1
-        elif isinstance(event, CompactionWaited):
-            figures.waited += event.seconds
 
-    started = time.perf_counter()
-    async with Runtime(settings, gateway=model, tools=tools(args.output_chars)) as rt:
-        rt.subscribe(on_event)
-        session = await rt.create("bench", system="You are a data agent.")
-        while sum(r.purpose == "round" for r in model.requests) < args.rounds:
-            await session.send("next step: fetch and inspect the next table")
-        live = list(session.state.history)
-    figures.wall = time.perf_counter() - started
-    for request in model.requests:
-        if request.purpose == "summary":
+async def run(policy: str, args: argparse.Namespace, store: Path) -> Figures:
+    figures = Figures(policy=policy)
+    facts = drift_eval.facts_for(0)
+    async with FakeOpenAIServer(brain=make_brain(args.loss, args.seed)) as server:
+        settings = settings_for(policy, args, store, server.base_url)
+        gateway = Metered(
+            OpenAIGateway(base_url=server.base_url, api_key="bench", wire_api="chat"),
+            args.summary_latency,
+            args.round_latency,
+        )
+
+        def on_event(event: Event) -> None:
+            if isinstance(event, HistoryCompacted):
+                figures.full += event.kind == "full"
+                figures.fallbacks += event.kind != "full"
+            elif isinstance(event, Microcompacted):
+                figures.micro += 1
+            elif isinstance(event, CompactionLanded):
+                if event.fraction is not None:
+                    figures.landed += 1
+                    figures.landed_below_hard += event.fraction < event.hard
+            elif isinstance(event, CompactionWaited) and event.seconds > 0:
+                figures.rounds_waited += 1
+                figures.waited += event.seconds
+
+        started = time.perf_counter()
+        async with Runtime(settings, gateway=gateway, tools=tools(args.output_chars)) as rt:
+            rt.subscribe(on_event)
+            session = await rt.create("bench", system="You are a data agent.")
+            for fact in facts:
+                await session.send(fact.message)
+            step = 0
+            while len(gateway.rounds) < args.rounds:
+                await session.send(drift_eval.filler(step))
+                step += 1
+            live = list(session.state.history)
+        figures.wall = time.perf_counter() - started
+        assert server.prefix_cache is not None
+        key = next(iter(server.prefix_cache.figures))
+        figures.prefix_breaks = server.prefix_cache.figures[key]["prefix_breaks"]
+    for purpose, input_tokens, cached in gateway.usages:
+        figures.input_tokens += input_tokens
+        figures.uncached_tokens += input_tokens - cached
+        if purpose == "round":
+            figures.rounds += 1
+            figures.round_input_tokens += input_tokens
+            figures.round_cached_tokens += cached
+            figures.max_fraction = max(figures.max_fraction, input_tokens / args.window)
+        else:
             figures.summaries += 1
-            continue
-        figures.rounds += 1
-        used = scripted_usage(request, ()).input_tokens
-        figures.max_fraction = max(figures.max_fraction, used / args.window)
+    last = drift_eval.observe(facts, drift_eval.request_text(gateway.rounds[-1]))
+    figures.recall = len(last.recalled) / len(facts)
     disk = JsonlStore(store)
     try:
         figures.replay_ok = replay("bench", (await disk.read("bench")).records).history == live
@@ -148,36 +266,55 @@ async def run(mode: str, micro: bool, args: argparse.Namespace, store: Path) -> 
     return figures
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> list[Figures]:
     results = []
-    for micro in (True, False):
-        for mode in ("on", "off"):
-            with tempfile.TemporaryDirectory() as tmp:
-                results.append(await run(mode, micro, args, Path(tmp)))
+    for policy in args.policies:
+        with tempfile.TemporaryDirectory() as tmp:
+            results.append(await run(policy, args, Path(tmp)))
     table = Table(
-        title=f"{args.rounds} rounds, {args.output_chars}-char tool outputs, "
-        f"{args.window}-token window, rounds {args.round_latency}s, summaries {args.summary_latency}s"
+        title=f"{args.rounds} rounds, {args.output_chars}-char tool outputs, {args.window}-token "
+        f"window, rounds {args.round_latency}s, summaries {args.summary_latency}s, "
+        f"summary loss {args.loss}"
     )
     for column in (
-        "background", "microcompact", "round requests", "summary requests", "max window used",
-        "compactions (fallback)", "microcompactions", "sampler waited", "wall", "replay = live",
+        "policy", "round reqs", "summary reqs", "uncached input", "prefix reuse", "breaks",
+        "compactions micro/full(fallback)", "below hard", "max window used", "rounds waited",
+        "recall", "replay = live",
     ):  # fmt: skip
         table.add_column(column, justify="right")
     for f in results:
         table.add_row(
-            f.mode, "on" if f.micro else "off", str(f.rounds), str(f.summaries), f"{f.max_fraction:.1%}",
-            f"{f.compactions} ({f.fallbacks})", str(f.microcompactions), f"{f.waited:.2f}s",
-            f"{f.wall:.2f}s", "yes" if f.replay_ok else "NO",
+            f.policy, str(f.rounds), str(f.summaries), f"{f.uncached_tokens:,}", f"{f.reuse:.1%}",
+            str(f.prefix_breaks), f"{f.micro}/{f.full}({f.fallbacks})",
+            f"{f.landed_below_hard}/{f.landed}" if f.landed else "-",
+            f"{f.max_fraction:.1%}" if f.policy != "unlimited" else "-",
+            f"{f.rounds_waited} ({f.waited:.2f}s)", f"{f.recall:.0%}", "yes" if f.replay_ok else "NO",
         )  # fmt: skip
-    Console().print(table)
+    Console(width=200).print(table)
+    if args.json is not None:
+        rows = [asdict(f) | {"prefix_reuse": f.reuse} for f in results]
+        args.json.write_text(json.dumps({"args": _plain(vars(args)), "results": rows}, indent=2))
+    return results
 
 
-if __name__ == "__main__":
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--output-chars", type=int, default=4000)
     parser.add_argument("--window", type=int, default=10_000)
     parser.add_argument("--round-latency", type=float, default=0.02)
     parser.add_argument("--summary-latency", type=float, default=0.25)
-    configure_logging("console", "warning")
-    anyio.run(main, parser.parse_args())
+    parser.add_argument("--loss", type=float, default=0.1, help="share of facts a summary drops")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    return parser
+
+
+if __name__ == "__main__":
+    configure_logging("console", "error")
+    anyio.run(main, build_parser().parse_args())

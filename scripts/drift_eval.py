@@ -358,7 +358,7 @@ def settings_for(args: argparse.Namespace, store: Path) -> Settings:
 def gateway_for(args: argparse.Namespace, settings: Settings) -> ModelGateway:
     if args.base_url is None:
         return ScriptedModel(brain=ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed))
-    from stowage.model._openai_gateway import make_gateway
+    from stowage.model import make_gateway
 
     return make_gateway(settings)
 

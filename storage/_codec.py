@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import orjson
 from stowage.core import (
+    ApprovalRecord,
     CompactionKind,
     CompactionRecord,
     ErrorRecord,
@@ -24,6 +25,7 @@ from stowage.core import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SettingsChangedRecord,
     TurnRecord,
     Usage,
     item_from_dict,
@@ -42,11 +44,14 @@ FORMAT_VERSION = 1
 def _usage_out(usage: Usage | None) -> dict[str, int] | None:
     if usage is None:
         return None
-    return {
+    out = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
     }
+    if usage.cached_tokens:
+        out["cached_tokens"] = usage.cached_tokens
+    return out
 
 
 def _enc_session(r: SessionRecord) -> dict[str, Any]:
@@ -82,7 +87,7 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         "reason": r.reason, "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
         "removed": r.removed, "round": r.round, "turn": r.turn,
         "user_budget_chars": r.user_budget_chars, "protected": r.protected,
-        "estimated": r.estimated, "chars_per_token": r.chars_per_token,
+        "estimated": r.estimated, "chars_per_token": r.chars_per_token, "waited": r.waited,
     }  # fmt: skip
 
 
@@ -116,6 +121,23 @@ def _enc_error(r: ErrorRecord) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _enc_approval(r: ApprovalRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "approval",
+        "call_id": r.call_id, "decision": r.decision,
+    }  # fmt: skip
+    if r.reason is not None:
+        out["reason"] = r.reason
+    return out
+
+
+def _enc_settings_changed(r: SettingsChangedRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "settings_changed",
+        "changes": r.changes, "source": r.source,
+    }  # fmt: skip
+
+
 _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     SessionRecord: _enc_session,
     ItemRecord: _enc_item,
@@ -125,6 +147,8 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ProtectedRecord: _enc_protected,
     TurnRecord: _enc_turn,
     ErrorRecord: _enc_error,
+    SettingsChangedRecord: _enc_settings_changed,
+    ApprovalRecord: _enc_approval,
 }
 
 
@@ -208,6 +232,7 @@ def _usage_in(d: dict[str, Any]) -> Usage | None:
         input_tokens=_int(value, "input_tokens"),
         output_tokens=_int(value, "output_tokens"),
         total_tokens=_int(value, "total_tokens"),
+        cached_tokens=_int(value, "cached_tokens") if "cached_tokens" in value else 0,
     )
 
 
@@ -227,12 +252,14 @@ def _source(value: Any) -> Literal["user", "summarizer"]:
     raise ValueError(f"field 'source' must be 'user' or 'summarizer', got {value!r}")
 
 
-def _phase(value: Any) -> Literal["started", "finished"]:
+def _phase(value: Any) -> Literal["started", "finished", "interrupted"]:
     if value == "started":
         return "started"
     if value == "finished":
         return "finished"
-    raise ValueError(f"field 'phase' must be 'started' or 'finished', got {value!r}")
+    if value == "interrupted":
+        return "interrupted"
+    raise ValueError(f"field 'phase' must be 'started', 'finished' or 'interrupted', got {value!r}")
 
 
 def _dec_session(d: dict[str, Any]) -> SessionRecord:
@@ -291,6 +318,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         protected=_opt_dict(d, "protected"),
         estimated=_bool(d, "estimated"),
         chars_per_token=_opt_float(d, "chars_per_token"),
+        waited=_opt_float(d, "waited"),
     )
 
 
@@ -334,6 +362,30 @@ def _dec_error(d: dict[str, Any]) -> ErrorRecord:
     )
 
 
+def _dec_approval(d: dict[str, Any]) -> ApprovalRecord:
+    decision = d["decision"]
+    if decision not in ("requested", "approved", "denied"):
+        raise ValueError(
+            f"field 'decision' must be 'requested', 'approved' or 'denied', got {decision!r}"
+        )
+    reason = d.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError(f"field 'reason' must be a string, got {type(reason).__name__}")
+    return ApprovalRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), call_id=_str(d, "call_id"), decision=decision,
+        reason=reason,
+    )  # fmt: skip
+
+
+def _dec_settings_changed(d: dict[str, Any]) -> SettingsChangedRecord:
+    changes = d["changes"]
+    if not isinstance(changes, dict):
+        raise ValueError(f"changes must be an object, got {type(changes).__name__}")
+    return SettingsChangedRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), changes=changes, source=_str(d, "source")
+    )
+
+
 _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "session": _dec_session,
     "item": _dec_item,
@@ -343,6 +395,8 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "protected": _dec_protected,
     "turn": _dec_turn,
     "error": _dec_error,
+    "settings_changed": _dec_settings_changed,
+    "approval": _dec_approval,
 }
 
 

@@ -17,8 +17,9 @@ import pytest
 SURFACE = {
     "stowage": [
         "AssistantDelta", "AssistantMessage", "Client", "CompactionDecided", "CompactionError",
-        "CompactionFailed", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
-        "CompactionWaited", "IncompleteResponse",
+        "CompactionFailed", "CompactionLanded", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
+        "CompactionWaited", "IncompleteResponse", "CompactionAbout", "CompactionHooks",
+        "CompactionVetoed",
         "ConfigError", "ContextLengthExceeded", "CorruptLogError", "Event", "EventBus",
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
         "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted",
@@ -29,10 +30,11 @@ SURFACE = {
         "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",
         "SessionFailedEvent", "SessionHibernated", "SessionLeaseLost", "SessionLeaseLostEvent",
         "SessionNotFound", "SessionRehydrated", "SessionState", "Settings",
-        "StoreError", "StowageError", "SystemMessage", "TextDelta", "Tool", "ToolFinished",
+        "StoreError", "StowageError", "SystemMessage", "TextDelta", "Tool", "ToolCancelled",
+        "ToolContext", "ToolError", "ToolFinished",
         "ToolRegistry", "ToolSpec", "ToolStarted", "TurnFinished", "TurnResult", "Usage",
         "UserMessage", "__version__", "configure_logging", "new_session_id", "replay",
-        "validate_session_id",
+        "tool", "validate_session_id",
     ],
     "stowage.storage": [
         "JsonlStore", "LogRead", "LogStore", "PostgresStore", "SqliteStore", "TornTail",

@@ -47,7 +47,7 @@ async def run_demo(
     console = Console(stderr=False)
     # stowage's own sources: real, read-only, the same size wherever the demo is run from
     workspace = _SOURCES
-    # a small window (or the seed's fixed threshold) so that a short demo compacts often
+    # a small window (or a fixed threshold) so that a short demo compacts often
     settings = Settings(
         compact_threshold=threshold, context_window=context_window, workspace=workspace
     )
@@ -119,7 +119,13 @@ async def run_demo(
         table.add_row(name, str(value))
     console.print(table)
     console.print(f"inspect it: stowage show {session_id} --store {shown}")
-    if counts["compactions"] < 2 or not report.ok:
-        print("demo failed: expected several compactions and a sound log", file=sys.stderr)
+    if not report.ok:
+        print(f"demo: the log of {session_id} is not sound; see the table above", file=sys.stderr)
         return 1
+    if counts["compactions"] < 2:
+        # a short demo is not a failure: it just has not grown enough to compact twice
+        console.print(
+            f"{turns} turns compacted {counts['compactions']} time(s); "
+            "run 'stowage demo' (10 turns) to see several compactions"
+        )
     return 0

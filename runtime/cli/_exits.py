@@ -5,7 +5,7 @@ Exit statuses, one meaning each, so scripts can tell a busy session from a broke
 ====  =========================================================================================
 0     ok
 1     a check failed (``check``: a problem in the log, a corrupt line, a torn tail not cut;
-      ``load``: a verdict failed; ``compact``: nothing to compact)
+      ``load``: a verdict failed)
 2     usage or configuration error: bad option, unknown session, bad store spec, refused input
 3     the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
 4     the session is busy (another process holds its writer lease) or its lease was lost
@@ -17,11 +17,16 @@ A user error is one line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import re
+
 from stowage.core import (
     FencingError,
+    ModelAuthError,
+    ModelConnectionError,
     ModelError,
     SessionBusy,
     SessionLeaseLost,
+    SessionNotFound,
     StowageError,
 )
 
@@ -48,7 +53,7 @@ EXIT_INTERRUPTED = 130
 #: the table ``stowage --help`` ends with
 EXIT_STATUSES = """exit statuses:
   0    ok
-  1    a check failed (check, load; compact: nothing to compact)
+  1    a check failed (check, load)
   2    usage or configuration error (bad option or store, unknown session, refused input)
   3    the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
   4    the session is busy (another process holds its writer lease) or its lease was lost
@@ -97,6 +102,15 @@ def error_line(exc: StowageError) -> str:
                 f"({error.reason}); nothing more was written; another process may be writing "
                 f"it now: run 'stowage check {error.session_id}' once it is free"
             )
+        if isinstance(error, ModelError):
+            line = _endpoint_line(error)
+            if line is not None:
+                return line
+        if isinstance(error, SessionNotFound):
+            return (
+                "stowage: error: " + " ".join(str(error).split()) + "; 'stowage list' shows the "
+                "sessions of this store (--store or $STOWAGE_STORE names another)"
+            )
     return "stowage: error: " + " ".join(str(exc).split())
 
 
@@ -111,3 +125,34 @@ def _busy_line(error: SessionBusy) -> str:
         f"stowage: session {error.session_id} is busy: {who} is writing it; wait for that "
         "process to finish or stop it, then run the command again"
     )
+
+
+# the request a gateway error names: "(POST http://host/v1/chat/completions, HTTP 404)"
+_REQUEST = re.compile(
+    r"\((?P<method>[A-Z]+) (?P<url>\S+), (?:HTTP (?P<status>\d+)|no HTTP status)\)"
+)
+
+
+def _endpoint_line(error: ModelError) -> str | None:
+    """A line naming the URL (as the gateway redacted it) and the fix, for the failures a
+    person can fix: a wrong URL, a server that is down, a refused key."""
+    found = _REQUEST.search(str(error))
+    if found is None:
+        return None
+    url, status = found["url"], found["status"]
+    if status == "404":
+        return (
+            f"stowage: error: the endpoint answered 404 Not Found for {found['method']} {url}: "
+            "check --base-url (an OpenAI-compatible base URL usually ends in /v1) and --model"
+        )
+    if status is None and isinstance(error, ModelConnectionError):
+        return (
+            f"stowage: error: cannot connect to {url}: is the server running? "
+            "check --base-url (or OPENAI_BASE_URL)"
+        )
+    if isinstance(error, ModelAuthError):
+        return (
+            f"stowage: error: the endpoint refused the API key (HTTP {status}) for {url}: "
+            "check --api-key or OPENAI_API_KEY"
+        )
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,21 @@ import anyio
 from stowage._version import DISTRIBUTION, __version__
 from stowage.core import (
     AssistantDelta,
+    CompactionDecided,
     CorruptLogError,
     Event,
     HistoryCompacted,
     LogRepaired,
     LogStore,
     Microcompacted,
+    RoundCommitted,
+    RoundStarted,
+    SessionExists,
     Settings,
+    SettingsChanged,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
     configure_logging,
     validate_session_id,
 )
@@ -35,6 +43,11 @@ from stowage.load import add_load_arguments, main_load
 from stowage.policy import check_log
 from stowage.storage import encode_record, open_store
 
+from ._approve import add_approval_commands, approval_main
+from ._chat import chat_loop
+from ._compact import add_compact_arguments, compact_main
+from ._config import load_config
+from ._console import add_console_command, console_main
 from ._demo import run_demo
 from ._exits import (
     EXIT_CHECK_FAILED,
@@ -45,13 +58,25 @@ from ._exits import (
     exit_status,
     stowage_error,
 )
-from ._policy_options import (
-    add_compact_arguments,
-    compact_main,
-)
+from ._mcp_options import add_mcp_options, mcp_servers_from
 from ._protected import add_protect_options, protect_main
-from ._run_options import add_model_options, settings_from_options, tools_from_spec
+from ._run_options import (
+    add_model_options,
+    continued_settings,
+    settings_from_options,
+    settings_notice,
+    tools_from_spec,
+)
+from ._sessions import (
+    EXPORT_FORMATS,
+    context_main,
+    export_main,
+    last_active_session,
+    list_main,
+)
 from ._show import render_transcript
+from ._status import StatusLine
+from ._tracing import trace_if_configured
 from ._worker import add_worker_commands, send_main, worker_main
 
 __all__ = ["main"]
@@ -75,17 +100,29 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
+def _model_options(parser: argparse.ArgumentParser, *, new: bool = True, pin: bool = True) -> None:
+    """The session options; ``new``: the command may start a session (``--system`` is shown),
+    ``pin``: it sends a message (``--pin`` applies)."""
     add_model_options(parser, system_help="system message for a new session")
+    if not new:
+        # a continued session keeps the system message it was created with
+        _hide(parser, "--system")
     parser.add_argument(
         "--durability",
         choices=["fsync", "none"],
-        default="fsync",
+        default=None,
         help="fsync every batch (default) or leave it to the OS",
     )
-    parser.add_argument(
-        "--pin", action="store_true", help="keep this message verbatim through compactions"
-    )
+    if pin:
+        parser.add_argument(
+            "--pin", action="store_true", help="keep this message verbatim through compactions"
+        )
+
+
+def _hide(parser: argparse.ArgumentParser, option: str) -> None:
+    for action in parser._actions:
+        if option in action.option_strings:
+            action.help = argparse.SUPPRESS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,19 +138,63 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="start a session (or continue --session) with MESSAGE")
+    run = sub.add_parser("run", help="start a new session with MESSAGE")
     run.add_argument("message")
-    run.add_argument("--session", default=None, help="session id (letters, digits, - and _)")
+    run.add_argument(
+        "--session",
+        default=None,
+        help="id for the new session (letters, digits, - and _); an existing one is refused",
+    )
     _model_options(run)
     add_protect_options(run)
+    add_mcp_options(run)
     _common(run)
 
-    resume = sub.add_parser("resume", help="continue session ID with MESSAGE")
-    resume.add_argument("session")
-    resume.add_argument("message")
-    _model_options(resume)
+    resume = sub.add_parser(
+        "resume", help="continue session ID (or --last) with MESSAGE, as it was created"
+    )
+    resume.add_argument("session", nargs="?", help="session id (see 'stowage list')")
+    resume.add_argument("message", nargs="?")
+    resume.add_argument(
+        "--last", action="store_true", help="continue the most recently active session"
+    )
+    _model_options(resume, new=False)
     add_protect_options(resume)
+    add_mcp_options(resume)
     _common(resume)
+
+    chat = sub.add_parser(
+        "chat",
+        help="talk with a new session, or continue ID; Ctrl-C stops a turn, twice (or Ctrl-D) exits",
+    )
+    chat.add_argument("session", nargs="?", help="continue this session (default: a new one)")
+    chat.add_argument("--last", action="store_true", help="continue the most recent session")
+    _model_options(chat, pin=False)
+    add_mcp_options(chat)
+    _common(chat)
+
+    listing = sub.add_parser("list", help="every session of the store: model, turns, tokens, state")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    _common(listing)
+
+    context = sub.add_parser(
+        "context", help="what fills the window of session ID, and what compaction does next"
+    )
+    context.add_argument("session")
+    context.add_argument("--json", action="store_true", help="the figures as one JSON object")
+    _common(context)
+
+    export = sub.add_parser("export", help="write session ID as markdown, JSONL or OpenAI input")
+    export.add_argument("session")
+    export.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default="markdown",
+        help="markdown (default); jsonl: the log records; openai-chat / openai-responses: the "
+        "history as the next request would send it, in that API's message shape",
+    )
+    export.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    _common(export)
 
     show = sub.add_parser("show", help="print the transcript and every compaction of session ID")
     show.add_argument("session")
@@ -129,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact = sub.add_parser("compact", help="compact session ID now, optionally with --focus")
     add_compact_arguments(compact)
-    _model_options(compact)
+    _model_options(compact, new=False, pin=False)
     _common(compact)
 
     check = sub.add_parser("check", help="verify the log of session ID; exit 1 if it is not sound")
@@ -143,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="an offline long session that compacts several times")
     demo.add_argument("--turns", type=int, default=10)
-    demo.add_argument("--compact-threshold", type=int, default=None, help="the seed's rule instead")
+    demo.add_argument(
+        "--compact-threshold",
+        type=int,
+        default=None,
+        help="compact when reported usage reaches N tokens, instead of the watermarks",
+    )
     demo.add_argument("--context-window", type=int, default=6000)
     _common(demo)
 
@@ -154,12 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--log-format", choices=["console", "json"], default="console")
     load.add_argument("--log-level", default="warning", help="debug, info, warning, error")
     add_worker_commands(sub)
+    add_console_command(sub)
+    add_approval_commands(sub, _common)
     return parser
 
 
 def store_spec(args: argparse.Namespace) -> str:
-    """The store the command names: ``--store``, else ``$STOWAGE_STORE``, else ``.stowage``."""
-    spec: str | None = args.store or os.environ.get(STORE_ENV)
+    """The store the command names: ``--store``, else ``$STOWAGE_STORE``, else ``store`` in a
+    ``stowage.toml`` (the project's over the user's), else ``.stowage``."""
+    spec: str | None = args.store or os.environ.get(STORE_ENV) or load_config({}).store
     return spec if spec else _DEFAULT_STORE
 
 
@@ -168,7 +257,7 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
     Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
     """
-    return open_store(store_spec(args), durability=getattr(args, "durability", "fsync"))
+    return open_store(store_spec(args), durability=getattr(args, "durability", None) or "fsync")
 
 
 def _store_dir(spec: str) -> Path:
@@ -179,9 +268,18 @@ def _store_dir(spec: str) -> Path:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from parsed options. Raises ``ConfigError`` for bad values."""
-    return settings_from_options(
-        args, store=_store_dir(store_spec(args)), durability=args.durability
-    )
+    return settings_from_options(args, **_store_fields(args))
+
+
+def _store_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {"store": _store_dir(store_spec(args))}
+    if getattr(args, "durability", None) is not None:
+        fields["durability"] = args.durability
+    return fields
+
+
+#: the live status line of ``run``/``resume`` (drawn only when stderr is a terminal)
+_STATUS = StatusLine()
 
 
 def _printer(stream_answer: bool) -> Any:
@@ -189,6 +287,12 @@ def _printer(stream_answer: bool) -> Any:
 
     def on_event(event: Event) -> None:
         nonlocal reader_gone
+        if isinstance(event, TurnFinished | AssistantDelta) or not isinstance(
+            event, RoundStarted | ToolStarted | ToolFinished | RoundCommitted | CompactionDecided
+        ):
+            _STATUS.hide()  # before anything is written: the status line never shares a line
+        else:
+            _STATUS.on_event(event)
         if isinstance(event, AssistantDelta) and stream_answer and not reader_gone:
             try:
                 sys.stdout.write(event.text)
@@ -202,6 +306,8 @@ def _printer(stream_answer: bool) -> Any:
                 f"retained {event.retained}; {event.reason}]",
                 file=sys.stderr,
             )
+        elif isinstance(event, SettingsChanged):
+            print(settings_notice(event), file=sys.stderr)
         elif isinstance(event, Microcompacted):
             print(
                 f"\n[microcompacted {event.stubbed} tool outputs: {event.reason}]", file=sys.stderr
@@ -215,12 +321,44 @@ def _printer(stream_answer: bool) -> Any:
     return on_event
 
 
+async def _runtime_for(
+    args: argparse.Namespace, store: LogStore, session_id: str | None
+) -> Runtime:
+    """The runtime a command runs a session with: a continued session (``session_id``) with
+    its recorded identity (typed options override it, recorded), a new one with the options
+    and configuration; ``--tools-from`` and the MCP servers either way. Closes ``store`` and
+    raises ``ConfigError`` (and what reading the session raises) when it cannot be built."""
+    overrides: dict[str, Any] = {}
+    try:
+        if session_id is not None:
+            settings, overrides, _ = await continued_settings(
+                args, store, validate_session_id(session_id), **_store_fields(args)
+            )
+        else:
+            settings = settings_from(args)
+        tools = tools_from_spec(args.tools_from) if args.tools_from else None
+        servers = mcp_servers_from(args)
+    except BaseException:
+        await store.aclose()
+        raise
+    return Runtime(settings, store=store, tools=tools, overrides=overrides, mcp=servers)
+
+
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
-    settings = settings_from(args)
-    tools = tools_from_spec(args.tools_from) if args.tools_from else None
-    async with Runtime(settings, store=open_cli_store(args), tools=tools) as rt:
+    store = open_cli_store(args)
+    try:
+        # continuing runs with the session's recorded identity; typed options override it
+        continuing = resume or (
+            args.session is not None and await store.exists(validate_session_id(args.session))
+        )
+    except BaseException:
+        await store.aclose()
+        raise
+    async with await _runtime_for(args, store, args.session if continuing else None) as rt:
+        settings = rt.settings
         rt.subscribe(_printer(stream_answer=settings.stream))
-        if resume:
+        trace_if_configured(rt, settings)
+        if continuing:
             session = await rt.resume(args.session)
         elif args.session is not None:
             session = await rt.open(args.session)
@@ -308,6 +446,60 @@ async def _check(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 
 
+async def _run_new(args: argparse.Namespace) -> int:
+    """``run``: always a new session; an id that exists is refused (``resume`` continues it)."""
+    if args.session is not None:
+        session_id = validate_session_id(args.session)
+        store = open_store(store_spec(args))
+        try:
+            exists = await store.exists(session_id)
+        finally:
+            await store.aclose()
+        if exists:
+            raise SessionExists(
+                f"session {session_id} already exists; continue it with "
+                f"'stowage resume {session_id} MESSAGE' (or pick a new id)"
+            )
+    return await _run(args, resume=False)
+
+
+async def _last_session(args: argparse.Namespace) -> str:
+    store = open_store(store_spec(args))
+    try:
+        return await last_active_session(store)
+    finally:
+        await store.aclose()
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    """``resume ID MESSAGE`` or ``resume --last MESSAGE``."""
+    if args.last:
+        args.message = args.session
+        args.session = await _last_session(args)
+        print(f"session: {args.session}", file=sys.stderr)
+    return await _run(args, resume=True)
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    """``chat [ID | --last]``: an interactive loop over a new or a continued session."""
+    session_id = await _last_session(args) if args.last else args.session
+    async with await _runtime_for(args, open_cli_store(args), session_id) as rt:
+        settings = rt.settings
+        rt.subscribe(_notices)
+        trace_if_configured(rt, settings)
+        if session_id is None:
+            session = await rt.create()
+        else:
+            session = await rt.resume(session_id)
+        return await chat_loop(session)
+
+
+def _notices(event: Event) -> None:
+    """What a chat says on stderr besides its status line: compactions, repairs, overrides."""
+    if isinstance(event, (HistoryCompacted, Microcompacted, LogRepaired, SettingsChanged)):
+        _printer(stream_answer=False)(event)
+
+
 async def _demo(args: argparse.Namespace) -> int:
     return await run_demo(
         store=store_spec(args),
@@ -321,30 +513,74 @@ async def _load(args: argparse.Namespace) -> int:
     return await main_load(args)
 
 
+# events the command's own one-line error (or the status line) already reports: printing them
+# too would say one failure two to six times
+_REPORTED_ONCE = frozenset(
+    {
+        "model_call_failed",
+        "model_call_retry",
+        "turn_failed",
+        "session_failed",
+        "session_lease_lost",
+        "protect_refused",
+    }
+)
+
+
+def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
+    """Retries show on the status line (a terminal only): what failed and how long we wait."""
+    if name == "model_call_retry":
+        delay = fields.get("delay")
+        wait = f"{float(delay):.1f} s" if isinstance(delay, int | float) else "a moment"
+        _STATUS.show(
+            f"waiting {wait} to retry (attempt {fields.get('attempt')}: {fields.get('error')})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stowage`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        configure_logging(args.log_format, args.log_level)
+        quiet = _REPORTED_ONCE if args.log_level.lower() in ("warning", "error") else ()
+        configure_logging(args.log_format, args.log_level, quiet=quiet, tap=_status_tap)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.command == "resume":
+        given = [word for word in (args.session, args.message) if word is not None]
+        if len(given) != (1 if args.last else 2):
+            parser.error("resume takes ID MESSAGE, or --last MESSAGE")
     handlers = {
-        "run": lambda: _run(args, resume=False),
-        "resume": lambda: _run(args, resume=True),
+        "run": lambda: _run_new(args),
+        "resume": lambda: _resume(args),
+        "chat": lambda: _chat(args),
+        "list": lambda: list_main(args, open_store(store_spec(args))),
+        "context": lambda: context_main(args, open_store(store_spec(args))),
+        "export": lambda: export_main(args, open_store(store_spec(args))),
         "show": lambda: _show(args),
         "check": lambda: _check(args),
-        "compact": lambda: compact_main(args, settings_from(args), open_cli_store(args)),
+        "compact": lambda: compact_main(
+            args,
+            open_cli_store(args),
+            store_dir=_store_dir(store_spec(args)),
+            durability=getattr(args, "durability", None),
+        ),
         "protect": lambda: protect_main(args, open_cli_store(args)),
         "demo": lambda: _demo(args),
         "load": lambda: _load(args),
         "worker": lambda: worker_main(args),
         "send": lambda: send_main(args),
+        "console": lambda: console_main(args),
+        "approve": lambda: approval_main(args),
+        "deny": lambda: approval_main(args),
     }
-    if args.command in ("run", "resume", "worker") and args.tools_from:
+    if args.command in ("run", "resume", "chat", "worker") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable
     try:
-        return int(anyio.run(handlers[args.command]))
+        try:
+            return int(anyio.run(handlers[args.command]))
+        finally:
+            _STATUS.hide()
     except KeyboardInterrupt:
         # SIGINT cancels the command; the runtime stops every session at once, writing nothing
         # half-done (a round is written whole or not at all)

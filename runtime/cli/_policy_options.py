@@ -1,23 +1,14 @@
-"""The command line of the compaction policy: its options, and ``stowage compact``."""
+"""The command line of the compaction policy: its options."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 from typing import Any
 
-from stowage.core import (
-    DEFAULT_COMPACT_THRESHOLD,
-    CompactionFailed,
-    CompactionWaited,
-    Event,
-    HistoryCompacted,
-    LogStore,
-    Settings,
-)
-from stowage.facade import Runtime
+from stowage.core import DEFAULT_COMPACT_THRESHOLD, Settings
 
-__all__ = ["add_compact_arguments", "add_policy_options", "compact_main", "policy_settings"]
+__all__ = ["add_policy_options", "policy_settings"]
 
 
 def _fraction(text: str) -> float:
@@ -28,18 +19,22 @@ def _fraction(text: str) -> float:
 
 
 def add_policy_options(parser: argparse.ArgumentParser) -> None:
-    """The options of the compaction policy, with the defaults of ``Settings``."""
+    """The options of the compaction policy. Each defaults to None ("not typed"): the value
+    then comes from the configuration, or from the session's identity when it continues."""
     d = Settings()
     parser.add_argument(
         "--compact-threshold",
         type=int,
         default=None,
-        help="the seed's fixed rule: compact when reported usage reaches N tokens; when given it "
+        help="a fixed threshold: compact when reported usage reaches N tokens; when given it "
         "replaces the watermarks (default: watermarks for a known model or --context-window, "
         f"else {DEFAULT_COMPACT_THRESHOLD})",
     )
     parser.add_argument(
-        "--context-window", type=int, default=None, help="model window (default: model registry)"
+        "--context-window",
+        type=int,
+        default=None,
+        help="model window (default: the model's profile, the registry, or the endpoint's answer)",
     )
     parser.add_argument(
         "--max-output-tokens",
@@ -53,7 +48,8 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--require-reported-usage",
         action="store_true",
-        help="never compact on an estimate: no reported usage, no compaction (the seed's rule)",
+        default=None,
+        help="never compact on an estimate: without reported usage, no compaction",
     )
     for name, default, what in (
         ("--soft-mark", d.soft_mark, "microcompact old tool outputs"),
@@ -61,19 +57,59 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         ("--hard-mark", d.hard_mark, "block the next request until compacted"),
         ("--target-after", d.target_after, "most a compaction may leave, else fall back"),
     ):
-        parser.add_argument(
-            name, type=_fraction, default=default, help=f"{what} (default {default})"
-        )
+        parser.add_argument(name, type=_fraction, default=None, help=f"{what} (default {default})")
     parser.add_argument(
         "--keep-rounds",
         type=int,
-        default=d.keep_rounds,
+        default=None,
         help=f"tool rounds never microcompacted (default {d.keep_rounds})",
+    )
+    parser.add_argument(
+        "--micro-min-free",
+        type=_share,
+        default=None,
+        help="microcompaction stubs old outputs only in batches that free at least this share "
+        f"of the usable budget, once per crossing of the soft mark (default {d.micro_min_free})",
+    )
+    parser.add_argument(
+        "--compact-prompt-file",
+        type=_readable_file,
+        default=None,
+        metavar="PATH",
+        help="a file whose text replaces the built-in instructions of the summary request",
+    )
+    parser.add_argument(
+        "--prompt-cache-key",
+        default=None,
+        metavar="KEY",
+        help="prompt_cache_key sent with each request: 'session' derives one from the session "
+        "id, '' sends none, anything else is sent as is (default 'session')",
     )
 
 
+def _readable_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {exc}") from None
+    if not content.strip():
+        raise argparse.ArgumentTypeError(f"{text} is empty: write the compaction prompt in it")
+    return path.resolve()
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {text}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {text}")
+    return value
+
+
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``Settings`` fields the policy options give."""
+    """The ``Settings`` fields the policy options give (None: not typed)."""
     return {
         "compact_threshold": args.compact_threshold,
         "context_window": args.context_window,
@@ -85,40 +121,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         "hard_mark": args.hard_mark,
         "target_after": args.target_after,
         "keep_rounds": args.keep_rounds,
+        "micro_min_free": args.micro_min_free,
+        "prompt_cache_key": args.prompt_cache_key,
+        "compact_prompt_file": args.compact_prompt_file,
     }
-
-
-def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage compact ID [--focus TEXT]``."""
-    parser.add_argument("session")
-    parser.add_argument("--focus", default=None, help="what the summary must cover in full detail")
-
-
-def _report(event: Event) -> None:
-    if isinstance(event, CompactionFailed):
-        fallback = "; falling back to the no-model digest" if event.fallback else ""
-        print(f"[summary attempt {event.attempt} failed: {event.error}{fallback}]", file=sys.stderr)
-    elif isinstance(event, CompactionWaited):
-        print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
-
-
-async def compact_main(args: argparse.Namespace, settings: Settings, store: LogStore) -> int:
-    """Compact session ``args.session`` of ``store`` now; prints the figures. Returns the exit
-    status; raises what ``Runtime.resume`` raises (``SessionBusy`` among them)."""
-
-    compacted: list[HistoryCompacted] = []
-    async with Runtime(settings, store=store) as rt:
-        rt.subscribe(_report)
-        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
-        session = await rt.resume(args.session)
-        done = await session.compact(args.focus)
-    if not done or not compacted:
-        print(f"{args.session}: nothing compacted")
-        return 1
-    event = compacted[-1]
-    est = " (estimated)" if event.estimated else ""
-    print(
-        f"{args.session}: compacted ({event.kind}): tokens {event.tokens_before} -> "
-        f"{event.tokens_after}{est}, removed {event.removed}, retained {event.retained}"
-    )
-    return 0

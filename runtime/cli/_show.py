@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Sequence
 
 from stowage.core import (
+    ApprovalRecord,
     AssistantMessage,
     CompactionRecord,
     CompactionSummary,
@@ -19,10 +20,12 @@ from stowage.core import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SettingsChangedRecord,
     SystemMessage,
     TurnRecord,
     UserMessage,
 )
+from stowage.policy import session_cache_figures
 
 __all__ = ["render_transcript"]
 
@@ -61,6 +64,13 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                 lines.append(
                     f"session {session_id}  model {model}  tools {', '.join(tools) or '-'}"
                 )
+                endpoint = record.settings.get("base_url")
+                window = record.context_window or record.settings.get("context_window")
+                source = record.settings.get("window_source")
+                lines.append(
+                    f"         endpoint {endpoint or '-'}  wire {record.settings.get('wire_api', 'chat')}"
+                    f"  window {window or '-'}{f' ({source})' if source else ''}"
+                )
             case ItemRecord(item=item):
                 lines.append(f"#{record.seq:<5} {_item_line(item)}")
             case RoundCommittedRecord(round=round_, usage=usage, interrupted=interrupted):
@@ -69,6 +79,8 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     if usage
                     else "no usage reported"
                 )
+                if usage and usage.cached_tokens:
+                    figures += f" cached {usage.cached_tokens}"
                 flag = " (interrupted, closed on resume)" if interrupted else ""
                 lines.append(f"#{record.seq:<5} -- round {round_} committed{flag}: {figures}")
             case CompactionRecord():
@@ -80,6 +92,13 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
                 )
                 lines.append(f"         reason: {record.reason}")
+                if record.waited is not None:
+                    held = (
+                        f"a request waited {record.waited:.2f}s for it"
+                        if record.waited
+                        else "landed in the background (no request waited)"
+                    )
+                    lines.append(f"         {held}")
                 lines.append("         summary:")
                 lines.extend(
                     textwrap.indent(textwrap.fill(p, 96) if p else "", "           ")
@@ -100,4 +119,15 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                 lines.append(f"#{record.seq:<5} -- turn {turn} {phase}")
             case ErrorRecord(kind=kind, message=message):
                 lines.append(f"#{record.seq:<5} !! {kind}: {message}")
+            case SettingsChangedRecord(changes=changes, source=source):
+                figures = ", ".join(
+                    f"{name} {change[0]!r} -> {change[-1]!r}" for name, change in changes.items()
+                )
+                lines.append(f"#{record.seq:<5} ** settings changed ({source}): {figures}")
+            case ApprovalRecord(call_id=call_id, decision=decision, reason=reason):
+                why = f": {reason}" if reason else ""
+                lines.append(f"#{record.seq:<5} ** approval {decision} for call {call_id}{why}")
+    cache = session_cache_figures(records)
+    if cache.requests:
+        lines.append(cache.line())
     return "\n".join(lines) + "\n"

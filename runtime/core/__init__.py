@@ -31,6 +31,7 @@ from ._events import (
     AssistantDelta,
     CompactionDecided,
     CompactionFailed,
+    CompactionLanded,
     CompactionSkipped,
     CompactionWaited,
     Event,
@@ -46,6 +47,7 @@ from ._events import (
     SessionHibernated,
     SessionLeaseLostEvent,
     SessionRehydrated,
+    SettingsChanged,
     ToolFinished,
     ToolStarted,
     TurnFinished,
@@ -60,6 +62,20 @@ from ._gateway import (
     ToolSpec,
 )
 from ._history import apply_compaction
+from ._hooks import (
+    AfterCompaction,
+    BeforeCompaction,
+    CompactionAbout,
+    CompactionHooks,
+    CompactionVetoed,
+)
+from ._identity import (
+    IDENTITY_FIELDS,
+    SessionIdentity,
+    continue_settings,
+    identity_from_records,
+    identity_of,
+)
 from ._items import (
     AssistantMessage,
     CompactionSummary,
@@ -73,7 +89,7 @@ from ._items import (
     item_to_dict,
 )
 from ._logging import configure_logging
-from ._projection import build_projection, default_stub
+from ._projection import PREVIEW_MIN_CHARS, build_projection, default_stub
 from ._protected import ProtectedEntry, ProtectedState, prepare_all, render, user_ops, verify
 from ._protected_updates import (
     UPDATES_INSTRUCTIONS,
@@ -84,6 +100,7 @@ from ._protected_updates import (
     updates_block,
 )
 from ._records import (
+    ApprovalRecord,
     CompactionKind,
     CompactionRecord,
     ErrorRecord,
@@ -93,6 +110,7 @@ from ._records import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SettingsChangedRecord,
     TurnRecord,
     Usage,
 )
@@ -101,9 +119,22 @@ from ._replay import SessionState, replay
 from ._settings import DEFAULT_COMPACT_THRESHOLD, Settings, new_session_id, validate_session_id
 from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars
 from ._store import LeaseHolder, LogRead, LogStore, TornTail, WriterLease
-from ._tool import Tool
+from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool_context
 
 __all__ = [
+    "AfterCompaction",
+    "BeforeCompaction",
+    "CompactionAbout",
+    "CompactionHooks",
+    "CompactionVetoed",
+    "ApprovalError",
+    "IDENTITY_FIELDS",
+    "SessionIdentity",
+    "SettingsChangedRecord",
+    "ApprovalRecord",
+    "continue_settings",
+    "identity_from_records",
+    "identity_of",
     "REDACTED",
     "redact_url",
     "AssistantDelta",
@@ -116,6 +147,7 @@ __all__ = [
     "CompactionRecord",
     "CompactionSkipped",
     "CompactionSummary",
+    "CompactionLanded",
     "CompactionWaited",
     "ConfigError",
     "ContextLengthExceeded",
@@ -170,6 +202,7 @@ __all__ = [
     "SessionNotFound",
     "SessionRecord",
     "SessionRehydrated",
+    "SettingsChanged",
     "SessionState",
     "Settings",
     "StoreError",
@@ -178,6 +211,8 @@ __all__ = [
     "SystemMessage",
     "TextDelta",
     "Tool",
+    "ToolCancelled",
+    "ToolContext",
     "ToolFinished",
     "ToolSpec",
     "ToolStarted",
@@ -193,7 +228,9 @@ __all__ = [
     "apply_compaction",
     "build_projection",
     "configure_logging",
+    "current_tool_context",
     "default_stub",
+    "PREVIEW_MIN_CHARS",
     "entry_chars",
     "estimate_tokens",
     "history_chars",

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import structlog
 
 from ._records import Usage
 
 __all__ = [
+    "CompactionLanded",
+    "SettingsChanged",
     "AssistantDelta",
     "CompactionDecided",
     "CompactionFailed",
@@ -162,6 +164,20 @@ class CompactionWaited:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionLanded:
+    """A compaction was applied with the context at ``fraction`` of the usable budget (None:
+    unknown) against a hard mark of ``hard``; ``waited`` is how long a round was held back
+    for it (0: it landed in the background)."""
+
+    session_id: str
+    round: int
+    kind: str
+    fraction: float | None
+    hard: float
+    waited: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSkipped:
     """A compaction was considered and not done, with why (e.g. a stale plan)."""
 
@@ -247,6 +263,16 @@ class SessionRehydrated:
     records: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettingsChanged:
+    """A continued session runs with other settings than it was created with (an explicit
+    override, or a window found since); ``changes`` maps each field to ``[old, new]``."""
+
+    session_id: str
+    changes: dict[str, Any]
+    source: str
+
+
 Event: TypeAlias = (
     RoundStarted
     | AssistantDelta
@@ -260,6 +286,7 @@ Event: TypeAlias = (
     | CompactionFailed
     | CompactionDecided
     | CompactionWaited
+    | CompactionLanded
     | ProtectedChanged
     | ProtectedRefused
     | LogRepaired
@@ -267,6 +294,7 @@ Event: TypeAlias = (
     | SessionLeaseLostEvent
     | SessionHibernated
     | SessionRehydrated
+    | SettingsChanged
 )
 
 Subscriber: TypeAlias = Callable[[Event], None]

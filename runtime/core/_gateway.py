@@ -43,6 +43,8 @@ class ModelRequest:
     tool_choice: Literal["auto", "none"] = "auto"
     max_output_tokens: int | None = None
     purpose: Literal["round", "summary"] = "round"
+    #: sent as ``prompt_cache_key`` so that requests of one session reach the same cache
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from collections.abc import Callable, Collection, Mapping, MutableMapping
+from typing import Any, Literal
 
 import structlog
 
@@ -22,9 +23,18 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
-def configure_logging(fmt: Literal["console", "json"] = "console", level: str = "warning") -> None:
+def configure_logging(
+    fmt: Literal["console", "json"] = "console",
+    level: str = "warning",
+    *,
+    quiet: Collection[str] = (),
+    tap: Callable[[str, Mapping[str, Any]], None] | None = None,
+) -> None:
     """Send structlog output to stderr as console lines or JSON objects, at ``level``.
 
+    ``quiet``: event names not printed as warnings or errors (something else reports them once,
+    such as the command line's own error line); ``tap`` sees every event at or above
+    ``level`` first, printed or not (a status line shows retries with it).
     Raises ``ValueError`` for an unknown format or level.
     """
     if fmt not in ("console", "json"):
@@ -37,8 +47,21 @@ def configure_logging(fmt: Literal["console", "json"] = "console", level: str = 
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    quiet_names = frozenset(quiet)
+
+    def tap_and_quiet(
+        logger: Any, method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        name = str(event_dict.get("event", ""))
+        if tap is not None:
+            tap(name, event_dict)
+        if name in quiet_names and method in ("warning", "warn", "error"):
+            raise structlog.DropEvent
+        return event_dict
+
     structlog.configure(
         processors=[
+            tap_and_quiet,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -6,18 +6,34 @@ from collections.abc import Callable, Collection, Sequence
 
 from ._items import FunctionCallOutput, HistoryEntry, Item, SystemMessage
 
-__all__ = ["StubRenderer", "build_projection", "default_stub"]
+__all__ = ["PREVIEW_MIN_CHARS", "StubRenderer", "build_projection", "default_stub"]
 
 StubRenderer = Callable[[HistoryEntry], str]
 
+#: a stubbed output at least this long keeps a preview: its head and its tail
+PREVIEW_MIN_CHARS = 16_000
+_HEAD_CHARS = 1_500
+_TAIL_CHARS = 500
+
 
 def default_stub(entry: HistoryEntry) -> str:
-    """The text a microcompacted tool output is replaced with."""
+    """The text a stubbed tool output is replaced with: its artifact reference, and for a
+    huge output (``PREVIEW_MIN_CHARS``, one capped as soon as it came back) its head and
+    tail too. The reference can be paged through with ``recall_artifact``."""
     assert isinstance(entry.item, FunctionCallOutput)
-    size = len(entry.item.output)
+    output = entry.item.output
+    size = len(output)
+    ref = f"R{entry.seq}"
+    if size < PREVIEW_MIN_CHARS:
+        return (
+            f"[output stored as artifact {ref}, {size} chars ~{(size + 3) // 4} tokens; "
+            f"call recall_artifact with ref {ref} to read it]"
+        )
+    omitted = size - _HEAD_CHARS - _TAIL_CHARS
     return (
-        f"[output stored as artifact R{entry.seq}, {size} chars ~{(size + 3) // 4} tokens; "
-        f"call recall_artifact with ref R{entry.seq} to read it]"
+        f"{output[:_HEAD_CHARS]}\n[... {omitted} chars omitted: the whole output of {size} "
+        f"chars is stored as artifact {ref}; call recall_artifact with ref {ref} and an offset "
+        f"and length to read any part of it ...]\n{output[-_TAIL_CHARS:]}"
     )
 
 

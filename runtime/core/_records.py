@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 from ._items import HistoryEntry, Item
 
 __all__ = [
+    "ApprovalRecord",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -23,6 +24,7 @@ __all__ = [
     "Record",
     "RoundCommittedRecord",
     "SessionRecord",
+    "SettingsChangedRecord",
     "TurnRecord",
     "Usage",
     "now_ts",
@@ -41,6 +43,8 @@ class Usage:
     input_tokens: int
     output_tokens: int
     total_tokens: int
+    #: input tokens the provider served from its prompt cache (0 when it did not say)
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +118,9 @@ class CompactionRecord:
     #: the session's calibrated chars per token when it compacted; resume starts here, so the
     #: calibration is carried in the record rather than rebuilt from the log before it
     chars_per_token: float | None = None
+    #: seconds a request was held back for this compaction (0: it landed in the background;
+    #: None in logs written before it was recorded)
+    waited: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,12 +148,39 @@ class ProtectedRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnRecord:
-    """A turn boundary: ``started`` after the user's input, ``finished`` on a final answer."""
+    """A turn boundary: ``started`` after the user's input, ``finished`` on a final answer,
+    ``interrupted`` when its caller stopped it (the turn is closed without an answer)."""
 
     seq: int
     ts: str = field(default_factory=now_ts, compare=False)
     turn: int
-    phase: Literal["started", "finished"]
+    phase: Literal["started", "finished", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettingsChangedRecord:
+    """The session continues with other settings than its session record (an explicit override).
+
+    ``changes`` maps each changed ``Settings`` field to ``[old, new]`` (no secrets: URLs are
+    redacted); the session's identity is its session record's with every change folded in.
+    """
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    changes: dict[str, Any]
+    source: str = "user"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRecord:
+    """A call of the open round needs a person's word (``requested``, written after the call
+    is durable and before anything of the round runs), or got it (``approved``/``denied``)."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    call_id: str
+    decision: Literal["requested", "approved", "denied"]
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,4 +202,6 @@ Record: TypeAlias = (
     | ProtectedRecord
     | TurnRecord
     | ErrorRecord
+    | SettingsChangedRecord
+    | ApprovalRecord
 )

@@ -24,6 +24,7 @@ from ._items import (
 )
 from ._protected import ProtectedState
 from ._records import (
+    ApprovalRecord,
     CompactionRecord,
     ErrorRecord,
     ItemRecord,
@@ -32,6 +33,7 @@ from ._records import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SettingsChangedRecord,
     TurnRecord,
     Usage,
 )
@@ -62,6 +64,10 @@ class SessionState:
     #: calls logged in a sampled round that has no ``round_committed`` yet, by call id
     open_calls: dict[str, FunctionCall] = field(default_factory=dict)
     open_round: int | None = None
+    #: approvals of the open round's calls: call id -> requested, approved or denied
+    approvals: dict[str, str] = field(default_factory=dict)
+    #: the reasons given with denials, by call id
+    denial_reasons: dict[str, str] = field(default_factory=dict)
     stubbed: set[int] = field(default_factory=set)
     protected_ops: list[dict[str, Any]] = field(default_factory=list)
     protected_snapshot: dict[str, Any] | None = None
@@ -88,6 +94,13 @@ class SessionState:
     _request_chars: int = 0
 
     @property
+    def awaiting_approval(self) -> tuple[FunctionCall, ...]:
+        """The open round's calls still waiting for a person's approval, in call order."""
+        return tuple(
+            call for cid, call in self.open_calls.items() if self.approvals.get(cid) == "requested"
+        )
+
+    @property
     def items(self) -> tuple[Item, ...]:
         """History items, without seqs."""
         return tuple(entry.item for entry in self.history)
@@ -107,6 +120,8 @@ class SessionState:
                     raise self._corrupt(record, f"round committed without outputs for {missing}")
                 self.round = max(self.round, record.round)
                 self.open_round = None
+                self.approvals = {}
+                self.denial_reasons = {}
                 self.round_usage = record.usage
                 if record.usage is not None:
                     self.last_usage = record.usage
@@ -148,6 +163,14 @@ class SessionState:
                 self.meta = record
             case ErrorRecord():
                 pass
+            case SettingsChangedRecord():
+                pass  # identity, not history: see ``core._identity``
+            case ApprovalRecord():
+                if record.call_id not in self.open_calls:
+                    raise self._corrupt(record, f"approval for {record.call_id}, not an open call")
+                self.approvals[record.call_id] = record.decision
+                if record.decision == "denied":
+                    self.denial_reasons[record.call_id] = record.reason or ""
 
     def _calibrate(self, record: RoundCommittedRecord, usage: Usage) -> None:
         if self._sampled_round != record.round:

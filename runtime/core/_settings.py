@@ -46,6 +46,8 @@ class Settings:
     """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
 
     model: str = "scripted"
+    #: the ``[models.NAME]`` profile of a configuration file the model came from, if any
+    profile: str | None = None
     #: the endpoint; it may carry credentials, so only ``redact_url(base_url)`` is ever recorded
     base_url: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
@@ -71,6 +73,22 @@ class Settings:
     #: tool outputs of the newest ``keep_rounds`` rounds are never microcompacted
     keep_rounds: int = 3
     max_compactions_per_turn: int = 3
+    #: microcompaction acts in batches: when it acts it stubs enough old outputs to free at
+    #: least this share of the usable budget (or nothing), then leaves the prefix alone until
+    #: the soft mark is crossed again (the provider's prompt cache stays warm in between)
+    micro_min_free: float = 0.20
+    #: ``prompt_cache_key`` sent with every request: "session" derives it from the session
+    #: id, "" (or None) sends none, anything else is sent as is
+    prompt_cache_key: str | None = "session"
+    #: a tool output above this share of the usable budget (and at least 16,000 characters)
+    #: is shown to the model as its head and tail with its artifact reference as soon as it
+    #: comes back (the log keeps it whole; ``recall_artifact`` pages through it); 0: no cap
+    tool_output_cap: float = 0.25
+    #: a file whose text replaces the built-in instructions of the summary request
+    compact_prompt_file: Path | None = None
+    #: skip a manual compaction, too, whose summary is no smaller than what it replaces
+    #: (an automatic one always is); ``stowage compact`` sets it
+    compact_only_if_smaller: bool = False
     #: plan compactions while rounds go on (True), or wait for each plan at the compaction mark
     background_compaction: bool = True
     #: summary failures in a row before the breaker opens and the no-model fallback takes over
@@ -135,6 +153,16 @@ class Settings:
             )
         if self.keep_rounds < 0:
             raise ConfigError(f"keep_rounds must be >= 0, got {self.keep_rounds}")
+        if not 0 <= self.tool_output_cap <= 1:
+            raise ConfigError(
+                f"tool_output_cap must be a share of the usable budget in [0, 1], "
+                f"got {self.tool_output_cap}"
+            )
+        if not 0 <= self.micro_min_free < 1:
+            raise ConfigError(
+                f"micro_min_free must be a share of the usable budget in [0, 1), "
+                f"got {self.micro_min_free}"
+            )
         if self.max_compactions_per_turn < 1 or self.breaker_failures < 1:
             raise ConfigError(
                 "max_compactions_per_turn and breaker_failures must be >= 1, got "
@@ -178,4 +206,13 @@ class Settings:
             "request_deadline": self.request_deadline,
             "max_retry_wait": self.max_retry_wait,
             "compaction_loop_repeats": self.compaction_loop_repeats,
+            # the rest of the session's identity (see ``core._identity``), one field per name
+            "soft_mark": self.soft_mark,
+            "compact_mark": self.compact_mark,
+            "hard_mark": self.hard_mark,
+            "target_after": self.target_after,
+            "max_compactions_per_turn": self.max_compactions_per_turn,
+            "background_compaction": self.background_compaction,
+            "system": self.system,
+            "profile": self.profile,
         }

@@ -1,19 +1,70 @@
-"""The tool boundary: what the tool executor runs."""
+"""The tool boundary: what the tool executor runs, and what a running call may know about
+where it runs (its ``ToolContext``)."""
 
 from __future__ import annotations
 
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ._errors import ConfigError, StowageError
 from ._gateway import ToolSpec
 
-__all__ = ["Tool"]
+__all__ = ["ApprovalError", "Tool", "ToolCancelled", "ToolContext", "current_tool_context"]
+
+
+class ApprovalError(ConfigError):
+    """Raised when an approval names no call that awaits one, or a new turn is sent while
+    calls await approval."""
+
+
+class ToolCancelled(StowageError):
+    """Raised by ``ToolContext.check`` once the call was cancelled (timeout or interrupt)."""
+
+
+@dataclass(eq=False, kw_only=True)
+class ToolContext:
+    """Where one tool call runs: its session, round and call id, and whether it was cancelled.
+
+    An async tool is cancelled the usual way; a sync tool runs in a worker thread that cannot
+    be stopped from outside, so it should look at ``cancelled`` (or call ``check``) between
+    steps of long work and give up once it is set.
+    """
+
+    session_id: str
+    round: int
+    call_id: str
+    name: str
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the call was cancelled: timed out, interrupted, or its session stopped."""
+        return self._cancelled.is_set()
+
+    def check(self) -> None:
+        """Raises ``ToolCancelled`` if the call was cancelled; safe from any thread."""
+        if self._cancelled.is_set():
+            raise ToolCancelled(f"tool call {self.call_id} ({self.name}) was cancelled")
+
+    def cancel(self) -> None:
+        """Mark the call cancelled (the executor does this; idempotent, thread-safe)."""
+        self._cancelled.set()
+
+
+#: the context of the tool call running in this task, set by the executor
+current_tool_context: ContextVar[ToolContext | None] = ContextVar(
+    "stowage_tool_context", default=None
+)
 
 
 @runtime_checkable
 class Tool(Protocol):
     """A callable tool. ``run`` gets arguments already validated against ``spec.parameters``
     (by ``validate``) and returns the text the model will read. It may raise anything: the
-    executor turns every exception into an error output, never a crash."""
+    executor turns every exception into an error output, never a crash. While it runs,
+    ``current_tool_context`` holds its ``ToolContext``."""
 
     @property
     def spec(self) -> ToolSpec:

@@ -2,6 +2,7 @@
 
 from stowage.actors import TurnResult
 
+from ._identity import session_identity
 from ._runtime import Runtime
 from ._session import Session
 
@@ -9,4 +10,5 @@ __all__ = [
     "Runtime",
     "Session",
     "TurnResult",
+    "session_identity",
 ]

@@ -18,10 +18,10 @@ stops that session alone, without another write: ``SessionLeaseLost`` for its as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 import structlog
@@ -43,14 +43,21 @@ from stowage.actors import (
     run_tool_executor,
 )
 from stowage.core import (
+    IDENTITY_FIELDS,
+    AfterCompaction,
+    CompactionHooks,
     ConfigError,
     Event,
     EventBus,
     FencingError,
+    HistoryCompacted,
+    HistoryEntry,
     ItemRecord,
     LogRepaired,
     LogStore,
     ModelGateway,
+    ModelRequest,
+    ModelResponse,
     ProtectedRecord,
     ProtectedState,
     Record,
@@ -64,19 +71,35 @@ from stowage.core import (
     SessionRehydrated,
     SessionState,
     Settings,
+    SettingsChanged,
+    SettingsChangedRecord,
     StowageError,
+    StreamEvent,
     SystemMessage,
     configure_logging,
+    continue_settings,
+    identity_from_records,
     new_session_id,
     prepare_all,
+    redact_url,
     replay,
     user_ops,
     validate_session_id,
 )
 from stowage.model import LimitedGateway, make_gateway
+from stowage.policy import check_window, fixed_request_tokens
 from stowage.storage import open_store
-from stowage.tools import ToolRegistry, with_recall, workspace_tools
+from stowage.tools import (
+    MCPServer,
+    MCPToolSource,
+    ToolRegistry,
+    add_mcp_tools,
+    mcp_server,
+    with_recall,
+    workspace_tools,
+)
 
+from ._identity import WindowFinder, session_identity
 from ._leases import Leases
 from ._session import Session
 
@@ -98,6 +121,20 @@ class Runtime:
     seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
     timeout that is not positive.
 
+    Identity: a new session records what it runs with (``core.identity_of``: model, redacted
+    endpoint, wire API, window, compaction settings, tool set, system prompt; never a key). A
+    session continued (``resume``, ``open``, ``send``) runs with that recorded identity, not
+    with ``settings``' fields of the same names; ``overrides`` (``Settings`` field names of
+    ``core.IDENTITY_FIELDS``) replace it, and a change is logged as a ``settings_changed``
+    record and published as ``SettingsChanged``. With no ``gateway`` given, a session recorded
+    at another real endpoint moves to this runtime's (recorded the same way, source
+    ``runtime``); one recorded for a real model is refused by a runtime of the offline
+    scripted model, and the other way round, with ``ConfigError``.
+
+    ``compaction_hooks`` (``CompactionHooks``): ``before`` sees each full compaction before
+    its summary is asked for and may add focus text or refuse a manual one
+    (``CompactionVetoed``); ``after`` observes each one that landed.
+
     Leaving ``async with`` normally finishes the work sent to every session first; leaving it
     cancelled (Ctrl-C) or on ``KeyboardInterrupt`` stops every session at once: a model call or
     tool in flight is abandoned and nothing half-done is written (a round is written whole or
@@ -116,6 +153,9 @@ class Runtime:
         max_tool_calls: int | None = None,
         idle_timeout: float | None = None,
         mailbox_capacity: int = 256,
+        overrides: Mapping[str, Any] | None = None,
+        mcp: Sequence[str | MCPServer] = (),
+        compaction_hooks: CompactionHooks | None = None,
     ) -> None:
         if not structlog.is_configured():
             # structlog's own default prints every debug line to stdout; an embedding
@@ -131,12 +171,32 @@ class Runtime:
         if idle_timeout is not None and not idle_timeout > 0:
             raise ConfigError(f"idle_timeout must be > 0 seconds, got {idle_timeout}")
         self.settings = settings or Settings()
+        self._hooks = compaction_hooks or CompactionHooks()
+        self.overrides: dict[str, Any] = dict(overrides or {})
+        unknown = sorted(set(self.overrides) - set(IDENTITY_FIELDS))
+        if unknown:
+            raise ConfigError(f"overrides: not a session setting: {', '.join(unknown)}")
+        # the endpoint is checked against a session's identity only when it is ours to match
+        self._own_gateway = gateway is None
+        self._tools_given = tools is not None
+        self._windows = WindowFinder()
+        # what each live session runs with (its identity merged with ``overrides``)
+        self._session_settings: dict[str, Settings] = {}
         self.store = (
             store
             if store is not None
             else open_store(self.settings.store, durability=self.settings.durability)
         )
-        self.gateway = gateway if gateway is not None else make_gateway(self.settings)
+        # a gateway that cannot be built (no API key) fails the first session start, after
+        # its lease is checked: a busy session says so first
+        self._gateway_error: ConfigError | None = None
+        if gateway is None:
+            try:
+                gateway = make_gateway(self.settings)
+            except ConfigError as exc:
+                self._gateway_error = exc
+                gateway = _Unbuilt(exc)
+        self.gateway = gateway
         if tools is None:
             tools = (
                 workspace_tools(self.settings.workspace, settings=self.settings)
@@ -144,7 +204,15 @@ class Runtime:
                 else ToolRegistry()
             )
         self.tools = tools
+        # MCP servers (a command line, an http(s) URL, or an MCPServer): started on enter
+        self._mcp_servers = [mcp_server(spec) for spec in mcp]
+        if self._mcp_servers:
+            MCPToolSource.check_sdk()
+        self._mcp_sources: list[MCPToolSource] = []
+        self._mcp_tg: TaskGroup | None = None
         self.events = EventBus()
+        if self._hooks.after is not None:
+            self.events.subscribe(_after_hook(self._hooks.after))
         self._limits = {
             "model": anyio.CapacityLimiter(max_model_calls) if max_model_calls else None,
             "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
@@ -194,6 +262,7 @@ class Runtime:
         return frozenset(self._hibernated)
 
     async def __aenter__(self) -> Self:
+        await self._start_mcp()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         box = mailbox(self._capacity, Append)
@@ -240,10 +309,43 @@ class Runtime:
                     raise exc from exc.__cause__
                 raise
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self.gateway.aclose()
-                    await self.store.aclose()
+                try:
+                    await self._stop_mcp()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.gateway.aclose()
+                        await self.store.aclose()
         return result
+
+    async def _start_mcp(self) -> None:
+        """Start the MCP servers and add their tools (prefixed on a clash). Raises
+        ``ConfigError`` naming a server that does not start (the others are stopped)."""
+        if not self._mcp_servers:
+            return
+        self._mcp_tg = anyio.create_task_group()
+        await self._mcp_tg.__aenter__()
+        tools = ToolRegistry(self.tools)
+        try:
+            for server in self._mcp_servers:
+                source = MCPToolSource(server)
+                listed = await self._mcp_tg.start(source.run)
+                self._mcp_sources.append(source)
+                add_mcp_tools(tools, source, listed)
+        except BaseException:
+            await self._stop_mcp()
+            raise
+        self.tools = tools
+
+    async def _stop_mcp(self) -> None:
+        """Stop every MCP server's connection and process (a stuck one is cancelled)."""
+        if self._mcp_tg is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            for source in self._mcp_sources:
+                await source.aclose()
+        tg, self._mcp_tg = self._mcp_tg, None
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
 
     # -- opening sessions ----------------------------------------------------------------
 
@@ -263,17 +365,37 @@ class Runtime:
         """
         self._check_running()
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
-        system = system if system is not None else self.settings.system
+        if self._gateway_error is not None:
+            raise self._gateway_error
+        settings = self.settings.with_(**self.overrides) if self.overrides else self.settings
+        if system is not None:
+            settings = settings.with_(system=system)
+        system = settings.system
         # checked before the log exists: a bad constraint must not leave a half-made session
-        _, protected_ops = prepare_all(
+        protected, protected_ops = prepare_all(
             ProtectedState(), user_ops(objective=objective, add_constraints=constraints), "user"
+        )
+        found = await self._windows.find(settings)
+        if settings.context_window is None and found.context_window is not None:
+            settings = settings.with_(context_window=found.context_window)
+        tools = self._tools_for(settings)
+        # refused before the log exists and before any model call
+        system_tokens, protected_tokens = fixed_request_tokens(
+            [HistoryEntry(seq=2, item=SystemMessage(text=system))] if system else [], protected
+        )
+        check_window(
+            settings,
+            tools.specs(),
+            system_tokens=system_tokens,
+            protected_tokens=protected_tokens,
         )
         records: list[Record] = [
             SessionRecord(
                 seq=1,
-                model=self.settings.model,
-                tools=tuple(self.tools.names()),
-                settings=self.settings.public(),
+                model=settings.model,
+                context_window=settings.context_window,
+                tools=tuple(tools.names()),
+                settings={**settings.public(), "window_source": found.source},
             )
         ]
         if system:
@@ -284,8 +406,8 @@ class Runtime:
         # the create took the lease; acquiring hands it to this runtime to hold and renew
         await self._leases.acquire(session_id)
         state = replay(session_id, records)
-        _log.info("session_created", session=session_id)
-        return self._start(state)
+        _log.info("session_created", session=session_id, model=settings.model)
+        return self._start(state, settings)
 
     async def resume(self, session_id: str) -> Session:
         """Rebuild a session from its log (newest compaction + tail) and start it; the live
@@ -408,8 +530,11 @@ class Runtime:
                         bytes_removed=torn.bytes_removed,
                     )
                 )
+            if self._gateway_error is not None:
+                raise self._gateway_error
             read = await self.store.read_tail(session_id, repair=False)
             state = replay(session_id, read.records)
+            settings = await self._continued_settings(session_id, read.records, state)
         except BaseException:
             await self._leases.release(session_id)
             raise
@@ -422,18 +547,115 @@ class Runtime:
         if session_id in self._hibernated:
             self._hibernated.discard(session_id)
             self.events.publish(SessionRehydrated(session_id=session_id, records=len(read.records)))
-        return self._start(state)
+        return self._start(state, settings)
+
+    async def _continued_settings(
+        self, session_id: str, tail: Sequence[Record], state: SessionState
+    ) -> Settings:
+        """What a continued session runs with: its identity, ``overrides`` applied; a change
+        is written as a ``settings_changed`` record (this runtime holds the lease)."""
+        whole = bool(tail) and tail[-1].seq == len(tail)
+        # settings changes before the newest compaction are not in the tail: read them all
+        identity = (
+            identity_from_records(tail) if whole else await session_identity(self.store, session_id)
+        )
+        settings, changes = continue_settings(self.settings, identity, self.overrides)
+        settings, moved = self._endpoint_for(session_id, settings)
+        written: list[SettingsChangedRecord] = []
+        if changes:
+            written.append(
+                SettingsChangedRecord(seq=state.last_seq + 1, changes=changes, source="user")
+            )
+        if moved:
+            written.append(
+                SettingsChangedRecord(
+                    seq=state.last_seq + 1 + len(written), changes=moved, source="runtime"
+                )
+            )
+        if settings.context_window is None:
+            found = await self._windows.find(settings)
+            if found.context_window is not None:
+                settings = settings.with_(context_window=found.context_window)
+                written.append(
+                    SettingsChangedRecord(
+                        seq=state.last_seq + 1 + len(written),
+                        changes={"context_window": [None, found.context_window]},
+                        source="endpoint",
+                    )
+                )
+        system_tokens, protected_tokens = fixed_request_tokens(state.history, state.protected)
+        check_window(
+            settings,
+            self._tools_for(settings).specs(),
+            system_tokens=system_tokens,
+            protected_tokens=protected_tokens,
+        )
+        if written:
+            await self.store.append(session_id, written)
+            for record in written:
+                state.apply(record)
+                _log.info("settings_changed", session=session_id, source=record.source)
+                self.events.publish(
+                    SettingsChanged(
+                        session_id=session_id, changes=record.changes, source=record.source
+                    )
+                )
+        return settings
+
+    def _endpoint_for(
+        self, session_id: str, settings: Settings
+    ) -> tuple[Settings, dict[str, list[Any]]]:
+        """The session's settings on this runtime's endpoint, and what that changes.
+
+        A runtime talks to one endpoint (a worker's is its operator's choice), so a session
+        recorded at another URL or wire API of a real endpoint moves to this one, recorded
+        and shown. A real session is never moved to the offline scripted model, nor the
+        other way round: that is refused with ``ConfigError``.
+        """
+        ours = self.settings
+        if not self._own_gateway or settings.model == "scripted" == ours.model:
+            return settings, {}
+        if (settings.model == "scripted") != (ours.model == "scripted"):
+            where = redact_url(settings.base_url) or "the default OpenAI endpoint"
+            raise ConfigError(
+                f"session {session_id} runs model {settings.model} at {where}, not this "
+                f"runtime's {ours.model} model: continue it with settings that name its model "
+                "and endpoint (the CLI does), or override model and base_url explicitly"
+            )
+        changes: dict[str, list[Any]] = {}
+        if redact_url(settings.base_url) != redact_url(ours.base_url):
+            changes["base_url"] = [redact_url(settings.base_url), redact_url(ours.base_url)]
+        if settings.wire_api != ours.wire_api:
+            changes["wire_api"] = [settings.wire_api, ours.wire_api]
+        if not changes:
+            return settings, {}
+        return settings.with_(base_url=ours.base_url, wire_api=ours.wire_api), changes
+
+    def _tools_for(self, settings: Settings) -> ToolRegistry:
+        """The runtime's tools, or the tool set ``settings`` name when the runtime built its
+        own and the session's differs."""
+        if self._tools_given or settings.tools == self.settings.tools:
+            return self.tools
+        if settings.tools == "workspace":
+            return workspace_tools(settings.workspace, settings=settings)
+        return ToolRegistry()
+
+    def settings_of(self, session_id: str) -> Settings:
+        """The settings live session ``session_id`` runs with. Raises ``KeyError`` when it is
+        not live."""
+        return self._session_settings[session_id]
 
     def _check_running(self) -> None:
         if self._tg is None or self._persistence is None:
             raise StowageError("the runtime is not running: use 'async with Runtime(...) as rt'")
 
-    def _start(self, state: SessionState) -> Session:
+    def _start(self, state: SessionState, settings: Settings) -> Session:
         self._check_running()
         assert self._tg is not None
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
-        session = Session(state.session_id, state, send)
+        session = Session(state.session_id, state, send, subscribe=self.events.subscribe)
         self._sessions[session.id] = session
+        self._session_settings[session.id] = settings
         stop = self._stops[session.id] = anyio.CancelScope()
         self._tg.start_soon(self._supervise, session, receive, stop)
         return session
@@ -473,9 +695,10 @@ class Runtime:
             # this runtime holds the lease: nothing to repair, and a reader never cuts
             return tuple((await self.store.read(session.id, repair=False)).records)
 
+        settings = self._session_settings.get(session.id, self.settings)
         return with_recall(
-            self.tools,
-            self.settings,
+            self._tools_for(settings),
+            settings,
             has_stubs=bool(session.state.stubbed),
             history=lambda: session.state.history,
             read_log=read_log,
@@ -490,7 +713,7 @@ class Runtime:
         assert self._persistence is not None
         ctx = SessionContext(
             session_id=session.id,
-            settings=self.settings,
+            settings=self._session_settings.get(session.id, self.settings),
             gateway=self._endpoint,
             tools=self._session_tools(session),
             publish=self.events.publish,
@@ -498,6 +721,7 @@ class Runtime:
             model_limiter=None,  # the endpoint gateway takes the model-call tokens
             compaction_limiter=self._limits["compaction"],
             tool_limiter=self._limits["tools"],
+            before_compaction=self._hooks.before,
         )
         tools_box = mailbox(1, RunTools)
         committed: Slot[CommittedSnapshot] = Slot()
@@ -527,6 +751,7 @@ class Runtime:
                 failure = await self._stopped_by(session.id, raised)
                 await self._leases.release(session.id)
             del self._stops[session.id], self._stopping[session.id]
+            self._session_settings.pop(session.id, None)
             self._lost.pop(session.id, None)  # found lost while it was stopping anyway
             if isinstance(failure, SessionLeaseLost):
                 _log.error("session_lease_lost", session=session.id, reason=failure.reason)
@@ -537,6 +762,23 @@ class Runtime:
                 _log.error("session_failed", session=session.id, error=repr(failure))
                 self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(failure)))
             session.mark_stopped(failure)
+
+
+class _Unbuilt:
+    """The gateway of a runtime whose settings cannot make one: every call raises why."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        raise self.error
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        raise self.error
+        yield  # pragma: no cover - makes this an async generator
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _fencing_error(exc: BaseException) -> FencingError | None:
@@ -575,4 +817,19 @@ async def _compactor(
         plans,
         ctx.publish,
         limiter=ctx.compaction_limiter,
+        before=ctx.before_compaction,
     )
+
+
+def _after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
+    """A bus subscriber calling ``hook`` on each ``HistoryCompacted``; a hook that raises is
+    logged and kept (the bus would drop a failing subscriber)."""
+
+    def deliver(event: Event) -> None:
+        if isinstance(event, HistoryCompacted):
+            try:
+                hook(event)
+            except Exception as exc:
+                _log.warning("compaction_hook_failed", hook="after", error=repr(exc))
+
+    return deliver

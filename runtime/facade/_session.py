@@ -10,7 +10,9 @@ never touches its private state; the session knows nothing of the runtime.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -18,13 +20,18 @@ from anyio.streams.memory import MemoryObjectSendStream
 from stowage.actors import (
     CompactNow,
     ContinueTurn,
+    Decide,
     Protect,
     Reply,
     SamplerCommand,
+    TurnInterrupt,
     TurnResult,
     UserTurn,
 )
 from stowage.core import (
+    ConfigError,
+    Event,
+    FunctionCall,
     Item,
     ProtectedState,
     SessionClosed,
@@ -42,6 +49,27 @@ T = TypeVar("T")
 _STOP_WAIT = 30.0
 
 
+class _StreamReply(Reply[TurnResult]):
+    """A turn's reply that also wakes the streaming consumer when the answer comes."""
+
+    def __init__(self, *, _done: MemoryObjectSendStream[Event | None]) -> None:
+        super().__init__()
+        self._done = _done
+
+    def set(self, value: TurnResult) -> None:
+        super().set(value)
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        super().fail(error)
+        self._wake()
+
+    def _wake(self) -> None:
+        # the consumer may have stopped reading already
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._done.send_nowait(None)
+
+
 class Session:
     """A live session. ``send`` runs one turn; ``history`` is what the next request builds on.
 
@@ -53,8 +81,12 @@ class Session:
         session_id: str,
         state: SessionState,
         commands: MemoryObjectSendStream[SamplerCommand],
+        *,
+        subscribe: Callable[[Callable[[Event], None]], Callable[[], None]] | None = None,
     ) -> None:
+        """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``)."""
         self.id = session_id
+        self._subscribe = subscribe
         self.state = state
         self._commands = commands
         self._stopped = anyio.Event()
@@ -109,6 +141,88 @@ class Session:
         """
         reply: Reply[TurnResult] = Reply()
         await self._ask(UserTurn(text=text, pinned=pin, reply=reply, message_id=message_id))
+        return await self._wait(reply)
+
+    async def stream(
+        self, text: str, *, pin: bool = False, message_id: str | None = None
+    ) -> AsyncIterator[Event | TurnResult]:
+        """Run one turn like ``send``, yielding its events as they happen (``AssistantDelta``,
+        ``ToolStarted``/``ToolFinished``, ``RoundCommitted``, compaction events, ...) and,
+        last, the ``TurnResult``.
+
+        Stopping the iteration early (``break``, cancelling the consuming task) interrupts the
+        turn: a model stream in flight is dropped, running tools are cancelled and get an
+        "interrupted" output, the turn is logged as interrupted, and the session stays usable.
+        Raises as ``send`` does, and ``ConfigError`` on a session built without an event bus.
+        """
+        if self._subscribe is None:
+            raise ConfigError(f"session {self.id} has no event bus to stream from")
+        events_in, events_out = anyio.create_memory_object_stream[Event | None](math.inf)
+
+        def deliver(event: Event) -> None:
+            if getattr(event, "session_id", None) == self.id:
+                events_in.send_nowait(event)
+
+        reply: _StreamReply = _StreamReply(_done=events_in)
+        interrupt = TurnInterrupt()
+        unsubscribe = self._subscribe(deliver)
+        try:
+            await self._ask(
+                UserTurn(
+                    text=text,
+                    pinned=pin,
+                    reply=reply,
+                    message_id=message_id,
+                    interrupt=interrupt,
+                )
+            )
+            self._waiting.add(reply)
+            async with events_out:
+                async for event in events_out:
+                    if event is None:  # the answer came: every event of the turn is in
+                        break
+                    yield event
+            result: TurnResult = await self._wait(reply)
+            yield result
+        finally:
+            unsubscribe()
+            events_in.close()
+            if not reply.done:
+                interrupt.request()
+                # the consumer is gone, but the session must be whole before the next ask
+                # (the asker is gone: the turn's own error is moot)
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(_STOP_WAIT),
+                    contextlib.suppress(Exception),
+                ):
+                    await self._wait(reply)
+
+    @property
+    def pending_approvals(self) -> tuple[FunctionCall, ...]:
+        """The calls that wait for a person's approval (the turn stopped with
+        ``stopped="pending_approval"``), in call order; durable, so a resumed session has
+        them too."""
+        return self.state.awaiting_approval
+
+    async def approve(self, call_id: str) -> TurnResult:
+        """Approve call ``call_id``. Once no call of its round awaits approval, the round's
+        calls run and the turn goes on: returns its result (``stopped="pending_approval"``
+        while others still wait).
+
+        Raises ``ApprovalError`` (a ``ConfigError``) if no such call awaits approval;
+        otherwise as ``send`` does.
+        """
+        return await self._decide(call_id, approve=True, reason=None)
+
+    async def deny(self, call_id: str, reason: str | None = None) -> TurnResult:
+        """Deny call ``call_id``: it gets a "denied" output (with ``reason``) instead of
+        running; otherwise as ``approve``."""
+        return await self._decide(call_id, approve=False, reason=reason)
+
+    async def _decide(self, call_id: str, *, approve: bool, reason: str | None) -> TurnResult:
+        reply: Reply[TurnResult] = Reply()
+        await self._ask(Decide(call_id=call_id, approve=approve, reason=reason, reply=reply))
         return await self._wait(reply)
 
     async def continue_turn(self) -> TurnResult:

@@ -32,9 +32,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from stowage.core import (
     CompactionFailed,
+    CompactionLanded,
+    CompactionWaited,
     ConfigError,
     Event,
     HistoryCompacted,
+    Microcompacted,
     ModelConnectionError,
     ModelError,
     ModelGateway,
@@ -48,6 +51,7 @@ from stowage.core import (
 )
 from stowage.facade import Runtime
 from stowage.model import ScriptedModel, make_gateway
+from stowage.policy import CacheFigures, PrefixCache, session_cache_figures
 from stowage.tools import FunctionTool, ToolRegistry
 
 from ._checks import SessionVerdict, check_session
@@ -84,6 +88,11 @@ class LoadConfig:
     stream: bool = True
     tool_kb: float = 2.0
     tool_rounds: int = 2
+    #: "watermarks" (the default policy, on ``context_window``) or "threshold" (the seed's
+    #: fixed rule at ``compact_threshold``)
+    policy: Literal["watermarks", "threshold"] = "watermarks"
+    context_window: int = 5000
+    background_compaction: bool = True
     compact_threshold: int = 3000
     max_model_calls: int | None = 100
     max_compactions: int | None = 8
@@ -104,6 +113,8 @@ class LoadConfig:
             raise ConfigError("--tool-kb must be > 0")
         if self.allow_failed_turns < 0:
             raise ConfigError("--allow-failed-turns must be >= 0")
+        if self.policy not in ("watermarks", "threshold"):
+            raise ConfigError(f"--policy must be 'watermarks' or 'threshold', got {self.policy!r}")
 
 
 class _NoArguments(pydantic.BaseModel):
@@ -147,6 +158,11 @@ class _Meter:
         self.failed_sessions: list[str] = []
         self.hibernated = 0
         self.rehydrated = 0
+        #: per applied compaction: (kind, fraction of usable when applied, hard mark, waited)
+        self.landed: list[tuple[str, float | None, float, float]] = []
+        #: seconds rounds were held back for compaction, one entry per wait
+        self.round_waits: list[float] = []
+        self.microcompactions = 0
 
     def __call__(self, event: Event) -> None:
         kind = type(event)
@@ -170,6 +186,14 @@ class _Meter:
                 self.compaction_waits.append(time.perf_counter() - committed[1])
         elif kind is CompactionFailed:
             self.compaction_failures += 1
+        elif kind is CompactionLanded:
+            assert isinstance(event, CompactionLanded)
+            self.landed.append((event.kind, event.fraction, event.hard, event.waited))
+        elif kind is Microcompacted:
+            self.microcompactions += 1
+        elif kind is CompactionWaited:
+            assert isinstance(event, CompactionWaited)
+            self.round_waits.append(event.seconds)
         elif kind is SessionFailedEvent:
             assert isinstance(event, SessionFailedEvent)
             self.failed_sessions.append(event.session_id)
@@ -320,14 +344,19 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             durability=config.durability,
             tools="none",
             system=_SYSTEM,
-            compact_threshold=config.compact_threshold,
+            compact_threshold=config.compact_threshold if config.policy == "threshold" else None,
+            context_window=config.context_window if config.policy == "watermarks" else None,
+            background_compaction=config.background_compaction,
         )
         faulty: FaultyGateway | None = None
         inner: ModelGateway
         if config.in_process:
             faulty = FaultyGateway(
                 ScriptedModel(
-                    tool_rounds=config.tool_rounds, latency=config.latency, keep_requests=False
+                    tool_rounds=config.tool_rounds,
+                    latency=config.latency,
+                    keep_requests=False,
+                    prefix_cache=PrefixCache(),
                 ),
                 rates=parse_rates(config.faults),
                 slow_delay=config.slow_delay,
@@ -394,7 +423,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             cpu = time.process_time() - cpu_started
             live_sessions = len(rt.sessions)
             rss_live = _rss_mb()
-            verdicts = await _verify_all(rt, ids, meter, acknowledged_turns)
+            verdicts, cache = await _verify_all(rt, ids, meter, acknowledged_turns)
         assert faulty is not None
         wire = await wire_report(
             None if config.in_process else base_url,
@@ -417,6 +446,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
         live_sessions=live_sessions,
         rss_before=rss_before,
         rss_live=rss_live,
+        cache=cache,
     )
 
 
@@ -439,8 +469,10 @@ async def wire_report(
 
 async def _verify_all(
     rt: Any, ids: list[str], meter: _Meter, acknowledged_turns: dict[str, int]
-) -> list[SessionVerdict]:
+) -> tuple[list[SessionVerdict], CacheFigures]:
+    """Every session checked, and the prompt cache figures of all of them summed."""
     verdicts: list[SessionVerdict] = []
+    cache = CacheFigures()
     pending = iter(ids)
     running = rt.sessions  # one copy, not one per session
 
@@ -453,6 +485,8 @@ async def _verify_all(
             live = session.history
             full = await rt.store.read(session_id)
             tail = await rt.store.read_tail(session_id)
+            nonlocal cache
+            cache = cache + session_cache_figures(full.records)
             verdicts.append(
                 check_session(
                     session_id,
@@ -467,7 +501,7 @@ async def _verify_all(
     async with anyio.create_task_group() as tg:
         for _ in range(16):
             tg.start_soon(worker)
-    return verdicts
+    return verdicts, cache
 
 
 def _report(
@@ -487,6 +521,7 @@ def _report(
     live_sessions: int,
     rss_before: float,
     rss_live: float,
+    cache: CacheFigures | None = None,
 ) -> dict[str, Any]:
     rounds = sum(len(r) for r in meter.acknowledged.values())
     compactions = [meter.compactions.get(v.session_id, 0) for v in verdicts]
@@ -531,6 +566,8 @@ def _report(
         "compaction_latency_ms": _percentiles(gateway.summary_seconds),
         "compaction_wait_ms": _percentiles(meter.compaction_waits),
         "compaction_wait_total_s": round(sum(meter.compaction_waits), 3),
+        **_landing(meter, rounds),
+        **_cache_report(cache or CacheFigures()),
         "hibernated": meter.hibernated,
         "rehydrated": meter.rehydrated,
         "live_sessions_at_end": live_sessions,
@@ -551,6 +588,37 @@ def _report(
             else []
         ),
         "ok": all(checks.values()),
+    }
+
+
+def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
+    """Where compactions landed: how many were applied below the hard mark, at what share of
+    the usable budget, and how long rounds waited for compaction."""
+    full = [(f, hard) for kind, f, hard, _ in meter.landed if kind == "full" and f is not None]
+    below = sum(f < hard for f, hard in full)
+    fractions = [f for f, _ in full]
+    waits = [w for w in meter.round_waits if w > 0]
+    return {
+        "microcompactions": meter.microcompactions,
+        "full_compactions_applied": len(full),
+        "full_compactions_below_hard_mark": below,
+        "full_compactions_below_hard_mark_share": round(below / len(full), 3) if full else None,
+        "compaction_applied_at_fraction": _percentiles(fractions, scale=1.0),
+        "rounds_waiting_on_compaction": len(waits),
+        # over every round: a round that did not wait waited 0
+        "round_wait_on_compaction_ms": _percentiles(waits + [0.0] * max(0, rounds - len(waits))),
+    }
+
+
+def _cache_report(cache: CacheFigures) -> dict[str, Any]:
+    """The provider's prompt cache over every round request of the run."""
+    return {
+        "input_tokens": cache.input_tokens,
+        "cached_input_tokens": cache.cached_tokens,
+        "uncached_input_tokens": cache.uncached_tokens,
+        "prefix_reuse": round(cache.reuse, 3),
+        "prefix_breaks": cache.breaks,
+        "cached_tokens_reported": cache.reported,
     }
 
 
@@ -590,7 +658,29 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-stream", action="store_true", help="ask for whole responses")
     add("--tool-kb", type=float, default=defaults.tool_kb, help="KB of every tool output")
     add("--tool-rounds", type=int, default=defaults.tool_rounds, help="tool rounds per turn")
-    add("--compact-threshold", type=int, default=defaults.compact_threshold)
+    add(
+        "--policy",
+        choices=["watermarks", "threshold"],
+        default=defaults.policy,
+        help="the watermark policy on --context-window (default), or a fixed token threshold",
+    )
+    add(
+        "--context-window",
+        type=int,
+        default=defaults.context_window,
+        help="the model window the watermark policy works in",
+    )
+    add(
+        "--no-background-compaction",
+        action="store_true",
+        help="wait for each plan at the compaction mark instead of planning in the background",
+    )
+    add(
+        "--compact-threshold",
+        type=int,
+        default=defaults.compact_threshold,
+        help="the fixed threshold of --policy threshold",
+    )
     add("--max-model-calls", type=int, default=defaults.max_model_calls)
     add("--max-compactions", type=int, default=defaults.max_compactions)
     add("--max-tool-calls", type=int, default=defaults.max_tool_calls)
@@ -632,6 +722,9 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         tool_kb=args.tool_kb,
         tool_rounds=args.tool_rounds,
         compact_threshold=args.compact_threshold,
+        policy=args.policy,
+        context_window=args.context_window,
+        background_compaction=not args.no_background_compaction,
         max_model_calls=args.max_model_calls or None,
         max_compactions=args.max_compactions or None,
         max_tool_calls=args.max_tool_calls or None,

@@ -3,9 +3,10 @@ offline scripted model (a product feature: the demo and the default model run on
 """
 
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage
+from ._discovery import WINDOW_FIELDS, discover_context_window, window_from_model_info
+from ._factory import PURPOSE_HEADER, make_gateway
 from ._limits import LimitedGateway
-from ._openai_gateway import PURPOSE_HEADER, make_gateway
-from ._openai_wire import SUMMARY_PREFIX
+from ._openai_wire import SUMMARY_PREFIX, chat_messages, responses_input
 from ._scripted import Brain, ScriptedModel
 
 __all__ = [
@@ -13,9 +14,14 @@ __all__ = [
     "LimitedGateway",
     "PURPOSE_HEADER",
     "SUMMARY_PREFIX",
+    "WINDOW_FIELDS",
     "ScriptedBrain",
     "ScriptedModel",
+    "chat_messages",
+    "discover_context_window",
     "is_summary_request",
     "make_gateway",
+    "responses_input",
     "scripted_usage",
+    "window_from_model_info",
 ]

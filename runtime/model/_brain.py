@@ -291,7 +291,8 @@ def transcript_items(items: Sequence[Item]) -> list[Item]:
             arguments, _, call_id = rest.rpartition(") ")
             parsed.append(FunctionCall(call_id=call_id, name=name, arguments=arguments))
         else:
-            call_id = kind.removeprefix("tool output ")
+            # "tool output <call id>" or "tool output <call id>, artifact R<seq>"
+            call_id = kind.removeprefix("tool output ").split(", artifact ", 1)[0]
             parsed.append(
                 FunctionCallOutput(call_id=call_id, output=body, is_error=body.startswith("error"))
             )

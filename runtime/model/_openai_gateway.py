@@ -43,18 +43,17 @@ from stowage.core import (
     ModelAuthError,
     ModelConnectionError,
     ModelError,
-    ModelGateway,
     ModelRequest,
     ModelResponse,
     ModelResponseError,
     RateLimitError,
     ResponseDone,
-    Settings,
     StreamEvent,
     TextDelta,
     redact_url,
 )
 
+from ._factory import PURPOSE_HEADER
 from ._openai_wire import (
     ChatStreamAccumulator,
     ResponsesStreamAccumulator,
@@ -70,7 +69,6 @@ from ._openai_wire import (
     responses_tools,
 )
 from ._retry_headers import parse_retry_after, requested_wait
-from ._scripted import ScriptedModel
 from ._sse import JsonEventStream
 
 __all__ = [
@@ -81,7 +79,6 @@ __all__ = [
     "chat_messages",
     "chat_tools",
     "fast_wire_gaps",
-    "make_gateway",
     "map_openai_error",
     "parse_retry_after",
     "responses_body",
@@ -89,8 +86,6 @@ __all__ = [
     "responses_tools",
 ]
 
-# Tells a test server whether a request is a summary; real providers ignore unknown headers.
-PURPOSE_HEADER = "x-stowage-purpose"
 
 _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
@@ -531,23 +526,3 @@ def _status(events: JsonEventStream | _PlainEvents) -> int | None:
     """The HTTP status of a stream's response, if it can be read."""
     status = getattr(events.response, "status_code", None)
     return status if isinstance(status, int) else None
-
-
-def make_gateway(settings: Settings) -> ModelGateway:
-    """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``.
-
-    Raises ``ConfigError`` when an OpenAI gateway has no API key.
-    """
-    if settings.model == "scripted":
-        return ScriptedModel()
-    return OpenAIGateway(
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        wire_api=settings.wire_api,
-        timeout=settings.request_timeout,
-        # the runtime retries itself (jittered, Retry-After honoured, logged): not twice
-        max_retries=0,
-        stream_idle_timeout=settings.stream_idle_timeout,
-        request_deadline=settings.request_deadline,
-        max_retry_wait=settings.max_retry_wait,
-    )

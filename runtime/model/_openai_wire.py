@@ -155,6 +155,8 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body["tool_choice"] = request.tool_choice
     if request.max_output_tokens is not None:
         body["max_tokens"] = request.max_output_tokens
+    if request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -169,6 +171,8 @@ def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body["tool_choice"] = request.tool_choice
     if request.max_output_tokens is not None:
         body["max_output_tokens"] = request.max_output_tokens
+    if request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
     if stream:
         body["stream"] = True
     return body
@@ -236,7 +240,24 @@ def _usage(data: Any, inp: str, out: str) -> Usage | None:
         total_tokens = int(total) if total is not None else input_tokens + output_tokens
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelResponseError(f"malformed usage in model response: {data!r:.200}") from exc
-    return Usage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total_tokens)
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=total_tokens,
+        cached_tokens=_cached(data),
+    )
+
+
+def _cached(data: dict[str, Any]) -> int:
+    """Cached input tokens: ``prompt_tokens_details.cached_tokens`` (Chat Completions) or
+    ``input_tokens_details.cached_tokens`` (Responses); 0 when absent or not a count."""
+    for key in ("prompt_tokens_details", "input_tokens_details"):
+        details = data.get(key)
+        if isinstance(details, dict):
+            value = details.get("cached_tokens")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return 0
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> FunctionCall:

@@ -7,6 +7,7 @@ by default): it records requests, sleeps the configured latency and streams the 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 
 import anyio
 from stowage.core import (
@@ -17,6 +18,7 @@ from stowage.core import (
     StreamEvent,
     TextDelta,
 )
+from stowage.policy import PrefixCache
 
 from ._brain import ScriptedBrain
 
@@ -39,15 +41,18 @@ class ScriptedModel:
         report_usage: bool = True,
         brain: Brain | None = None,
         keep_requests: bool = True,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         """``keep_requests=False`` keeps no request in ``requests`` (long runs, memory
-        measurements)."""
+        measurements); ``prefix_cache`` simulates a provider's prompt cache in the usage it
+        reports (``cached_tokens``), as the fake server does."""
         self.brain: Brain = brain or ScriptedBrain(
             tool_rounds=tool_rounds, answer_chars=answer_chars, report_usage=report_usage
         )
         self.latency = latency
         self.requests: list[ModelRequest] = []
         self.keep_requests = keep_requests
+        self.prefix_cache = prefix_cache
 
     @classmethod
     def from_responses(cls, responses: Sequence[ModelResponse | Exception]) -> ScriptedModel:
@@ -73,7 +78,15 @@ class ScriptedModel:
             self.requests.append(request)
         if self.latency > 0:
             await anyio.sleep(self.latency)
-        return self.brain(request)
+        response = self.brain(request)
+        if self.prefix_cache is not None and response.usage is not None:
+            hit = self.prefix_cache.serve(
+                request, cache_key=request.cache_key, input_tokens=response.usage.input_tokens
+            )
+            response = replace(
+                response, usage=replace(response.usage, cached_tokens=hit.cached_tokens)
+            )
+        return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """The brain's text in chunks of 16 characters, then one ``ResponseDone``.

@@ -2,7 +2,22 @@
 rule, summary requests, the deterministic fallback and the log check. Imports only core.
 """
 
-from ._budget import Budget, effective_threshold, resolve_budget, summary_input_budget
+from ._budget import (
+    Budget,
+    effective_threshold,
+    lookup_model,
+    resolve_budget,
+    summary_input_budget,
+)
+from ._cache import (
+    CACHE_BLOCK_TOKENS,
+    CacheFigures,
+    CacheHit,
+    PrefixCache,
+    cache_figures,
+    cache_key_for,
+    session_cache_figures,
+)
 from ._check import check_log
 from ._compaction import CompactionDecision, build_summary_request, decide_compaction
 from ._fallback import digest, fallback_summary
@@ -21,15 +36,30 @@ from ._watermarks import (
     compaction_cut,
     decide,
     drop_oldest_rounds,
+    microcompact_batch,
     microcompact_candidates,
     round_groups,
     tokens_after_compaction,
     turn_round_cuts,
 )
+from ._window import (
+    MIN_HISTORY_TOKENS,
+    check_window,
+    compaction_shrinks,
+    fixed_request_tokens,
+)
 
 __all__ = [
+    "CACHE_BLOCK_TOKENS",
+    "CacheFigures",
+    "CacheHit",
+    "PrefixCache",
+    "cache_figures",
+    "cache_key_for",
+    "session_cache_figures",
     "Budget",
     "CompactionDecision",
+    "MIN_HISTORY_TOKENS",
     "MIN_STUB_CHARS",
     "PolicyDecision",
     "TokenStatus",
@@ -37,14 +67,19 @@ __all__ = [
     "build_summary_request",
     "calibrated_ratio",
     "check_log",
+    "check_window",
     "compaction_cut",
+    "compaction_shrinks",
     "decide",
     "decide_compaction",
     "digest",
     "drop_oldest_rounds",
     "effective_threshold",
     "fallback_summary",
+    "fixed_request_tokens",
     "implausible_usage",
+    "lookup_model",
+    "microcompact_batch",
     "microcompact_candidates",
     "ratio_from_stated",
     "request_chars",

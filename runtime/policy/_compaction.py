@@ -6,7 +6,7 @@ assembly rule, and core may not import the policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stowage.core import (
@@ -90,6 +90,9 @@ Write a dense, factual summary that keeps:
 - the user's goal and every requirement or constraint the user stated;
 - key decisions made, and why;
 - files, paths, commands and other artifacts read, created or changed;
+- the artifact reference (R<n>) of every tool output whose content still matters, next to \
+what it holds: the agent reads it back with the recall_artifact tool (list them among the \
+artifacts of the updates block too, when one is asked for);
 - work completed, and work still pending or undone;
 - errors met and attempts that failed, so they are not repeated;
 - the immediate next step.
@@ -99,15 +102,18 @@ transcript. Output only the summary itself: no preamble such as "Here is the sum
 closing remarks."""
 
 
-def serialize_history_for_summary(items: Sequence[Item]) -> str:
-    """Render items as a readable transcript, one block per item, each type marked distinctly.
+def serialize_history_for_summary(
+    items: Sequence[Item], refs: Mapping[str, int] | None = None
+) -> str:
+    """Render items as a readable transcript, one block per item, each type marked distinctly;
+    a tool output whose call id ``refs`` maps to a seq names its artifact reference R<seq>.
 
     Raises nothing.
     """
-    return "\n\n".join(_render_item(item) for item in items)
+    return "\n\n".join(_render_item(item, refs or {}) for item in items)
 
 
-def _render_item(item: Item) -> str:
+def _render_item(item: Item, refs: Mapping[str, int]) -> str:
     match item:
         case SystemMessage(text=text):
             return f"[system] {text}"
@@ -122,6 +128,8 @@ def _render_item(item: Item) -> str:
             # summarizer can tell failed attempts from results.
             if is_error and not output.startswith("error"):
                 output = f"error: {output}"
+            if call_id in refs:
+                return f"[tool output {call_id}, artifact R{refs[call_id]}] {output}"
             return f"[tool output {call_id}] {output}"
         case CompactionSummary(text=text):
             return f"[summary] {text}"
@@ -136,14 +144,19 @@ def build_summary_request(
     protected_text: str | None = None,
     max_output_tokens: int | None = None,
     protected_updates: bool = False,
+    refs: Mapping[str, int] | None = None,
+    instructions: str | None = None,
 ) -> ModelRequest:
     """Build the one non-streaming, tool-less request that asks the model for a summary.
 
     ``focus`` is what the user asked the summary to dwell on; ``protected_text`` is protected
     state the summary must agree with; ``protected_updates`` asks, after the summary, for the
-    JSON block of protected-state updates (``runtime._protected_updates``). Raises nothing.
+    JSON block of protected-state updates (``runtime._protected_updates``); ``refs`` maps the
+    call ids of tool outputs to their artifact seqs (the transcript names them);
+    ``instructions`` replace ``SUMMARY_INSTRUCTIONS`` (a user's compaction prompt). Raises
+    nothing.
     """
-    instructions = SUMMARY_INSTRUCTIONS
+    instructions = instructions or SUMMARY_INSTRUCTIONS
     if protected_updates:
         instructions += "\n\n" + UPDATES_INSTRUCTIONS
     if focus:
@@ -151,7 +164,7 @@ def build_summary_request(
             "\n\nThe user asked this summary to pay particular attention to the following; "
             f"cover it in full detail:\n{focus}"
         )
-    transcript = serialize_history_for_summary(history)
+    transcript = serialize_history_for_summary(history, refs)
     if protected_text:
         transcript += (
             "\n\n## Protected state\n"

@@ -24,6 +24,7 @@ from stowage.core import (
     Settings,
     UserMessage,
     apply_compaction,
+    entry_chars,
     history_chars,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "Watermarks",
     "compaction_cut",
     "decide",
+    "microcompact_batch",
     "microcompact_candidates",
     "round_groups",
     "drop_oldest_rounds",
@@ -162,6 +164,26 @@ def microcompact_candidates(
             ):
                 seqs.append(entry.seq)
     return tuple(seqs)
+
+
+def microcompact_batch(
+    history: Sequence[HistoryEntry],
+    stubbed: Collection[int],
+    keep_rounds: int,
+    *,
+    min_free_chars: int,
+    min_chars: int = MIN_STUB_CHARS,
+) -> tuple[int, ...]:
+    """Every ``microcompact_candidate`` when together they free at least ``min_free_chars``
+    (what their stubs save), else none: a stub changes the start of the request, so the
+    prompt cache is broken only for a big gain, and then for all it can free at once (the
+    longer the next break is put off). Raises nothing."""
+    seqs = microcompact_candidates(history, stubbed, keep_rounds, min_chars=min_chars)
+    if not seqs:
+        return ()
+    wanted = set(seqs)
+    freed = sum(entry_chars(e) - entry_chars(e, (e.seq,)) for e in history if e.seq in wanted)
+    return seqs if freed >= min_free_chars else ()
 
 
 def drop_oldest_rounds(

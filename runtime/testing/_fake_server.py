@@ -13,6 +13,7 @@ without their output itself (``GET /_fake/stats``), so a long load run need not 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -32,6 +33,7 @@ from starlette.routing import Route
 from stowage.core import ModelRequest, ModelResponse
 from stowage.load import parse_fault_rates
 from stowage.model import PURPOSE_HEADER, ScriptedBrain
+from stowage.policy import PrefixCache
 
 from ._fake_faults import (
     MUTATIONS,
@@ -296,6 +298,14 @@ class FakeOpenAIServer:
     slow_delay: float = 1.0
     retry_after: float = 0.2
     seed: int | None = None
+    #: the window ``GET /v1/models/{id}`` reports (None: the answer names no window)
+    context_window: int | None = None
+    #: the field it is reported in: ``max_model_len`` (vLLM), ``context_length`` (OpenRouter)...
+    window_field: str = "max_model_len"
+    #: the provider's prefix cache it simulates (None: every request is uncached); per key
+    #: (``prompt_cache_key``, else the first two messages) its ``figures`` count requests,
+    #: input, cached tokens and prefix breaks
+    prefix_cache: PrefixCache | None = field(default_factory=PrefixCache)
     #: counts of requests, faults and requests carrying a tool call without its output
     stats: dict[str, Any] = field(
         default_factory=lambda: {
@@ -351,6 +361,7 @@ class FakeOpenAIServer:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
                 Route("/_fake/faults", self._post_fault, methods=["POST"]),
                 Route("/_fake/requests", self._get_requests, methods=["GET"]),
                 Route("/_fake/stats", self._get_stats, methods=["GET"]),
@@ -515,9 +526,18 @@ class FakeOpenAIServer:
             JSONResponse({"error": _error_body(fault)}, fault.status, headers=headers),
         )
 
-    def _answer(self, request: ModelRequest, fault: Fault | None) -> tuple[ModelResponse, int]:
+    def _answer(
+        self, request: ModelRequest, fault: Fault | None, cache_key: Any = None
+    ) -> tuple[ModelResponse, int]:
         self._serial += 1
         response = self.brain(request)
+        if self.prefix_cache is not None and response.usage is not None:
+            key = cache_key if isinstance(cache_key, str) and cache_key else None
+            hit = self.prefix_cache.serve(
+                request, cache_key=key, input_tokens=response.usage.input_tokens
+            )
+            usage = dataclasses.replace(response.usage, cached_tokens=hit.cached_tokens)
+            response = dataclasses.replace(response, usage=usage)
         if fault is not None and fault.kind in MUTATIONS:
             response = mutate(response, fault.kind)
         return response, self._serial
@@ -540,7 +560,7 @@ class FakeOpenAIServer:
             model_request = request_from_chat(body, purpose=request.headers.get(PURPOSE_HEADER))
         except (KeyError, TypeError, AttributeError) as exc:
             return _bad_request(exc)
-        response, serial = self._answer(model_request, fault)
+        response, serial = self._answer(model_request, fault, body.get("prompt_cache_key"))
         model = model_request.model
         kind = fault.kind if fault is not None else ""
         if not body.get("stream"):
@@ -569,7 +589,7 @@ class FakeOpenAIServer:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             return _bad_request(exc)
-        response, serial = self._answer(model_request, fault)
+        response, serial = self._answer(model_request, fault, body.get("prompt_cache_key"))
         model = model_request.model
         kind = fault.kind if fault is not None else ""
         if not body.get("stream"):
@@ -587,6 +607,17 @@ class FakeOpenAIServer:
     async def _models(self, request: Request) -> Response:
         model = {"id": "scripted", "object": "model", "created": 0, "owned_by": "stowage"}
         return JSONResponse({"object": "list", "data": [model]})
+
+    async def _model(self, request: Request) -> Response:
+        model: dict[str, Any] = {
+            "id": request.path_params["model_id"],
+            "object": "model",
+            "created": 0,
+            "owned_by": "stowage",
+        }
+        if self.context_window is not None:
+            model[self.window_field] = self.context_window
+        return JSONResponse(model)
 
     async def _post_fault(self, request: Request) -> Response:
         data = orjson.loads(await request.body())

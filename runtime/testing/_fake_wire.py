@@ -158,7 +158,7 @@ def _chat_usage(response: ModelResponse) -> dict[str, Any] | None:
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
         "total_tokens": u.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
@@ -276,7 +276,7 @@ def responses_object(
     usage = (
         {
             "input_tokens": u.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": u.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.total_tokens,

@@ -38,6 +38,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the random faults")
     parser.add_argument(
+        "--context-window", type=int, default=None, help="window GET /v1/models/ID reports"
+    )
+    parser.add_argument(
+        "--window-field", default="max_model_len", help="field that window is reported in"
+    )
+    parser.add_argument(
         "--forget-requests",
         action="store_true",
         help="keep no request bodies in memory (GET /_fake/stats still counts and checks them)",
@@ -62,6 +68,8 @@ async def _serve(args: argparse.Namespace) -> None:
         slow_delay=args.slow_delay,
         retry_after=args.retry_after,
         seed=args.seed,
+        context_window=args.context_window,
+        window_field=args.window_field,
     )
     await server.serve(lambda line: print(line, flush=True))
 

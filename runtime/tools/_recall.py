@@ -22,10 +22,22 @@ RECALL_TOOL = "recall_artifact"
 _REF = re.compile(r"^\s*R?(\d+)\s*$", re.IGNORECASE)
 
 
+#: the most characters one call returns when no ``length`` is given
+PAGE_CHARS = 50_000
+
+
 class RecallArgs(pydantic.BaseModel):
     """Arguments of ``recall_artifact``."""
 
     ref: str = pydantic.Field(description="the artifact reference a stub names, e.g. R42")
+    offset: int = pydantic.Field(
+        default=0, ge=0, description="the first character to return (0: from the start)"
+    )
+    length: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        description=f"how many characters to return (default: all, at most {PAGE_CHARS})",
+    )
 
 
 def recall_tool(
@@ -43,21 +55,36 @@ def recall_tool(
         seq = int(match.group(1))
         for entry in history():
             if entry.seq == seq:
-                return _output(entry.item, args.ref)
+                return _page(_output(entry.item, args.ref), args)
         for record in await read_log():
             if isinstance(record, ItemRecord) and record.seq == seq:
-                return _output(record.item, args.ref)
+                return _page(_output(record.item, args.ref), args)
         raise ToolError(f"no artifact {args.ref!r} in this session's log")
 
     return FunctionTool(
         name=RECALL_TOOL,
         description=(
-            "Return the full original output of an earlier tool call that is shown as a stub "
-            "('stored as artifact R<n>'). Pass the reference the stub names."
+            "Return the original output of an earlier tool call that is shown as a stub or "
+            "cut to its head and tail ('artifact R<n>'). Pass the reference it names; for a "
+            f"long one, an offset and length (at most {PAGE_CHARS} characters a call)."
         ),
         args_model=RecallArgs,
         fn=recall,
     )
+
+
+def _page(output: str, args: RecallArgs) -> str:
+    """The whole output when it fits one page and no part was asked for; else the part
+    asked for (at most ``PAGE_CHARS``) under a line saying which part and what follows."""
+    size = len(output)
+    if args.offset == 0 and args.length is None and size <= PAGE_CHARS:
+        return output
+    if args.offset >= size and size:
+        raise ToolError(f"offset {args.offset} is past the end of {args.ref} ({size} chars)")
+    length = min(args.length or PAGE_CHARS, PAGE_CHARS)
+    end = min(size, args.offset + length)
+    rest = f"; {size - end} more from offset {end}" if end < size else "; that is the end"
+    return f"[{args.ref}: chars {args.offset}-{end} of {size}{rest}]\n{output[args.offset : end]}"
 
 
 def _output(item: object, ref: str) -> str:

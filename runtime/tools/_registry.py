@@ -14,7 +14,16 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 import pydantic
-from stowage.core import ConfigError, FunctionCall, FunctionCallOutput, StowageError, Tool, ToolSpec
+from stowage.core import (
+    ConfigError,
+    FunctionCall,
+    FunctionCallOutput,
+    StowageError,
+    Tool,
+    ToolContext,
+    ToolSpec,
+    current_tool_context,
+)
 
 __all__ = [
     "FunctionTool",
@@ -38,7 +47,7 @@ class FunctionTool(Generic[ArgsT]):
     validated model instance.
     """
 
-    __slots__ = ("_args_model", "_fn", "_spec", "_timeout")
+    __slots__ = ("_args_model", "_fn", "_spec", "_timeout", "needs_approval")
 
     def __init__(
         self,
@@ -48,12 +57,16 @@ class FunctionTool(Generic[ArgsT]):
         args_model: type[ArgsT],
         fn: Callable[[ArgsT], Awaitable[str]],
         timeout: float | None = None,
+        needs_approval: bool = False,
     ) -> None:
-        """Raises ``ConfigError`` if ``name`` is empty or ``timeout`` is not positive."""
+        """``needs_approval``: every call waits for a person's approval before it runs.
+
+        Raises ``ConfigError`` if ``name`` is empty or ``timeout`` is not positive."""
         if not name:
             raise ConfigError("a tool needs a non-empty name")
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"tool {name!r}: timeout must be > 0 seconds, got {timeout}")
+        self.needs_approval = needs_approval
         self._args_model = args_model
         self._fn = fn
         self._timeout = timeout
@@ -145,9 +158,16 @@ def _error(call: FunctionCall, message: str) -> FunctionCallOutput:
 
 
 async def execute_call(
-    registry: ToolRegistry, call: FunctionCall, *, default_timeout: float
+    registry: ToolRegistry,
+    call: FunctionCall,
+    *,
+    default_timeout: float,
+    context: ToolContext | None = None,
 ) -> FunctionCallOutput:
     """Run one tool call and return its output; every failure becomes an error output.
+
+    ``context`` is what the tool sees as ``current_tool_context`` while it runs (one is made
+    if not given); it is marked cancelled when the call times out or is cancelled.
 
     Error outputs have ``is_error=True`` and text starting with ``error:``. Raises nothing but
     the cancellation of the calling task.
@@ -167,15 +187,24 @@ async def execute_call(
     except Exception as exc:  # a Tool may raise anything from validate; the model must hear it
         return _error(call, f"invalid arguments for {call.name}: {exc}")
     timeout = tool.timeout if tool.timeout is not None else default_timeout
+    if context is None:
+        context = ToolContext(session_id="", round=0, call_id=call.call_id, name=call.name)
     result: object = None
+    token = current_tool_context.set(context)
     try:
         with anyio.move_on_after(timeout) as scope:
             result = await tool.run(arguments)
+    except anyio.get_cancelled_exc_class():
+        context.cancel()
+        raise
     except ToolError as exc:
         return _error(call, str(exc))
     except Exception as exc:  # the point of the executor: a failing tool is an output
         return _error(call, f"{call.name} failed: {type(exc).__name__}: {exc}")
+    finally:
+        current_tool_context.reset(token)
     if scope.cancelled_caught:
+        context.cancel()
         return _error(call, f"{call.name} timed out after {timeout:g} s")
     if not isinstance(result, str):
         return _error(call, f"{call.name} returned {type(result).__name__}, not text")

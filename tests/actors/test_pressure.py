@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -104,13 +105,49 @@ async def test_the_soft_mark_stubs_old_outputs_without_asking_for_a_plan(
             await pressure.after_commit()
             assert pressure.decision().action == "none"
         [record] = rig.written
+        # one batch of every old output: it frees at least micro_min_free (20%) of 2800
         assert isinstance(record, MicrocompactRecord) and len(record.stubbed) == 3
+        assert record.tokens_before - record.tokens_after >= 0.20 * 2800
         assert rig.journal.state.stubbed == set(record.stubbed)
         assert replay("helpers", [*log, record]).stubbed == rig.journal.state.stubbed
         assert [e.action for e in rig.published(CompactionDecided)] == ["microcompact"]
         [event] = rig.published(Microcompacted)
         assert event.stubbed == 3 and event.tokens_after < event.tokens_before
         assert rig.journal.compactor.peek() is None and pressure.requested is None
+
+
+async def test_microcompaction_stubs_nothing_when_the_batch_would_free_too_little(
+    journal_on: JournalOn, rounds_log: RoundsLog
+) -> None:
+    with anyio.fail_after(5):
+        # three stubbable outputs free ~1,425 tokens: less than 60% of 2800
+        settings = watermark_settings(2800, micro_min_free=0.6)
+        async with journal_on(settings, rounds_log(BIG_OUTPUTS)) as rig:
+            pressure = pressure_on(rig.journal, Slot())
+            assert pressure.decision().action == "microcompact"
+            await pressure.after_commit()
+        assert not [r for r in rig.written if isinstance(r, MicrocompactRecord)]
+        assert rig.published(Microcompacted) == []
+
+
+async def test_after_a_batch_the_prefix_is_left_alone_until_the_soft_mark_is_crossed_again(
+    journal_on: JournalOn, rounds_log: RoundsLog
+) -> None:
+    with anyio.fail_after(5):
+        # 2100 usable, three rounds kept: the one old output is stubbed (96% -> ~73%), still
+        # above the soft mark
+        settings = watermark_settings(2100, compact_mark=0.99, hard_mark=1.0).with_(keep_rounds=3)
+        async with journal_on(settings, rounds_log(BIG_OUTPUTS)) as rig:
+            pressure = pressure_on(rig.journal, Slot())
+            await pressure.after_commit()
+            first = [r for r in rig.written if isinstance(r, MicrocompactRecord)]
+            assert len(first) == 1 and len(first[0].stubbed) == 1
+            assert pressure.decision().action == "microcompact"  # still above the soft mark
+            # two more outputs become old enough to stub: the next round still leaves them
+            pressure.marks = replace(pressure.marks, keep_rounds=1)
+            await pressure.after_commit()
+            again = [r for r in rig.written if isinstance(r, MicrocompactRecord)]
+            assert again == first  # no second break while it stays above the soft mark
 
 
 async def test_the_compaction_mark_asks_for_a_plan_in_the_background(

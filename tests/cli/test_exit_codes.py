@@ -211,3 +211,63 @@ def test_statuses_follow_what_ended_the_session_through_its_causes() -> None:
     line = error_line(SessionBusy("s", holder))
     assert line.startswith("stowage: session s is busy: pid 77 on host box (since 2026-01-02")
     assert "\n" not in error_line(StowageError("two\nlines"))
+
+
+def test_3_for_a_wrong_url_names_it_and_suggests_base_url(
+    tmp_path: Path, cli: Cli, cli_env: dict[str, str]
+) -> None:
+    """A 404 is one line with the URL and the fix, without the log lines that echo it."""
+
+    async def run() -> subprocess.CompletedProcess[bytes]:
+        async with FakeOpenAIServer() as server:
+            wrong = server.base_url.removesuffix("/v1") + "/wrong"
+            return await anyio.run_process(
+                [*STOWAGE, "run", "hi", "--store", "st", "--model", "m", "--base-url", wrong,
+                 "--api-key", "sk-test", "--tools", "none", "--context-window", "50000"],
+                cwd=tmp_path, env=cli_env, check=False,
+            )  # fmt: skip
+
+    done = anyio.run(run)
+    assert done.returncode == 3
+    err = done.stderr.decode().strip().splitlines()
+    last = err[-1]
+    assert "404" in last and "/wrong/chat/completions" in last and "--base-url" in last
+    assert not any("model_call_failed" in line or "turn_failed" in line for line in err), err
+
+
+def test_3_for_a_server_that_is_down_says_cannot_connect_to_the_url(
+    tmp_path: Path, cli: Cli
+) -> None:
+    done = cli("run", "hi", "--store", "st", "--model", "m", "--base-url",
+               "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--tools", "none",
+               "--context-window", "50000", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 3
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("stowage: error: cannot connect to http://127.0.0.1:9/v1")
+    assert "Traceback" not in done.stderr
+    # one failure, said once: no retry or failure log lines echoing it
+    assert not any("model_call" in line or "turn_failed" in line for line in lines), lines
+
+
+def test_help_offers_no_option_that_does_nothing(tmp_path: Path, cli: Cli) -> None:
+    compact = cli("compact", "--help", cwd=tmp_path).stdout
+    resume = cli("resume", "--help", cwd=tmp_path).stdout
+    assert "--pin" not in compact and "--system" not in compact
+    assert "--system" not in resume and "--last" in resume
+    for command in ("run", "resume", "compact", "demo", "load", "chat"):
+        assert "seed's" not in cli(command, "--help", cwd=tmp_path).stdout
+
+
+def test_0_for_a_short_demo_whose_log_is_sound(tmp_path: Path, cli: Cli) -> None:
+    done = cli("demo", "--turns", "3", "--store", "st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "log check" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_0_for_list_context_and_export_and_2_for_a_bad_format(tmp_path: Path, cli: Cli) -> None:
+    assert cli("run", "--session", "z", "hi", "--store", "st", cwd=tmp_path).returncode == 0
+    assert cli("list", "--store", "st", cwd=tmp_path).returncode == 0
+    assert cli("context", "z", "--store", "st", cwd=tmp_path).returncode == 0
+    assert cli("export", "z", "--store", "st", cwd=tmp_path).returncode == 0
+    bad = cli("export", "z", "--format", "pdf", "--store", "st", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -23,6 +23,7 @@ def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path, c
     assert "compacted (full)" in compacted.stdout
     shown = cli("show", "s1", "--store", "st", cwd=tmp_path)
     assert "== compaction 1 (full)" in shown.stdout and "manual compaction" in shown.stdout
+    assert "landed in the background (no request waited)" in shown.stdout
     # no --compact-threshold and a registered model: the session runs the watermark policy
     records = [json.loads(line) for line in (tmp_path / "st" / "s1.jsonl").read_text().splitlines()]
     assert records[0]["settings"]["compact_threshold"] is None

@@ -247,7 +247,7 @@ def test_cli_sets_protects_and_refuses(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     # main() points structlog at sys.stderr, here capsys's file, closed after this test
-    monkeypatch.setattr("stowage.cli._main.configure_logging", lambda *args: None)
+    monkeypatch.setattr("stowage.cli._main.configure_logging", lambda *args, **kwargs: None)
     store = ["--store", str(tmp_path / "logs")]
     run = ["run", "--session", "s1", "--tools", "none", "--objective", OBJECTIVE]
     for constraint in CONSTRAINTS:

@@ -46,6 +46,7 @@ async def test_load_through_the_fake_server_process_rides_out_injected_faults(
                 store=tmp_path,
                 progress=False,
                 faults="429:0.1,500:0.02,slow:0.02",
+                context_window=4000,
                 slow_delay=0.05,
                 retry_after=0.01,
                 allow_failed_turns=20 * 4,
@@ -153,8 +154,27 @@ def test_stowage_load_command_writes_its_report_and_exits_zero(tmp_path: Path) -
     out = tmp_path / "load.json"
     status = main(
         ["load", "--sessions", "5", "--turns", "3", "--in-process", "--no-progress",
-         "--store", str(tmp_path / "logs"), "--json", str(out)]
+         "--context-window", "4000", "--store", str(tmp_path / "logs"), "--json", str(out)]
     )  # fmt: skip
     assert status == 0
     report = json.loads(out.read_text())
     assert report["ok"] and report["sessions"] == 5 and report["compactions"] >= 5
+    # the default policy is the watermark one, and its figures are in the report
+    assert report["config"]["policy"] == "watermarks"
+    assert report["full_compactions_applied"] >= 5
+    assert report["cached_tokens_reported"] and report["uncached_input_tokens"] > 0
+    assert report["input_tokens"] == report["cached_input_tokens"] + report["uncached_input_tokens"]
+
+
+def test_stowage_load_still_runs_the_fixed_threshold_when_asked(tmp_path: Path) -> None:
+    from stowage.cli._main import main
+
+    out = tmp_path / "load.json"
+    status = main(
+        ["load", "--sessions", "3", "--turns", "3", "--in-process", "--no-progress",
+         "--policy", "threshold", "--store", str(tmp_path / "logs"), "--json", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["config"]["policy"] == "threshold"
+    assert report["compactions"] >= 3 and report["full_compactions_applied"] == 0

@@ -38,14 +38,13 @@ from stowage.core import (
     Usage,
     UserMessage,
 )
-from stowage.model import ScriptedBrain, ScriptedModel
+from stowage.model import ScriptedBrain, ScriptedModel, make_gateway
 from stowage.model import _openai_gateway as gateway_module
 from stowage.model._openai_gateway import (
     OpenAIGateway,
     chat_body,
     chat_messages,
     fast_wire_gaps,
-    make_gateway,
     map_openai_error,
     parse_retry_after,
     responses_body,

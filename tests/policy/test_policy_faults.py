@@ -68,7 +68,11 @@ async def test_a_transient_summary_error_is_retried_and_the_compaction_is_full(
         compacted = [e for e in events if isinstance(e, HistoryCompacted)]
         assert answers == ["done"] * TURNS
         assert compacted and compacted[0].kind == "full"
-        assert summaries(bodies) == len(compacted) + 1  # the first one was sent twice
+        sent = [b for b in bodies if not b.get("tools")]
+        # the first summary request was sent twice (the retry), the same body both times; a
+        # plan asked for later may still be in flight when the session ends
+        assert len(sent) >= len([c for c in compacted if c.kind == "full"]) + 1
+        assert sent[0]["messages"] == sent[1]["messages"]
         assert not [e for e in events if isinstance(e, CompactionFailed)]
 
 

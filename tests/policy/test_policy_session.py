@@ -119,7 +119,12 @@ async def test_growing_session_microcompacts_at_soft_compacts_at_compact_and_nev
         assert events.index(micro[0]) < events.index(full[0])
         assert micro[0].tokens_before is not None and micro[0].tokens_before >= 0.70 * budget.usable
         assert micro[0].tokens_after is not None and micro[0].tokens_after < micro[0].tokens_before
-        assert full[0].tokens_before is not None and full[0].tokens_before >= 0.85 * budget.usable
+        # at the compaction mark, or earlier when the growth says it would land too late
+        assert full[0].tokens_before is not None
+        assert full[0].tokens_before >= 0.85 * budget.usable or (
+            full[0].tokens_before >= 0.70 * budget.usable
+            and "land before the hard mark" in full[0].reason
+        )
         decided = [e for e in events if isinstance(e, CompactionDecided)]
         assert {"soft", "compact"} <= {e.watermark for e in decided}
         store = JsonlStore(tmp_path)

@@ -102,6 +102,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         protected=st.none() | json_objects,
         estimated=st.booleans(),
         chars_per_token=st.none() | st.floats(min_value=0.5, max_value=20, allow_nan=False),
+        waited=st.none() | st.floats(min_value=0, max_value=3600, allow_nan=False),
     ),
     every_field(
         MicrocompactRecord,

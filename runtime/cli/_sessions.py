@@ -1,0 +1,377 @@
+"""``stowage list``, ``context`` and ``export``: what the store holds, read without a lease.
+
+Everything here only reads (``read(..., repair=False)``): it creates, locks and changes
+nothing, so it can run next to a live writer. The figures come from the same pure functions
+the runtime decides with (replay, token status, budget, watermarks), so ``context`` shows
+what the next request would carry and what the policy would do about it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from stowage.core import (
+    AssistantMessage,
+    CompactionSummary,
+    ConfigError,
+    ErrorRecord,
+    FunctionCall,
+    FunctionCallOutput,
+    LogStore,
+    Record,
+    SessionNotFound,
+    SessionState,
+    Settings,
+    SystemMessage,
+    ToolSpec,
+    UserMessage,
+    build_projection,
+    identity_from_records,
+    item_chars,
+    render,
+    replay,
+    validate_session_id,
+)
+from stowage.model import chat_messages, responses_input
+from stowage.policy import (
+    Watermarks,
+    calibrated_ratio,
+    decide,
+    effective_threshold,
+    resolve_budget,
+    token_status,
+)
+from stowage.storage import encode_record
+from stowage.tools import workspace_tools
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "SessionSummary",
+    "context_main",
+    "export_main",
+    "last_active_session",
+    "list_main",
+    "summarize",
+]
+
+EXPORT_FORMATS = ("markdown", "jsonl", "openai-chat", "openai-responses")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSummary:
+    """One row of ``stowage list``."""
+
+    id: str
+    model: str
+    created: str
+    last_activity: str
+    turns: int
+    tokens: int | None
+    usable: int | None
+    percent_of_usable: float | None
+    compactions: int
+    state: str
+
+
+def _settings(records: Sequence[Record]) -> Settings:
+    """The settings the session runs with, as far as its log says (no secret is stored)."""
+    try:
+        return identity_from_records(records).settings(Settings(tools="none"))
+    except ConfigError:
+        return Settings(model=identity_from_records(records).model, tools="none")
+
+
+def _tool_specs(records: Sequence[Record], settings: Settings) -> tuple[ToolSpec, ...]:
+    """The schemas of the session's tools, when they are the workspace tools stowage knows."""
+    names = set(identity_from_records(records).tools)
+    if not names:
+        return ()
+    try:
+        known = workspace_tools(Path.cwd(), settings=settings).specs()
+    except Exception:  # a workspace that cannot be opened here: no schemas to count
+        return ()
+    return tuple(spec for spec in known if spec.name in names)
+
+
+def _state_word(state: SessionState, records: Sequence[Record]) -> str:
+    last = records[-1] if records else None
+    if isinstance(last, ErrorRecord):
+        return "failed"
+    if state.turn_open or state.open_calls:
+        return "open"  # a turn started and never finished: running now, or stopped mid-turn
+    return "idle"
+
+
+def _usage(
+    state: SessionState, settings: Settings, specs: Sequence[ToolSpec]
+) -> tuple[int | None, int | None]:
+    """Tokens of the next request and the usable budget (the threshold in threshold mode)."""
+    try:
+        budget = resolve_budget(settings, specs)
+    except ConfigError:
+        budget = None
+    tool_tokens = budget.tool_tokens if budget is not None else 0
+    protected = render(state.protected)
+    status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
+    usable = budget.usable if budget is not None else effective_threshold(settings)
+    return status.tokens, usable
+
+
+def summarize(session_id: str, records: Sequence[Record]) -> SessionSummary:
+    """The ``list`` row of a session from its full log. Raises ``CorruptLogError``."""
+    state = replay(session_id, records)
+    settings = _settings(records)
+    tokens, usable = _usage(state, settings, _tool_specs(records, settings))
+    percent = round(100 * tokens / usable, 1) if tokens is not None and usable else None
+    return SessionSummary(
+        id=session_id,
+        model=identity_from_records(records).model,
+        created=records[0].ts,
+        last_activity=records[-1].ts,
+        turns=state.turn,
+        tokens=tokens,
+        usable=usable,
+        percent_of_usable=percent,
+        compactions=state.compactions,
+        state=_state_word(state, records),
+    )
+
+
+async def _summaries(store: LogStore) -> list[SessionSummary | tuple[str, str]]:
+    rows: list[SessionSummary | tuple[str, str]] = []
+    for session_id in await store.list_sessions():
+        try:
+            records = (await store.read(session_id, repair=False)).records
+            rows.append(summarize(session_id, records))
+        except Exception as exc:  # one bad log must not hide the others
+            rows.append((session_id, " ".join(str(exc).split())))
+    return rows
+
+
+async def last_active_session(store: LogStore) -> str:
+    """The id of the session with the newest record. Raises ``SessionNotFound`` when the
+    store holds none."""
+    newest: tuple[str, str] | None = None
+    for session_id in await store.list_sessions():
+        try:
+            records = (await store.read(session_id, repair=False)).records
+        except Exception:
+            continue
+        if records and (newest is None or records[-1].ts > newest[0]):
+            newest = (records[-1].ts, session_id)
+    if newest is None:
+        raise SessionNotFound("no session in this store to resume: start one with 'stowage run'")
+    return newest[1]
+
+
+def _when(ts: str) -> str:
+    return ts[:19].replace("T", " ")
+
+
+async def list_main(args: argparse.Namespace, store: LogStore) -> int:
+    """Print every session of ``store`` (a table, or JSON lines with ``--json``)."""
+    try:
+        rows = await _summaries(store)
+    finally:
+        await store.aclose()
+    if args.json:
+        for row in rows:
+            data = (
+                asdict(row) if isinstance(row, SessionSummary) else {"id": row[0], "error": row[1]}
+            )
+            sys.stdout.write(json.dumps(data) + "\n")
+        return 0
+    if not rows:
+        print("no sessions in this store; start one with: stowage run MESSAGE", file=sys.stderr)
+        return 0
+    header = f"{'ID':<24} {'MODEL':<18} {'CREATED':<19}  {'LAST ACTIVITY':<19} {'TURNS':>5}  "
+    header += f"{'TOKENS':>15} {'COMPACT':>7}  STATE"
+    lines = [header]
+    for row in rows:
+        if isinstance(row, tuple):
+            lines.append(f"{row[0]:<24} unreadable: {row[1]}")
+            continue
+        used = "-" if row.tokens is None else f"{row.tokens:,}"
+        if row.percent_of_usable is not None:
+            used += f" {row.percent_of_usable:.0f}%"
+        lines.append(
+            f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
+            f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.compactions:>7}  "
+            f"{row.state}"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+async def _read(store: LogStore, session_id: str) -> tuple[Record, ...]:
+    try:
+        return (await store.read(validate_session_id(session_id), repair=False)).records
+    finally:
+        await store.aclose()
+
+
+def _category(item: Any, seq: int, state: SessionState, first_system: bool) -> str:
+    if isinstance(item, SystemMessage):
+        return "system" if first_system else "protected"
+    if isinstance(item, CompactionSummary):
+        return "summary"
+    if isinstance(item, UserMessage):
+        return "user"
+    if isinstance(item, AssistantMessage | FunctionCall):
+        return "assistant"
+    if isinstance(item, FunctionCallOutput):
+        return "stubs" if seq in state.stubbed else "tool outputs"
+    return "other"
+
+
+_ORDER = ("system", "protected", "summary", "user", "assistant", "tool outputs", "stubs")
+
+
+def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
+    """What fills the next request of a session, by part, and what the policy would do."""
+    state = replay(session_id, records)
+    settings = _settings(records)
+    specs = _tool_specs(records, settings)
+    try:
+        budget = resolve_budget(settings, specs)
+    except ConfigError:
+        budget = None
+    tool_tokens = budget.tool_tokens if budget is not None else 0
+    ratio = calibrated_ratio(state, tool_tokens)
+    chars = dict.fromkeys(_ORDER, 0)
+    projection = build_projection(
+        state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
+    )
+    # the projection holds the history in order with the protected message inserted after the
+    # leading system message: walk both to attribute each projected item to its part
+    history = iter(state.history)
+    protected_at = 1 if state.history and isinstance(state.history[0].item, SystemMessage) else 0
+    for index, item in enumerate(projection):
+        if render(state.protected) and index == protected_at:
+            chars["protected"] += item_chars(item)
+            continue
+        entry = next(history)
+        part = _category(item, entry.seq, state, first_system=index == 0)
+        chars[part] = chars.get(part, 0) + item_chars(item)
+    parts = {name: math.ceil(n / ratio) for name, n in chars.items()}
+    parts["tool schemas"] = tool_tokens
+    status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
+    threshold = effective_threshold(settings)
+    usable = budget.usable if budget is not None else threshold
+    if budget is not None:
+        decision = decide(status, budget.usable, Watermarks.from_settings(settings))
+        marks = Watermarks.from_settings(settings)
+        upcoming = [
+            (name, mark) for name, mark in (
+                ("microcompact", marks.soft), ("compact", marks.compact), ("block", marks.hard)
+            ) if status.tokens is None or status.tokens < mark * budget.usable
+        ]  # fmt: skip
+        if decision.action != "none":
+            next_action = f"{decision.action} now: {decision.reason}"
+        elif upcoming:
+            name, mark = upcoming[0]
+            next_action = (
+                f"{name} at {mark:.0%} of usable ({math.ceil(mark * budget.usable):,} tokens)"
+            )
+        else:
+            next_action = decision.reason
+    else:
+        next_action = f"compact when reported usage reaches {threshold:,} tokens (fixed threshold)"
+    return {
+        "session": session_id,
+        "model": settings.model,
+        "context_window": budget.context_window if budget is not None else None,
+        "output_reserve": budget.output_reserve if budget is not None else None,
+        "usable": usable,
+        "tokens": status.tokens,
+        "estimated": status.estimated,
+        "parts": {
+            name: {
+                "tokens": tokens,
+                "percent_of_usable": round(100 * tokens / usable, 1) if usable else None,
+            }
+            for name, tokens in parts.items()
+        },
+        "next_action": next_action,
+    }
+
+
+async def context_main(args: argparse.Namespace, store: LogStore) -> int:
+    """Print what fills the window of session ``args.session``."""
+    report = context_report(args.session, await _read(store, args.session))
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+        return 0
+    usable = report["usable"]
+    est = " (estimated)" if report["estimated"] else ""
+    lines = [f"session {report['session']}  model {report['model']}"]
+    if report["context_window"] is not None:
+        lines.append(
+            f"window {report['context_window']:,} - output reserve {report['output_reserve']:,} "
+            f"- tool schemas {report['parts']['tool schemas']['tokens']:,} = usable {usable:,}"
+        )
+    tokens = report["tokens"]
+    if tokens is not None and usable:
+        lines.append(f"in use {tokens:,} of {usable:,} tokens{est}: {100 * tokens / usable:.0f}%")
+    for name, part in report["parts"].items():
+        pct = part["percent_of_usable"]
+        shown = f"{pct:5.1f}%" if pct is not None else "     -"
+        lines.append(f"  {name:<14} {part['tokens']:>9,}  {shown}")
+    lines.append(f"next: {report['next_action']}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _markdown(session_id: str, records: Sequence[Record]) -> str:
+    state = replay(session_id, records)
+    out = [f"# Session {session_id}", "", f"model: {identity_from_records(records).model}", ""]
+    for entry in state.history:
+        item = entry.item
+        match item:
+            case SystemMessage(text=text):
+                out += ["## System", "", text, ""]
+            case UserMessage(text=text):
+                out += ["## User", "", text, ""]
+            case AssistantMessage(text=text):
+                out += ["## Assistant", "", text, ""]
+            case CompactionSummary(text=text):
+                out += ["## Summary of earlier history", "", text, ""]
+            case FunctionCall(name=name, arguments=arguments, call_id=call_id):
+                out += [f"**call** `{name}` ({call_id})", "", "```json", arguments, "```", ""]
+            case FunctionCallOutput(output=output, call_id=call_id):
+                stub = " (stubbed in requests)" if entry.seq in state.stubbed else ""
+                out += [f"**output** ({call_id}){stub}", "", "```", output, "```", ""]
+    return "\n".join(out)
+
+
+def export_text(session_id: str, records: Sequence[Record], fmt: str) -> str:
+    """A session in format ``fmt`` (one of ``EXPORT_FORMATS``)."""
+    if fmt == "jsonl":
+        return "".join(encode_record(record).decode() for record in records)
+    if fmt == "markdown":
+        return _markdown(session_id, records)
+    state = replay(session_id, records)
+    projection = build_projection(
+        state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
+    )
+    wire = chat_messages(projection) if fmt == "openai-chat" else responses_input(projection)
+    return json.dumps(wire, indent=2, ensure_ascii=False) + "\n"
+
+
+async def export_main(args: argparse.Namespace, store: LogStore) -> int:
+    """Write session ``args.session`` in ``args.format`` to stdout or ``args.output``."""
+    text = export_text(args.session, await _read(store, args.session), args.format)
+    if args.output:
+        await anyio.Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,99 @@
+"""A live status line on stderr while a turn works: what the session is doing right now.
+
+Driven by the runtime's events, drawn with rich on the terminal only: when stderr is not a
+terminal (a pipe, a file, CI) nothing of it is written. Streamed answer text goes to stdout;
+the line is taken down before any of it is written, so the two never share a line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
+from stowage.core import (
+    AssistantDelta,
+    CompactionDecided,
+    CompactionWaited,
+    Event,
+    HistoryCompacted,
+    Microcompacted,
+    RoundCommitted,
+    RoundStarted,
+    ToolFinished,
+    ToolStarted,
+)
+
+__all__ = ["StatusLine", "describe"]
+
+
+def describe(event: Event) -> str | None:
+    """What the status line says after ``event`` (None: leave it as it is). Raises nothing."""
+    match event:
+        case RoundStarted(round=round_, tokens=tokens):
+            size = f", ~{tokens:,} tokens" if tokens is not None else ""
+            return f"calling the model (round {round_}{size})"
+        case ToolStarted(name=name):
+            return f"running {name}"
+        case ToolFinished(name=name):
+            return f"{name} done"
+        case RoundCommitted():
+            return "round written"
+        case CompactionDecided(action=action, tokens=tokens) if action in ("compact", "block"):
+            figure = f"{tokens:,}" if tokens is not None else "?"
+            return f"compacting {figure} -> ?"
+        case CompactionWaited(seconds=seconds):
+            return f"waited {seconds:.1f} s for compaction"
+        case HistoryCompacted(tokens_before=before, tokens_after=after):
+            if before is None or after is None:
+                return "compacted"
+            return f"compacted {before:,} -> {after:,}"
+        case Microcompacted(stubbed=stubbed):
+            return f"stubbed {stubbed} old tool outputs"
+    return None
+
+
+@dataclass(eq=False)
+class StatusLine:
+    """A spinner with one line of text on ``console`` (stderr), shown only on a terminal."""
+
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    _live: Live | None = None
+    _spinner: Spinner | None = None
+    _text: str = "working"
+
+    @property
+    def enabled(self) -> bool:
+        return self.console.is_terminal
+
+    def show(self, text: str | None = None) -> None:
+        """Show (or change) the line; drawn at once, not at the next refresh."""
+        if text is not None:
+            self._text = text
+        if not self.enabled:
+            return
+        if self._live is None or self._spinner is None:
+            self._spinner = Spinner("dots", text=self._text, style="green")
+            self._live = Live(
+                self._spinner, console=self.console, transient=True, refresh_per_second=8
+            )
+            self._live.start(refresh=True)
+        else:
+            self._spinner.update(text=self._text)
+            self._live.refresh()
+
+    def hide(self) -> None:
+        """Take the line down (before anything else is written to the terminal)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = self._spinner = None
+
+    def on_event(self, event: Event) -> None:
+        """A subscriber: hides for streamed text, shows what ``describe`` says otherwise."""
+        if isinstance(event, AssistantDelta):
+            self.hide()
+            return
+        text = describe(event)
+        if text is not None:
+            self.show(text)

@@ -1,0 +1,151 @@
+"""The console as a Starlette app: two pages, their live fragments and a server-sent events feed.
+
+Read-only by construction: the app holds a store it only ever calls ``list_sessions``,
+``read(..., repair=False)`` and ``read_tail(..., repair=False)`` on. Every piece of model or tool
+text goes through Jinja2 with autoescape on, so a tool output holding ``<script>`` is shown as
+text. Live updates: the page opens ``/events``; the server compares the store's fingerprint
+every ``poll`` seconds and sends ``change`` when it moved; the page then fetches its fragment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Hashable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from stowage.core import StowageError, validate_session_id
+
+from ._chart import chart_geometry
+from ._source import StoreReader
+from ._views import SessionRow, session_row, session_view
+
+__all__ = ["LOOPBACK_HOSTS", "create_app"]
+
+#: the Host headers a console on a loopback address answers
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+_HERE = Path(__file__).resolve().parent
+_SORTS = {
+    "activity": (lambda r: r.last_activity, True),
+    "id": (lambda r: r.session_id, False),
+    "tokens": (lambda r: r.percent or 0.0, True),
+    "compactions": (lambda r: r.compactions, True),
+    "turns": (lambda r: r.turns, True),
+}
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(_HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.0f}%"
+    env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
+    return env
+
+
+def create_app(
+    reader: StoreReader,
+    *,
+    store_label: str,
+    poll: float = 0.25,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+) -> Starlette:
+    """The console app over ``reader``; ``store_label`` is shown in the header (no secrets:
+    pass a redacted URL). ``poll`` is how often, in seconds, the live feed looks for changes.
+    ``allowed_hosts`` are the ``Host`` headers answered (``"*"``: any); the loopback names by
+    default, so a web page elsewhere cannot read the console through DNS rebinding."""
+    env = _environment()
+
+    def render(name: str, **context: Any) -> HTMLResponse:
+        body = env.get_template(name).render(store=store_label, **context)
+        return HTMLResponse(body)
+
+    async def rows(request: Request) -> tuple[list[SessionRow], str, str]:
+        found: list[SessionRow] = []
+        for session_id in await reader.sessions():
+            read = await reader.read(session_id)
+            found.append(session_row(session_id, read.records, holder=reader.holder(session_id)))
+        query = request.query_params.get("q", "").strip()
+        state = request.query_params.get("state", "")
+        if query:
+            found = [
+                r
+                for r in found
+                if query.lower() in r.session_id.lower() or query.lower() in r.model.lower()
+            ]
+        if state:
+            found = [r for r in found if r.state == state]
+        sort = request.query_params.get("sort", "activity")
+        key, reverse = _SORTS.get(sort, _SORTS["activity"])
+        found.sort(key=key, reverse=reverse)
+        return found, query, sort
+
+    async def sessions_page(request: Request) -> Response:
+        found, query, sort = await rows(request)
+        template = "_sessions_table.html" if "fragment" in request.query_params else "sessions.html"
+        return render(
+            template, rows=found, q=query, sort=sort, state=request.query_params.get("state", "")
+        )
+
+    async def session_page(request: Request) -> Response:
+        try:
+            session_id = validate_session_id(request.path_params["session_id"])
+        except StowageError as exc:
+            return HTMLResponse(f"bad session id: {exc}", status_code=400)
+        if session_id not in await reader.sessions():
+            return render("missing.html", session_id=session_id)
+        read = await reader.read(session_id)
+        view = session_view(session_id, read.records, holder=reader.holder(session_id))
+        usable = view.row.usable
+        chart = chart_geometry(view.chart, view.cards, view.marks, usable)
+        template = "_session_body.html" if "fragment" in request.query_params else "session.html"
+        return render(template, view=view, chart=chart, torn=read.torn_tail, session_id=session_id)
+
+    # one look at the store per ``poll`` for every open page, not one each
+    latest: list[Any] = [None, -1.0]
+    looking = anyio.Lock()
+
+    async def fingerprint() -> Hashable:
+        async with looking:
+            if anyio.current_time() - latest[1] >= poll:
+                latest[0] = await reader.fingerprint()
+                latest[1] = anyio.current_time()
+            return cast(Hashable, latest[0])
+
+    async def events(request: Request) -> Response:
+        async def feed() -> AsyncIterator[str]:
+            last = await fingerprint()
+            yield "retry: 1000\n\n"
+            while not await request.is_disconnected():
+                await anyio.sleep(poll)
+                current = await fingerprint()
+                if current != last:
+                    last = current
+                    yield f"event: change\ndata: {json.dumps({'changed': True})}\n\n"
+
+        return StreamingResponse(
+            feed(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    return Starlette(
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+        routes=[
+            Route("/", sessions_page),
+            Route("/s/{session_id}", session_page),
+            Route("/events", events),
+            Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+        ],
+    )

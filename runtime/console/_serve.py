@@ -1,0 +1,95 @@
+"""Serve the console with uvicorn on one store until interrupted."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+
+import uvicorn
+from stowage.core import ConfigError, redact_url
+from stowage.storage import PostgresStore, open_store
+
+from ._app import LOOPBACK_HOSTS, create_app
+from ._source import StoreReader
+
+__all__ = ["is_loopback", "serve_console"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1 or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve_console(
+    spec: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8377,
+    allow_remote: bool = False,
+    schema: str | None = None,
+) -> int:
+    """Serve the console for the store ``spec`` names on ``host:port``; returns 0 when stopped.
+
+    Raises ``ConfigError`` for a non-loopback ``host`` without ``allow_remote`` (the console
+    shows every message and tool output of every session) and for a bad store spec.
+    ``schema`` names the tables' schema of a PostgreSQL store (default ``public``).
+    """
+    if not is_loopback(host) and not allow_remote:
+        raise ConfigError(
+            f"--host {host} would show every session to the network; add --allow-remote to mean it"
+        )
+    if not is_loopback(host):
+        print(
+            f"warning: the console listens on {host}: anyone who can reach it reads every "
+            "session of this store (there is no login)",
+            file=sys.stderr,
+        )
+    sock = _bind(host, port)
+    store = PostgresStore(spec, schema=schema) if schema and "://" in spec else open_store(spec)
+    label = (redact_url(spec) or "") if "://" in spec else spec
+    sqlite_path = spec.partition("://")[2][1:] if spec.startswith("sqlite://") else None
+    reader = StoreReader(store, sqlite_path=sqlite_path)
+    # a loopback console answers loopback names only; a remote one whatever name reaches it
+    local = host in LOOPBACK_HOSTS
+    app = create_app(reader, store_label=label, allowed_hosts=LOOPBACK_HOSTS if local else ("*",))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"stowage console: http://{shown}:{bound}/  (store {label}; Ctrl-C stops)", flush=True)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+        await store.aclose()
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: any free port). Raises ``ConfigError`` when the
+    address cannot be bound (in use, or not an address of this machine)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(
+            f"--host {host}: {exc.strerror or exc}; use an address of this machine"
+        ) from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port"
+        ) from exc
+    sock.set_inheritable(False)
+    return sock

@@ -1,0 +1,487 @@
+"""What the console shows, worked out from a session's records: pure functions, no I/O.
+
+Every figure here is a fold over the log (the source of truth), so the console, ``stowage
+show`` and the log agree by construction. Text stays text: templates escape it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stowage.core import (
+    AssistantMessage,
+    CompactionRecord,
+    CompactionSummary,
+    CorruptLogError,
+    ErrorRecord,
+    FunctionCall,
+    FunctionCallOutput,
+    ItemRecord,
+    MicrocompactRecord,
+    ProtectedRecord,
+    ProtectedState,
+    ProtectedStateViolation,
+    Record,
+    RoundCommittedRecord,
+    SessionRecord,
+    SessionState,
+    Settings,
+    SystemMessage,
+    TurnRecord,
+    UserMessage,
+)
+from stowage.policy import resolve_budget, token_status
+from stowage.tools import ToolRegistry, with_recall, workspace_tools
+
+__all__ = [
+    "ChartPoint",
+    "CompactionCard",
+    "ProtectedRow",
+    "SessionRow",
+    "SessionView",
+    "TimelineEntry",
+    "session_row",
+    "session_view",
+]
+
+_MARK_NAMES = ("soft_mark", "compact_mark", "hard_mark")
+_DEFAULT_MARKS = {"soft_mark": 0.70, "compact_mark": 0.85, "hard_mark": 0.95}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChartPoint:
+    """Tokens in use after one committed round (``estimated`` when no usage went into it)."""
+
+    round: int
+    seq: int
+    tokens: int
+    estimated: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionCard:
+    """One compaction or microcompaction, with the figures its record holds."""
+
+    number: int
+    seq: int
+    ts: str
+    kind: str  # full, fallback or micro
+    reason: str
+    round: int
+    turn: int
+    tokens_before: int | None
+    tokens_after: int | None
+    estimated: bool
+    removed: int
+    retained: int
+    covers_through: int | None
+    #: tokens before as a fraction of usable: where the compaction was applied
+    applied_at: float | None
+    #: seconds a request was held back for it (when the record says)
+    waited: float | None
+    summary: str
+    protected: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimelineEntry:
+    """One line of the timeline: an item, a round's end, a turn mark or a compaction."""
+
+    seq: int
+    ts: str
+    kind: str
+    round: int | None
+    title: str
+    text: str
+    stubbed: bool = False
+    error: bool = False
+    interrupted: bool = False
+    cached: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedRow:
+    """A protected entry with the id it is kept under and who set it."""
+
+    id: str
+    kind: str
+    text: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRow:
+    """One line of the sessions page."""
+
+    session_id: str
+    state: str
+    holder: str
+    model: str
+    turns: int
+    rounds: int
+    tokens: int | None
+    usable: int | None
+    percent: float | None
+    compactions: int
+    microcompactions: int
+    last_activity: str
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionView:
+    """Everything the session page shows."""
+
+    row: SessionRow
+    timeline: tuple[TimelineEntry, ...]
+    chart: tuple[ChartPoint, ...]
+    marks: dict[str, float]
+    cards: tuple[CompactionCard, ...]
+    protected: tuple[ProtectedRow, ...]
+    cached_input: int | None
+    errors: tuple[str, ...] = field(default=())
+
+
+def _usable(meta: SessionRecord | None) -> int | None:
+    """Usable tokens as the session's budget had them: window less output reserve less the
+    schemas of its tools. The schemas of the built-in tools (workspace tools, recall) are known
+    here; a session's own tools are not in the log, so its figure leaves them out."""
+    if meta is None:
+        return None
+    settings = meta.settings
+    window = meta.context_window or settings.get("context_window")
+    try:
+        config = Settings(
+            model=meta.model,
+            context_window=window,
+            max_output_tokens=settings.get("max_output_tokens"),
+            compact_threshold=settings.get("compact_threshold"),
+            auto_compact=bool(settings.get("auto_compact", True)),
+        )
+        known = ToolRegistry(t for t in workspace_tools(Path(".")) if t.spec.name in meta.tools)
+        tools = with_recall(known, config, has_stubs=False, history=tuple, read_log=_no_records)
+        budget = resolve_budget(config, tools.specs())
+    except Exception:  # a record written by another version: show no percentage
+        return None
+    if budget is None:  # threshold mode: the threshold is the limit the policy works with
+        return config.compact_threshold or None
+    return budget.usable
+
+
+async def _no_records() -> Sequence[Record]:
+    return ()
+
+
+def _marks(meta: SessionRecord | None) -> dict[str, float]:
+    settings = meta.settings if meta else {}
+    marks = dict(_DEFAULT_MARKS)
+    for name in _MARK_NAMES:
+        value = settings.get(name)
+        if isinstance(value, int | float):
+            marks[name] = float(value)
+    return marks
+
+
+def _cached(record: RoundCommittedRecord) -> int | None:
+    """Input tokens served from the provider's prompt cache, when it said (0 is "not said")."""
+    usage = record.usage
+    return usage.cached_tokens if usage is not None and usage.cached_tokens > 0 else None
+
+
+def _state(records: Sequence[Record], folded: SessionState, holder: str) -> str:
+    last = records[-1] if records else None
+    if isinstance(last, ErrorRecord):
+        return "failed"
+    if holder:
+        return "leased"
+    return "open" if folded.turn_open else "idle"
+
+
+def _tokens(folded: SessionState) -> int | None:
+    return token_status(folded).tokens
+
+
+def _fold(session_id: str, records: Sequence[Record]) -> tuple[SessionState, list[str]]:
+    """The state after every record that applies; a record that cannot is reported, not fatal
+    (the console shows a damaged log rather than failing the page)."""
+    folded = SessionState(session_id=session_id)
+    problems: list[str] = []
+    for record in records:
+        try:
+            folded.apply(record)
+        except CorruptLogError as exc:
+            problems.append(f"#{record.seq}: {exc}")
+    return folded, problems
+
+
+def session_row(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionRow:
+    """The sessions-page line of one log. Raises nothing."""
+    folded, _ = _fold(session_id, records)
+    return _row(session_id, records, folded, holder)
+
+
+def _row(
+    session_id: str, records: Sequence[Record], folded: SessionState, holder: str
+) -> SessionRow:
+    usable = _usable(folded.meta)
+    tokens = _tokens(folded)
+    return SessionRow(
+        session_id=session_id,
+        state=_state(records, folded, holder),
+        holder=holder,
+        model=folded.meta.model if folded.meta else "?",
+        turns=folded.turn,
+        rounds=folded.round,
+        tokens=tokens,
+        usable=usable,
+        percent=(100.0 * tokens / usable) if tokens is not None and usable else None,
+        compactions=folded.compactions,
+        microcompactions=folded.microcompactions,
+        last_activity=records[-1].ts if records else "",
+        last_seq=records[-1].seq if records else 0,
+    )
+
+
+def _snapshot_text(snapshot: dict[str, Any] | None) -> str:
+    return json.dumps(snapshot, indent=2, sort_keys=True) if snapshot else "(none)"
+
+
+def _item_entry(record: ItemRecord, stubbed: set[int], names: dict[str, str]) -> TimelineEntry:
+    item = record.item
+
+    def entry(kind: str, title: str, text: str, *, error: bool = False) -> TimelineEntry:
+        return TimelineEntry(
+            seq=record.seq,
+            ts=record.ts,
+            round=record.round,
+            kind=kind,
+            title=title,
+            text=text,
+            stubbed=record.seq in stubbed,
+            error=error,
+            interrupted=kind == "output" and error and text.startswith("interrupted:"),
+        )
+
+    match item:
+        case SystemMessage(text=text):
+            return entry("system", "system", text)
+        case UserMessage(text=text, pinned=pinned):
+            return entry("user", "user (pinned)" if pinned else "user", text)
+        case AssistantMessage(text=text):
+            return entry("assistant", "assistant", text)
+        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+            names[call_id] = name
+            return entry("call", f"call {name} [{call_id}]", arguments)
+        case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
+            title = f"output of {names.get(call_id, '?')} [{call_id}]"
+            return entry("output", title, output, error=is_error)
+        case CompactionSummary(text=text):
+            return entry("summary", "summary", text)
+    return entry("item", type(item).__name__, repr(item))
+
+
+def _protected_rows(records: Sequence[Record], final: ProtectedState) -> tuple[ProtectedRow, ...]:
+    """Who set each entry: the source of the record that first brought its id in."""
+    setter: dict[str, str] = {}
+    state = ProtectedState()
+    for record in records:
+        if isinstance(record, ProtectedRecord):
+            for op in record.ops:
+                try:
+                    state = state.apply(op)
+                except ProtectedStateViolation:
+                    continue
+                for entry in state.entries:
+                    setter.setdefault(entry.id, record.source)
+        elif isinstance(record, CompactionRecord) and record.protected is not None:
+            try:
+                state = ProtectedState.from_snapshot(record.protected)
+            except Exception:  # an unreadable snapshot: keep what was known
+                continue
+            for entry in state.entries:
+                setter.setdefault(entry.id, f"summarizer (compaction #{record.seq})")
+    return tuple(
+        ProtectedRow(
+            id=entry.id, kind=entry.kind, text=entry.line, source=setter.get(entry.id, "?")
+        )
+        for entry in final.entries
+    )
+
+
+def session_view(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionView:
+    """The session page of one log: timeline, chart, compaction cards, protected state.
+    Raises nothing: records that do not fold are listed in ``errors``."""
+    stubbed: set[int] = set()
+    for record in records:
+        if isinstance(record, MicrocompactRecord):
+            stubbed.update(record.stubbed)
+    folded = SessionState(session_id=session_id)
+    problems: list[str] = []
+    names: dict[str, str] = {}
+    timeline: list[TimelineEntry] = []
+    chart: list[ChartPoint] = []
+    cards: list[CompactionCard] = []
+    cached_total: int | None = None
+    usable: int | None = None
+    for record in records:
+        try:
+            folded.apply(record)
+        except CorruptLogError as exc:
+            problems.append(f"#{record.seq}: {exc}")
+            continue
+        if isinstance(record, SessionRecord):
+            usable = _usable(record)
+        match record:
+            case ItemRecord():
+                timeline.append(_item_entry(record, stubbed, names))
+            case RoundCommittedRecord(round=round_, usage=usage):
+                status = token_status(folded)
+                if status.tokens is not None:
+                    chart.append(
+                        ChartPoint(
+                            round=round_,
+                            seq=record.seq,
+                            tokens=status.tokens,
+                            estimated=status.estimated,
+                        )
+                    )
+                cached = _cached(record)
+                if cached is not None:
+                    cached_total = (cached_total or 0) + cached
+                figures = (
+                    f"input {usage.input_tokens}, output {usage.output_tokens}, total {usage.total_tokens}"
+                    if usage
+                    else "no usage reported"
+                )
+                if cached is not None:
+                    figures += f", cached input {cached}"
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="round",
+                        round=round_,
+                        title=f"round {round_} committed",
+                        text=figures,
+                        interrupted=record.interrupted,
+                        cached=cached,
+                    )
+                )
+            case TurnRecord(turn=turn, phase=phase):
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="turn",
+                        round=None,
+                        title=f"turn {turn} {phase}",
+                        text="",
+                    )
+                )
+            case CompactionRecord() | MicrocompactRecord():
+                micro = isinstance(record, MicrocompactRecord)
+                number = 1 + sum((c.kind == "micro") == micro for c in cards)
+                card = _card(record, number, usable, folded)
+                cards.append(card)
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="compaction" if card.kind != "micro" else "micro",
+                        round=card.round,
+                        title=f"{'compaction' if card.kind != 'micro' else 'microcompaction'} "
+                        f"#{card.number} ({card.kind})",
+                        text=card.reason,
+                    )
+                )
+            case ProtectedRecord(ops=ops, source=source):
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="protected",
+                        round=None,
+                        title=f"protected state ({source})",
+                        text="\n".join(json.dumps(op, sort_keys=True) for op in ops),
+                    )
+                )
+            case ErrorRecord(kind=kind, message=message):
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="error",
+                        round=None,
+                        title=f"error: {kind}",
+                        text=message,
+                        error=True,
+                    )
+                )
+    try:
+        final = folded.protected
+        protected = _protected_rows(records, final)
+    except CorruptLogError as exc:
+        problems.append(str(exc))
+        protected = ()
+    return SessionView(
+        row=_row(session_id, records, folded, holder),
+        timeline=tuple(timeline),
+        chart=tuple(chart),
+        marks=_marks(folded.meta),
+        cards=tuple(cards),
+        protected=protected,
+        cached_input=cached_total,
+        errors=tuple(problems),
+    )
+
+
+def _card(
+    record: CompactionRecord | MicrocompactRecord,
+    number: int,
+    usable: int | None,
+    folded: SessionState,
+) -> CompactionCard:
+    applied = record.tokens_before / usable if record.tokens_before is not None and usable else None
+    if isinstance(record, MicrocompactRecord):
+        return CompactionCard(
+            number=number,
+            seq=record.seq,
+            ts=record.ts,
+            kind="micro",
+            reason=record.reason,
+            round=folded.round,
+            turn=folded.turn,
+            tokens_before=record.tokens_before,
+            tokens_after=record.tokens_after,
+            estimated=record.estimated,
+            removed=len(record.stubbed),
+            retained=0,
+            covers_through=None,
+            applied_at=applied,
+            waited=None,
+            summary="",
+            protected="",
+        )
+    return CompactionCard(
+        number=number,
+        seq=record.seq,
+        ts=record.ts,
+        kind=record.kind,
+        reason=record.reason,
+        round=record.round,
+        turn=record.turn,
+        tokens_before=record.tokens_before,
+        tokens_after=record.tokens_after,
+        estimated=record.estimated,
+        removed=record.removed,
+        retained=len(record.retained),
+        covers_through=record.covers_through,
+        applied_at=applied,
+        waited=record.waited,
+        summary=record.summary,
+        protected=_snapshot_text(record.protected),
+    )

@@ -1,0 +1,71 @@
+"""Ask an endpoint how large a model's context window is.
+
+Outside the built-in registry nothing says how large a model's window is, and assuming one
+is what made a local 128k model compact at 8,000 tokens. OpenAI-compatible servers answer
+``GET {base_url}/models/{id}`` and most of them say: vLLM as ``max_model_len``, OpenRouter as
+``context_length``, others as ``context_window`` or ``max_context_length`` (some nest it under
+``top_provider`` or ``meta``). One request, once per session start; any failure is "unknown".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import structlog
+from stowage.core import redact_url
+
+__all__ = ["WINDOW_FIELDS", "discover_context_window", "window_from_model_info"]
+
+_log = structlog.get_logger("stowage.model.discovery")
+
+#: fields that name a model's window, in the order they are trusted
+WINDOW_FIELDS: tuple[str, ...] = (
+    "max_model_len",
+    "context_length",
+    "context_window",
+    "max_context_length",
+    "max_context_tokens",
+    "max_sequence_length",
+    "n_ctx",
+)
+
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def window_from_model_info(info: Mapping[str, Any]) -> int | None:
+    """The window a ``/models/{id}`` answer states (top level first, then nested objects such
+    as ``top_provider`` or ``meta``), or None. Raises nothing."""
+    candidates: list[Mapping[str, Any]] = [info]
+    candidates.extend(v for v in info.values() if isinstance(v, Mapping))
+    for where in candidates:
+        for name in WINDOW_FIELDS:
+            value = where.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+async def discover_context_window(
+    base_url: str | None, api_key: str | None, model: str, *, wait: float = 10.0
+) -> int | None:
+    """The window ``GET {base_url}/models/{model}`` states, or None when the endpoint cannot
+    be reached within ``wait`` seconds, answers with an error, or names no window. Raises
+    nothing."""
+    url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models/{quote(model, safe='/')}"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=wait) as client:
+            response = await client.get(url, headers=headers)
+        if response.status_code != 200:
+            _log.debug("window_discovery_refused", url=redact_url(url), status=response.status_code)
+            return None
+        data = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        _log.debug("window_discovery_failed", url=redact_url(url), error=type(exc).__name__)
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    return window_from_model_info(data)

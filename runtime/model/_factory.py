@@ -1,0 +1,38 @@
+"""Which gateway a session's settings name, without importing the OpenAI SDK until one is
+needed: ``import openai`` takes about 0.4 s, the largest part of a command's start, and the
+offline model, ``show``, ``check``, ``list`` and ``context`` never use it.
+"""
+
+from __future__ import annotations
+
+from stowage.core import ModelGateway, Settings
+
+from ._scripted import ScriptedModel
+
+__all__ = ["PURPOSE_HEADER", "make_gateway"]
+
+# Tells a test server whether a request is a summary; real providers ignore unknown headers.
+PURPOSE_HEADER = "x-stowage-purpose"
+
+
+def make_gateway(settings: Settings) -> ModelGateway:
+    """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, else an
+    ``OpenAIGateway`` (the SDK is imported here, on first use).
+
+    Raises ``ConfigError`` when an OpenAI gateway has no API key.
+    """
+    if settings.model == "scripted":
+        return ScriptedModel()
+    from ._openai_gateway import OpenAIGateway
+
+    return OpenAIGateway(
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        wire_api=settings.wire_api,
+        timeout=settings.request_timeout,
+        # the runtime retries itself (jittered, Retry-After honoured, logged): not twice
+        max_retries=0,
+        stream_idle_timeout=settings.stream_idle_timeout,
+        request_deadline=settings.request_deadline,
+        max_retry_wait=settings.max_retry_wait,
+    )

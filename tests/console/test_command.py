@@ -1,0 +1,110 @@
+"""``stowage console`` as a user starts it: loopback by default, a remote bind only on request."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from stowage.console import session_view
+
+from .conftest import only_session, run_cli
+from .test_browser import _records
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_non_loopback_host_is_refused_without_allow_remote(tmp_path: Path) -> None:
+    done = run_cli("console", "--store", "st", "--host", "0.0.0.0", "--port", "0", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--allow-remote" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "st").exists()
+
+
+def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
+    done = run_cli("console", "--port", "70000", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--port 70000" in done.stderr
+
+
+def test_the_cards_fraction_is_the_one_the_policy_logged(demo_store: Path) -> None:
+    """ "applied at" divides tokens before by the usable budget; the compaction's reason states
+    the fraction the policy saw, so both must agree."""
+    session_id = only_session(demo_store)
+    view = session_view(session_id, _records(demo_store, session_id))
+    checked = 0
+    for card in view.cards:
+        stated = re.search(r"are (\d+)% of the usable (\d+)", card.reason)
+        if stated is None or card.applied_at is None:
+            continue
+        assert view.row.usable == int(stated.group(2))
+        assert round(100 * card.applied_at) == int(stated.group(1))
+        checked += 1
+    assert checked > 0
+
+
+def test_the_command_line_loads_the_console_only_when_it_is_asked_for(tmp_path: Path) -> None:
+    probe = (
+        "import json, sys; before = set(sys.modules); import stowage.cli; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    added = json.loads(done.stdout)
+    assert "stowage.cli" in added
+    assert [m for m in added if m.startswith(("jinja2", "stowage.console", "opentelemetry"))] == []
+
+
+def test_the_public_names_of_console_and_otel_are_pinned() -> None:
+    import stowage.console
+    import stowage.otel
+
+    assert sorted(stowage.console.__all__) == [
+        "ChartPoint", "CompactionCard", "ProtectedRow", "SessionRow", "SessionView",
+        "StoreReader", "TimelineEntry", "create_app", "serve_console", "session_row",
+        "session_view",
+    ]  # fmt: skip
+    assert stowage.otel.__all__ == ["TraceSubscriber"]
+
+
+async def test_the_console_reads_a_postgresql_store_in_its_schema(
+    pg_schema: str, tmp_path: Path
+) -> None:
+    import httpx
+    from stowage.storage import PostgresStore
+
+    from ..conftest import PG_DSN
+    from .test_app import records
+
+    store = PostgresStore(PG_DSN, schema=pg_schema)
+    try:
+        await store.create("pg-one", records())
+    finally:
+        await store.aclose()
+
+    def look() -> str:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stowage.cli", "console", "--store", PG_DSN, "--schema",
+             pg_schema, "--port", "0"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            found = re.search(r"(http://127\.0\.0\.1:\d+)/", proc.stdout.readline())
+            assert found
+            return httpx.get(found.group(1) + "/s/pg-one", timeout=30).text
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)
+
+    with anyio.fail_after(90):
+        page = await anyio.to_thread.run_sync(look)
+    assert 'data-testid="compactions-count">1<' in page
+    assert "&lt;script&gt;window.__pwned" in page
