@@ -363,6 +363,15 @@ class JsonlStore:
         path = self._path(session_id)
         return await aiofiles.os.path.isfile(path)
 
+    async def lease_holder(self, session_id: str) -> LeaseHolder | None:
+        """Who holds the session's lock (see ``LogStore.lease_holder``): the holder the lock
+        file names while its process lives. Raises ``InvalidSessionId``."""
+        held = self._held.get(session_id)
+        if held is not None:
+            return held.lease.holder
+        lock_path = self._lock_path(self._path(session_id))
+        return await anyio.to_thread.run_sync(_jsonl_lock.holder_of_file, lock_path)
+
     async def list_sessions(self) -> list[str]:
         """Ids of every log under the root (none if it does not exist), sorted; raises
         ``StoreError`` if it cannot list."""

@@ -24,7 +24,7 @@ from stowage.core import LeaseHolder, SessionBusy, StoreError
 
 from ._lease import now_holder, pid_alive
 
-__all__ = ["release", "take"]
+__all__ = ["holder_of_file", "release", "take"]
 
 _BUSY_READS = 20  # a new holder writes its name right after it locks: look again, briefly
 _BUSY_PAUSE = 0.005
@@ -61,6 +61,30 @@ def take(session_id: str, path: str, owner: str) -> tuple[int, int, LeaseHolder]
                 os.close(fd)
             raise
     raise StoreError(f"cannot lock {path}: the file keeps being replaced")
+
+
+def holder_of_file(path: str) -> LeaseHolder | None:
+    """The holder a lock file names, read without locking (a reader must never make a writer
+    busy), or None: no file, released (only a token left), or a holder on this host whose
+    process is gone (its flock died with it). Raises nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        content = _content(fd)
+    finally:
+        os.close(fd)
+    pid, host, owner = content.get("pid"), content.get("host"), content.get("owner")
+    if not isinstance(pid, int) or not isinstance(host, str) or not isinstance(owner, str):
+        return None
+    if host == socket.gethostname() and not pid_alive(pid):
+        return None
+    try:
+        since = datetime.fromisoformat(str(content.get("since")))
+    except ValueError:
+        since = datetime.fromtimestamp(0, UTC)
+    return LeaseHolder(owner=owner, pid=pid, host=host, since=since)
 
 
 def release(fd: int, token: int) -> None:

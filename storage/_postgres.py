@@ -355,6 +355,23 @@ class PostgresStore:
         )
         return found is not None
 
+    async def lease_holder(self, session_id: str) -> LeaseHolder | None:
+        """Who holds the session's lease (see ``LogStore.lease_holder``): a live, unexpired
+        grant; a dead pid frees nothing here (see the module docstring). Raises
+        ``InvalidSessionId``."""
+        validate_session_id(session_id)
+        row = await self._fetch_read(
+            lambda pool: pool.fetchrow(
+                f"SELECT {_LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1",
+                session_id,
+            ),
+            lambda: None,
+        )
+        if row is None:
+            return None
+        lease = _lease_row(row)
+        return None if lease_is_free(lease, dead_pid_frees=False) else lease.holder
+
     async def list_sessions(self) -> list[str]:
         """Every session id, sorted (by code point, not by the database's collation)."""
         rows = await self._fetch_read(
@@ -362,6 +379,17 @@ class PostgresStore:
             list,
         )
         return sorted(row["session_id"] for row in rows)
+
+    async def last_seqs(self) -> dict[str, int]:
+        """Each session's newest seq, in one query: what a watcher polls to see appends
+        (the console) without reading any log. Raises ``StoreError``."""
+        rows = await self._fetch_read(
+            lambda pool: pool.fetch(
+                f"SELECT session_id, last_seq FROM {self._sessions} WHERE tail_from > 0"
+            ),
+            list,
+        )
+        return {row["session_id"]: int(row["last_seq"]) for row in rows}
 
     async def aclose(self) -> None:
         """Release every lease this store holds, then close the pool; later calls raise

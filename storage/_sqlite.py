@@ -259,6 +259,17 @@ class SqliteStore:
 
         return await self._run(run, missing=lambda: False)
 
+    async def lease_holder(self, session_id: str) -> LeaseHolder | None:
+        """Who holds the session's lease (see ``LogStore.lease_holder``); raises
+        ``InvalidSessionId``."""
+        validate_session_id(session_id)
+
+        def run(conn: sqlite3.Connection) -> LeaseHolder | None:
+            row = self._lease_row(conn, session_id)
+            return None if lease_is_free(row, dead_pid_frees=True) else row.holder
+
+        return await self._run(run, missing=lambda: None)
+
     async def list_sessions(self) -> list[str]:
         """Every session id, sorted."""
 

@@ -563,6 +563,9 @@ async def check_second_writer_refused_naming_the_holder(open_store: StoreFactory
         await holder.create("s1", log)
         busy = await _raises(SessionBusy, other.acquire("s1"), "acquire by a second store")
         named = _is_this_process(getattr(busy, "holder", None), "acquire by a second store")
+        for store, what in ((other, "another store"), (holder, "the holding store")):
+            seen = _is_this_process(await store.lease_holder("s1"), f"lease_holder, {what}")
+            assert seen.owner == named.owner, f"lease_holder through {what}: {seen}"
         assert str(os.getpid()) in str(busy), f"the message does not name the holder: {busy}"
         await _raises(SessionBusy, other.append("s1", round_records(4, 1)), "append, 2nd store")
         grouped = _group_append(other, "s1", round_records(4, 1))
@@ -594,6 +597,8 @@ async def check_release_then_reacquire(open_store: StoreFactory) -> None:
         assert await one.renew_leases() == [], "a held lease reported lost"
         await first.release()
         await first.release()  # idempotent
+        assert await one.lease_holder("s1") is None, "a released lease still has a holder"
+        assert await two.lease_holder("s1") is None, "a released lease has a holder elsewhere"
         await _raises(FencingError, first.renew(), "renew of a released lease")
         second = await two.acquire("s1")
         assert second.token > first.token, f"token {second.token} after {first.token}"
@@ -665,6 +670,7 @@ async def check_readers_create_nothing(open_store: StoreFactory, backing: Backin
     async with _opened(open_store) as store:
         assert not await store.exists("s1")
         assert await store.list_sessions() == []
+        assert await store.lease_holder("s1") is None, "an unknown session has a lease holder"
         await _raises(SessionNotFound, store.read("s1"), "read")
         await _raises(SessionNotFound, store.read("s1", repair=False), "read without repair")
         await _raises(SessionNotFound, store.read_tail("s1"), "read_tail")
@@ -686,6 +692,7 @@ async def check_readers_change_nothing(open_store: StoreFactory, backing: Backin
             assert (await reader.read_tail("s1")).records == tuple(log)
             assert await reader.exists("s1")
             assert await reader.list_sessions() == ["s1"]
+            _is_this_process(await reader.lease_holder("s1"), "lease_holder, read elsewhere")
         assert await backing.snapshot() == before, "a reader changed the store"
         await lease.release()
 
@@ -890,6 +897,8 @@ async def check_writer_in_another_process(
                 busy = await _raises(SessionBusy, store.acquire("s1"), "acquire held elsewhere")
                 holder = getattr(busy, "holder", None)
                 assert holder is not None and holder.pid == child.pid, f"holder {holder}"
+                seen = await store.lease_holder("s1")
+                assert seen is not None and seen.pid == child.pid, f"lease_holder {seen}"
                 assert holder.host == socket.gethostname(), f"holder {holder}"
                 assert str(child.pid) in str(busy), f"the message does not name the pid: {busy}"
                 await _raises(SessionBusy, store.append("s1", round_records(4, 1)), "append")
@@ -909,6 +918,8 @@ async def check_writer_in_another_process(
                             ) from None
                         await anyio.sleep(0.1)
                 assert lease.token > held["token"], f"token {lease.token} after {held['token']}"
+                seen = await store.lease_holder("s1")
+                assert seen is not None and seen.pid == os.getpid(), f"lease_holder {seen}"
                 await store.append("s1", round_records(4, 1))
                 assert len(await _records(store, "s1")) == 7
         finally:

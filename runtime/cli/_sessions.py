@@ -25,6 +25,7 @@ from stowage.core import (
     ErrorRecord,
     FunctionCall,
     FunctionCallOutput,
+    LeaseHolder,
     LogStore,
     Record,
     SessionNotFound,
@@ -78,7 +79,10 @@ class SessionSummary:
     usable: int | None
     percent_of_usable: float | None
     compactions: int
+    #: idle, open (a turn started and never finished), leased (a live writer holds it), failed
     state: str
+    #: who holds the writer lease when ``state`` is leased: "pid N on HOST"
+    holder: str | None = None
 
 
 def _settings(records: Sequence[Record]) -> Settings:
@@ -101,8 +105,12 @@ def _tool_specs(records: Sequence[Record], settings: Settings) -> tuple[ToolSpec
     return tuple(spec for spec in known if spec.name in names)
 
 
-def _state_word(state: SessionState, records: Sequence[Record]) -> str:
+def _state_word(
+    state: SessionState, records: Sequence[Record], holder: LeaseHolder | None
+) -> str:
     last = records[-1] if records else None
+    if holder is not None:
+        return "leased"  # a live process writes it now (running a turn, or idle and open)
     if isinstance(last, ErrorRecord):
         return "failed"
     if state.turn_open or state.open_calls:
@@ -125,8 +133,11 @@ def _usage(
     return status.tokens, usable
 
 
-def summarize(session_id: str, records: Sequence[Record]) -> SessionSummary:
-    """The ``list`` row of a session from its full log. Raises ``CorruptLogError``."""
+def summarize(
+    session_id: str, records: Sequence[Record], holder: LeaseHolder | None = None
+) -> SessionSummary:
+    """The ``list`` row of a session from its full log and its lease ``holder`` (None when
+    free). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
     settings = _settings(records)
     tokens, usable = _usage(state, settings, _tool_specs(records, settings))
@@ -141,7 +152,8 @@ def summarize(session_id: str, records: Sequence[Record]) -> SessionSummary:
         usable=usable,
         percent_of_usable=percent,
         compactions=state.compactions,
-        state=_state_word(state, records),
+        state=_state_word(state, records, holder),
+        holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
     )
 
 
@@ -150,7 +162,7 @@ async def _summaries(store: LogStore) -> list[SessionSummary | tuple[str, str]]:
     for session_id in await store.list_sessions():
         try:
             records = (await store.read(session_id, repair=False)).records
-            rows.append(summarize(session_id, records))
+            rows.append(summarize(session_id, records, await store.lease_holder(session_id)))
         except Exception as exc:  # one bad log must not hide the others
             rows.append((session_id, " ".join(str(exc).split())))
     return rows
@@ -202,10 +214,11 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         used = "-" if row.tokens is None else f"{row.tokens:,}"
         if row.percent_of_usable is not None:
             used += f" {row.percent_of_usable:.0f}%"
+        state = f"{row.state} ({row.holder})" if row.holder else row.state
         lines.append(
             f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
             f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.compactions:>7}  "
-            f"{row.state}"
+            f"{state}"
         )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -75,7 +75,7 @@ def create_app(
         found: list[SessionRow] = []
         for session_id in await reader.sessions():
             read = await reader.read(session_id)
-            found.append(session_row(session_id, read.records, holder=reader.holder(session_id)))
+            found.append(session_row(session_id, read.records, holder=await reader.holder(session_id)))
         query = request.query_params.get("q", "").strip()
         state = request.query_params.get("state", "")
         if query:
@@ -106,7 +106,7 @@ def create_app(
         if session_id not in await reader.sessions():
             return render("missing.html", session_id=session_id)
         read = await reader.read(session_id)
-        view = session_view(session_id, read.records, holder=reader.holder(session_id))
+        view = session_view(session_id, read.records, holder=await reader.holder(session_id))
         usable = view.row.usable
         chart = chart_geometry(view.chart, view.cards, view.marks, usable)
         template = "_session_body.html" if "fragment" in request.query_params else "session.html"

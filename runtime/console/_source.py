@@ -2,33 +2,23 @@
 
 Change detection is cheap where the store allows it: a JSONL store is a directory of files, so
 the sizes and modification times of its logs say whether anything was appended; a SQLite store
-is one database file (and its write-ahead log). PostgreSQL has no file to watch: the newest seq
-of every session is read instead (one small query per session through the store's own reads).
+is one database file (and its write-ahead log). PostgreSQL has no file to watch: one query reads
+every session's newest seq (``PostgresStore.last_seqs``). LISTEN/NOTIFY would need a NOTIFY in
+every append of every worker, paid on the hot path for an occasional viewer; a query every
+0.25 s while a page is open costs the database less.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
 from stowage.core import LogRead, LogStore
-from stowage.storage import JsonlStore
+from stowage.storage import JsonlStore, PostgresStore
 
 __all__ = ["StoreReader"]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(eq=False)
@@ -47,22 +37,11 @@ class StoreReader:
         """Every record of a session, read without repair (a torn tail is reported, kept)."""
         return await self.store.read(session_id, repair=False)
 
-    def holder(self, session_id: str) -> str:
-        """Who holds the session's writer lease, when the store shows it without a query
-        (JSONL: the lock file names its live holder); empty when free or unknown."""
-        if not isinstance(self.store, JsonlStore):
-            return ""
-        path = self.store.root / f"{session_id}.lock"
-        try:
-            content = json.loads(path.read_text() or "{}")
-        except (OSError, ValueError):
-            return ""
-        pid, host = content.get("pid"), content.get("host")
-        if not isinstance(pid, int) or not isinstance(host, str):
-            return ""
-        if host == socket.gethostname() and not _pid_alive(pid):
-            return ""  # a killed writer's lock died with it
-        return f"pid {pid} on {host}"
+    async def holder(self, session_id: str) -> str:
+        """Who holds the session's writer lease ("pid N on HOST"), read without taking it;
+        empty when it is free."""
+        holder = await self.store.lease_holder(session_id)
+        return "" if holder is None else f"pid {holder.pid} on {holder.host}"
 
     async def fingerprint(self) -> Hashable:
         """A value that differs after any append to any session. Raises ``StoreError``."""
@@ -70,7 +49,9 @@ class StoreReader:
             return _dir_fingerprint(self.store.root)
         if self.sqlite_path is not None:
             return tuple(_stat(Path(self.sqlite_path + suffix)) for suffix in ("", "-wal"))
-        marks = []
+        if isinstance(self.store, PostgresStore):
+            return tuple(sorted((await self.store.last_seqs()).items()))
+        marks = []  # another store: the newest seq of every session, read through its API
         for session_id in await self.store.list_sessions():
             tail = await self.store.read_tail(session_id, repair=False)
             marks.append((session_id, tail.records[-1].seq if tail.records else 0))

@@ -184,6 +184,12 @@ class LogStore(Protocol):
         """Ids of every session in the store, sorted."""
         ...
 
+    async def lease_holder(self, session_id: str) -> LeaseHolder | None:
+        """Who holds the session's writer lease now (this store included), or None when it is
+        free: released, expired, or held by a process on this host that is dead. A reader:
+        takes nothing and writes nothing. Raises ``InvalidSessionId``."""
+        ...
+
     async def aclose(self) -> None:
         """Release every lease this store holds, then files and connections."""
         ...

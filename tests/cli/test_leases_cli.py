@@ -116,8 +116,14 @@ def test_a_second_process_is_refused_while_the_first_runs_a_slow_tool(
     assert log_records(spec, "race", tmp_path) == before  # the log is intact
     checked = cli("check", "race", "--store", spec, cwd=tmp_path)  # a reader: never busy
     assert checked.returncode == 0, checked.stdout
+    (row,) = [json.loads(line) for line in
+              cli("list", "--json", "--store", spec, cwd=tmp_path).stdout.splitlines()]  # fmt: skip
+    assert row["state"] == "leased" and row["holder"].startswith(f"pid {first.pid} on "), row
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
+    (row,) = [json.loads(line) for line in
+              cli("list", "--json", "--store", spec, cwd=tmp_path).stdout.splitlines()]  # fmt: skip
+    assert row["state"] == "open" and row["holder"] is None, row  # killed mid-turn: free, open
     resumed = cli("resume", "race", "go on", "--store", spec, "--tools", "none", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr  # a dead writer's lease is free
     assert cli("check", "race", "--store", spec, cwd=tmp_path).returncode == 0

@@ -129,6 +129,9 @@ async def test_every_store_shows_the_session_its_figures_and_escapes_text(
     row = re.search(r'<tr data-session="s1">(.*?)</tr>', listing.text, re.S)
     assert row, listing.text
     assert '<td class="n compactions">1</td>' in row.group(1)
+    # the writer store still holds the lease create took: leased, and by whom
+    assert '<span class="state state-leased">leased</span>' in row.group(1)
+    assert f"by pid {os.getpid()} on " in row.group(1)
     page = await _get(reader, "/s/s1")
     assert page.status_code == 200
     body = page.text
