@@ -105,9 +105,7 @@ def _tool_specs(records: Sequence[Record], settings: Settings) -> tuple[ToolSpec
     return tuple(spec for spec in known if spec.name in names)
 
 
-def _state_word(
-    state: SessionState, records: Sequence[Record], holder: LeaseHolder | None
-) -> str:
+def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHolder | None) -> str:
     last = records[-1] if records else None
     if holder is not None:
         return "leased"  # a live process writes it now (running a turn, or idle and open)

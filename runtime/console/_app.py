@@ -75,7 +75,9 @@ def create_app(
         found: list[SessionRow] = []
         for session_id in await reader.sessions():
             read = await reader.read(session_id)
-            found.append(session_row(session_id, read.records, holder=await reader.holder(session_id)))
+            found.append(
+                session_row(session_id, read.records, holder=await reader.holder(session_id))
+            )
         query = request.query_params.get("q", "").strip()
         state = request.query_params.get("state", "")
         if query:
