@@ -45,6 +45,7 @@ async def call_with_retries(
     base: float = 0.5,
     rate_limit_wait: float = 600.0,
     max_wait: float = 60.0,
+    on_wait: Callable[[int, float, bool, ModelError], None] | None = None,
 ) -> T:
     """Call ``fn`` until it succeeds or fails ``attempts`` times with a transient error.
 
@@ -53,6 +54,8 @@ async def call_with_retries(
     jittered backoff, for as long as the waits add up to at most ``rate_limit_wait`` seconds.
     Any other transient error (5xx, timeouts, a response cut off) waits what the server asked
     for, if it did, else the backoff. No single wait exceeds ``max_wait`` seconds.
+
+    ``on_wait(attempt, delay, rate_limited, error)`` is told of each wait before it starts.
 
     Raises the last ``ModelError``; non-transient errors are raised at once.
     """
@@ -72,6 +75,8 @@ async def call_with_retries(
             if waited + delay > rate_limit_wait:
                 raise
             waited += delay
+            if on_wait is not None:
+                on_wait(throttled, delay, True, exc)
             log.debug(
                 f"{what}_throttled",
                 throttled=throttled,
@@ -84,6 +89,8 @@ async def call_with_retries(
             delay = backoff_delay(
                 attempt, base=base, retry_after=exc.retry_after, max_wait=max_wait
             )
+            if on_wait is not None:
+                on_wait(attempt, delay, False, exc)
             log.warning(
                 f"{what}_retry",
                 attempt=attempt,

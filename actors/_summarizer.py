@@ -28,6 +28,7 @@ from stowage.core import (
     ModelGateway,
     ModelRequest,
     ModelResponse,
+    ModelRetrying,
     SystemMessage,
     estimate_tokens,
 )
@@ -142,6 +143,16 @@ async def summarize(
                 log=log,
                 what="summary_call",
                 max_wait=max_wait,
+                on_wait=lambda attempt, delay, limited, error: publish(
+                    ModelRetrying(
+                        session_id=session_id,
+                        purpose="summary",
+                        attempt=attempt,
+                        delay=delay,
+                        rate_limited=limited,
+                        error=type(error).__name__,
+                    )
+                ),
             )
         except ContextLengthExceeded as exc:
             if trim == _MAX_TRIMS or dropped >= groups:

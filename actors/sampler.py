@@ -39,6 +39,7 @@ from stowage.core import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    ModelRetrying,
     ProtectedStateViolation,
     Record,
     ResponseDone,
@@ -491,12 +492,25 @@ class Sampler:
             async with self.ctx.model_limiter:
                 return await attempt()
 
+        def waiting(attempt: int, delay: float, rate_limited: bool, error: ModelError) -> None:
+            self.ctx.publish(
+                ModelRetrying(
+                    session_id=self.ctx.session_id,
+                    purpose="round",
+                    attempt=attempt,
+                    delay=delay,
+                    rate_limited=rate_limited,
+                    error=type(error).__name__,
+                )
+            )
+
         return await call_with_retries(
             limited,
             attempts=self.settings.max_retries + 1,
             log=self._log,
             what="model_call",
             max_wait=self.settings.max_retry_wait,
+            on_wait=waiting,
         )
 
     def _commit_record(

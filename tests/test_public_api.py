@@ -19,7 +19,7 @@ SURFACE = {
         "AssistantDelta", "AssistantMessage", "Client", "CompactionDecided", "CompactionError",
         "CompactionFailed", "CompactionLanded", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
         "CompactionWaited", "IncompleteResponse", "CompactionAbout", "CompactionHooks",
-        "CompactionVetoed",
+        "CompactionVetoed", "ModelRetrying",
         "ConfigError", "ContextLengthExceeded", "CorruptLogError", "Event", "EventBus",
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
         "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted",

@@ -19,6 +19,7 @@ from stowage.core import (
     Event,
     HistoryCompacted,
     Microcompacted,
+    ModelRetrying,
     RoundCommitted,
     RoundStarted,
     ToolFinished,
@@ -51,6 +52,10 @@ def describe(event: Event) -> str | None:
             return f"compacted {before:,} -> {after:,}"
         case Microcompacted(stubbed=stubbed):
             return f"stubbed {stubbed} old tool outputs"
+        case ModelRetrying(delay=delay, rate_limited=True):
+            return f"waiting on rate limit {delay:.0f} s"
+        case ModelRetrying(delay=delay, attempt=attempt, error=error):
+            return f"{error}: retrying in {delay:.1f} s (attempt {attempt + 1})"
     return None
 
 

@@ -178,6 +178,20 @@ class CompactionLanded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRetrying:
+    """A model call (``purpose`` round or summary) failed transiently and waits ``delay``
+    seconds before trying again: ``rate_limited`` for a 429 (the server asked to slow down;
+    it does not count as a failed attempt), else ``attempt`` is the attempt that failed."""
+
+    session_id: str
+    purpose: str
+    attempt: int
+    delay: float
+    rate_limited: bool
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSkipped:
     """A compaction was considered and not done, with why (e.g. a stale plan)."""
 
@@ -287,6 +301,7 @@ Event: TypeAlias = (
     | CompactionDecided
     | CompactionWaited
     | CompactionLanded
+    | ModelRetrying
     | ProtectedChanged
     | ProtectedRefused
     | LogRepaired

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 from stowage.cli._status import describe
-from stowage.core import CompactionDecided, HistoryCompacted, RoundStarted, ToolStarted
+from stowage.core import (
+    CompactionDecided,
+    HistoryCompacted,
+    ModelRetrying,
+    RoundStarted,
+    ToolStarted,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +42,16 @@ def test_what_the_line_says_for_each_event() -> None:
         removed=9, retained=2, reason="", summary="", covers_through=20, round=3,
     )  # fmt: skip
     assert describe(compacted) == "compacted 12,400 -> 3,100"
+    throttled = ModelRetrying(
+        session_id="s", purpose="round", attempt=1, delay=3.2, rate_limited=True,
+        error="RateLimitError",
+    )  # fmt: skip
+    assert describe(throttled) == "waiting on rate limit 3 s"
+    failed = ModelRetrying(
+        session_id="s", purpose="round", attempt=1, delay=0.8, rate_limited=False,
+        error="ModelConnectionError",
+    )  # fmt: skip
+    assert describe(failed) == "ModelConnectionError: retrying in 0.8 s (attempt 2)"
 
 
 def run_with_stderr_on_a_terminal(tmp_path: Path, env: dict[str, str]) -> tuple[int, str, bytes]:

@@ -28,7 +28,7 @@ from stowage import (
     RoundCommitted,
     TurnResult,
 )
-from stowage.core import ItemRecord, Record, RoundCommittedRecord
+from stowage.core import ItemRecord, ModelRetrying, Record, RoundCommittedRecord
 from stowage.testing import Fault
 
 Wire = tuple[str, bool]
@@ -99,6 +99,10 @@ async def test_a_transient_fault_is_retried_and_the_turn_writes_what_a_clean_one
             assert shape(run.since(mark)) == shape(first_turn)
             assert took >= retried.wait
             assert took < retried.wait + 6  # bounded: never the minutes a server may ask for
+            # the wait was announced before it began (the command line's status line shows it)
+            (waiting,) = [e for e in run.events if isinstance(e, ModelRetrying)]
+            assert waiting.purpose == "round" and waiting.delay >= retried.wait
+            assert waiting.rate_limited == (retried.fault.status == 429)
 
 
 @dataclass(frozen=True)
