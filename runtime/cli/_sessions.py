@@ -14,14 +14,12 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 from stowage.core import (
     AssistantMessage,
     CompactionSummary,
-    ConfigError,
     ErrorRecord,
     FunctionCall,
     FunctionCallOutput,
@@ -30,9 +28,7 @@ from stowage.core import (
     Record,
     SessionNotFound,
     SessionState,
-    Settings,
     SystemMessage,
-    ToolSpec,
     UserMessage,
     build_projection,
     identity_from_records,
@@ -41,17 +37,15 @@ from stowage.core import (
     replay,
     validate_session_id,
 )
+from stowage.facade import recorded_budget
 from stowage.model import chat_messages, responses_input
 from stowage.policy import (
     Watermarks,
     calibrated_ratio,
     decide,
-    effective_threshold,
-    resolve_budget,
     token_status,
 )
 from stowage.storage import encode_record
-from stowage.tools import workspace_tools
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -85,26 +79,6 @@ class SessionSummary:
     holder: str | None = None
 
 
-def _settings(records: Sequence[Record]) -> Settings:
-    """The settings the session runs with, as far as its log says (no secret is stored)."""
-    try:
-        return identity_from_records(records).settings(Settings(tools="none"))
-    except ConfigError:
-        return Settings(model=identity_from_records(records).model, tools="none")
-
-
-def _tool_specs(records: Sequence[Record], settings: Settings) -> tuple[ToolSpec, ...]:
-    """The schemas of the session's tools, when they are the workspace tools stowage knows."""
-    names = set(identity_from_records(records).tools)
-    if not names:
-        return ()
-    try:
-        known = workspace_tools(Path.cwd(), settings=settings).specs()
-    except Exception:  # a workspace that cannot be opened here: no schemas to count
-        return ()
-    return tuple(spec for spec in known if spec.name in names)
-
-
 def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHolder | None) -> str:
     last = records[-1] if records else None
     if holder is not None:
@@ -116,19 +90,13 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _usage(
-    state: SessionState, settings: Settings, specs: Sequence[ToolSpec]
-) -> tuple[int | None, int | None]:
+def _usage(state: SessionState, records: Sequence[Record]) -> tuple[int | None, int | None]:
     """Tokens of the next request and the usable budget (the threshold in threshold mode)."""
-    try:
-        budget = resolve_budget(settings, specs)
-    except ConfigError:
-        budget = None
-    tool_tokens = budget.tool_tokens if budget is not None else 0
+    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
+    tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    usable = budget.usable if budget is not None else effective_threshold(settings)
-    return status.tokens, usable
+    return status.tokens, recorded.usable
 
 
 def summarize(
@@ -137,8 +105,7 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    settings = _settings(records)
-    tokens, usable = _usage(state, settings, _tool_specs(records, settings))
+    tokens, usable = _usage(state, records)
     percent = round(100 * tokens / usable, 1) if tokens is not None and usable else None
     return SessionSummary(
         id=session_id,
@@ -249,12 +216,8 @@ _ORDER = ("system", "protected", "summary", "user", "assistant", "tool outputs",
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
     """What fills the next request of a session, by part, and what the policy would do."""
     state = replay(session_id, records)
-    settings = _settings(records)
-    specs = _tool_specs(records, settings)
-    try:
-        budget = resolve_budget(settings, specs)
-    except ConfigError:
-        budget = None
+    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
+    settings, budget = recorded.settings, recorded.budget
     tool_tokens = budget.tool_tokens if budget is not None else 0
     ratio = calibrated_ratio(state, tool_tokens)
     chars = dict.fromkeys(_ORDER, 0)
@@ -275,8 +238,7 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     parts = {name: math.ceil(n / ratio) for name, n in chars.items()}
     parts["tool schemas"] = tool_tokens
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
-    threshold = effective_threshold(settings)
-    usable = budget.usable if budget is not None else threshold
+    usable = recorded.usable
     if budget is not None:
         decision = decide(status, budget.usable, Watermarks.from_settings(settings))
         marks = Watermarks.from_settings(settings)
@@ -295,7 +257,9 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
         else:
             next_action = decision.reason
     else:
-        next_action = f"compact when reported usage reaches {threshold:,} tokens (fixed threshold)"
+        next_action = (
+            f"compact when reported usage reaches {usable or 0:,} tokens (fixed threshold)"
+        )
     return {
         "session": session_id,
         "model": settings.model,

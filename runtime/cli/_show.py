@@ -25,6 +25,7 @@ from stowage.core import (
     TurnRecord,
     UserMessage,
 )
+from stowage.facade import recorded_usable
 from stowage.policy import session_cache_figures
 
 __all__ = ["render_transcript"]
@@ -54,11 +55,22 @@ def _item_line(item: Item) -> str:
     return repr(item)  # pragma: no cover
 
 
+def _applied_at(tokens_before: int | None, usable: int | None) -> list[str]:
+    """Where a compaction was applied, as the console's card says it (none when unknown)."""
+    if not usable or tokens_before is None:
+        return []
+    return [f"         applied at {tokens_before / usable:.0%} of usable ({usable:,} tokens)"]
+
+
 def render_transcript(session_id: str, records: Sequence[Record]) -> str:
     """Every record of a log as text, one line each; compactions in full with their summary."""
     lines: list[str] = []
     compactions = 0
-    for record in records:
+    has_stubs = any(isinstance(r, MicrocompactRecord) for r in records)
+    usable: int | None = None  # the budget as the session had it, as the console figures it
+    for index, record in enumerate(records):
+        if isinstance(record, SessionRecord | SettingsChangedRecord):
+            usable = recorded_usable(records[: index + 1], has_stubs=has_stubs)
         match record:
             case SessionRecord(model=model, tools=tools):
                 lines.append(
@@ -92,6 +104,7 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
                 )
                 lines.append(f"         reason: {record.reason}")
+                lines.extend(_applied_at(record.tokens_before, usable))
                 if record.waited is not None:
                     held = (
                         f"a request waited {record.waited:.2f}s for it"
@@ -110,6 +123,7 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     f"#{record.seq:<5} ~~ microcompaction: {len(record.stubbed)} outputs stubbed, tokens "
                     f"{record.tokens_before} -> {record.tokens_after}{est}; {record.reason}"
                 )
+                lines.extend(_applied_at(record.tokens_before, usable))
             case ProtectedRecord(ops=ops, source=source):
                 lines.append(
                     f"#{record.seq:<5} ** protected state ({source}): {len(ops)} change(s)"

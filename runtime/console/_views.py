@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from stowage.core import (
@@ -29,13 +28,13 @@ from stowage.core import (
     RoundCommittedRecord,
     SessionRecord,
     SessionState,
-    Settings,
+    SettingsChangedRecord,
     SystemMessage,
     TurnRecord,
     UserMessage,
 )
-from stowage.policy import resolve_budget, token_status
-from stowage.tools import ToolRegistry, with_recall, workspace_tools
+from stowage.facade import recorded_usable
+from stowage.policy import token_status
 
 __all__ = [
     "ChartPoint",
@@ -146,36 +145,6 @@ class SessionView:
     errors: tuple[str, ...] = field(default=())
 
 
-def _usable(meta: SessionRecord | None) -> int | None:
-    """Usable tokens as the session's budget had them: window less output reserve less the
-    schemas of its tools. The schemas of the built-in tools (workspace tools, recall) are known
-    here; a session's own tools are not in the log, so its figure leaves them out."""
-    if meta is None:
-        return None
-    settings = meta.settings
-    window = meta.context_window or settings.get("context_window")
-    try:
-        config = Settings(
-            model=meta.model,
-            context_window=window,
-            max_output_tokens=settings.get("max_output_tokens"),
-            compact_threshold=settings.get("compact_threshold"),
-            auto_compact=bool(settings.get("auto_compact", True)),
-        )
-        known = ToolRegistry(t for t in workspace_tools(Path(".")) if t.spec.name in meta.tools)
-        tools = with_recall(known, config, has_stubs=False, history=tuple, read_log=_no_records)
-        budget = resolve_budget(config, tools.specs())
-    except Exception:  # a record written by another version: show no percentage
-        return None
-    if budget is None:  # threshold mode: the threshold is the limit the policy works with
-        return config.compact_threshold or None
-    return budget.usable
-
-
-async def _no_records() -> Sequence[Record]:
-    return ()
-
-
 def _marks(meta: SessionRecord | None) -> dict[str, float]:
     settings = meta.settings if meta else {}
     marks = dict(_DEFAULT_MARKS)
@@ -227,7 +196,7 @@ def session_row(session_id: str, records: Sequence[Record], *, holder: str = "")
 def _row(
     session_id: str, records: Sequence[Record], folded: SessionState, holder: str
 ) -> SessionRow:
-    usable = _usable(folded.meta)
+    usable = recorded_usable(records, has_stubs=bool(folded.stubbed))
     tokens = _tokens(folded)
     return SessionRow(
         session_id=session_id,
@@ -327,14 +296,15 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
     cards: list[CompactionCard] = []
     cached_total: int | None = None
     usable: int | None = None
-    for record in records:
+    for index, record in enumerate(records):
         try:
             folded.apply(record)
         except CorruptLogError as exc:
             problems.append(f"#{record.seq}: {exc}")
             continue
-        if isinstance(record, SessionRecord):
-            usable = _usable(record)
+        if isinstance(record, SessionRecord | SettingsChangedRecord):
+            # the budget from here on: a window or model override changes it
+            usable = recorded_usable(records[: index + 1], has_stubs=bool(stubbed))
         match record:
             case ItemRecord():
                 timeline.append(_item_entry(record, stubbed, names))

@@ -2,13 +2,16 @@
 
 from stowage.actors import TurnResult
 
-from ._identity import session_identity
+from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
 from ._runtime import Runtime
 from ._session import Session
 
 __all__ = [
+    "RecordedBudget",
     "Runtime",
     "Session",
     "TurnResult",
+    "recorded_budget",
+    "recorded_usable",
     "session_identity",
 ]

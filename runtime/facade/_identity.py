@@ -8,21 +8,33 @@ one warning.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 from stowage.core import (
     DEFAULT_COMPACT_THRESHOLD,
+    ConfigError,
     LogStore,
+    Record,
     SessionIdentity,
     Settings,
     identity_from_records,
     validate_session_id,
 )
 from stowage.model import discover_context_window
-from stowage.policy import lookup_model
+from stowage.policy import Budget, effective_threshold, lookup_model, resolve_budget
+from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
-__all__ = ["WindowFinder", "WindowFound", "session_identity"]
+__all__ = [
+    "RecordedBudget",
+    "WindowFinder",
+    "WindowFound",
+    "recorded_budget",
+    "recorded_usable",
+    "session_identity",
+]
 
 _log = structlog.get_logger("stowage.runtime")
 
@@ -35,6 +47,57 @@ async def session_identity(store: LogStore, session_id: str) -> SessionIdentity:
     """
     read = await store.read(validate_session_id(session_id), repair=False)
     return identity_from_records(read.records)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedBudget:
+    """What a session's log says it runs with, and the budget that gives: ``usable`` is the
+    budget's (watermark mode) or the fixed threshold (threshold mode), None when unknown."""
+
+    settings: Settings
+    budget: Budget | None
+    usable: int | None
+
+
+async def _no_records() -> Sequence[Record]:
+    return ()
+
+
+def recorded_budget(records: Sequence[Record], *, has_stubs: bool = False) -> RecordedBudget:
+    """The budget a session runs with, from its log alone (its session record and every
+    ``settings_changed`` record in ``records``): the recorded settings, and the schemas of
+    the built-in tools it names (the workspace tools, and ``recall_artifact`` as the runtime
+    adds it). Tools of its own and MCP tools are named in the log but their schemas are not,
+    so they are left out. ``stowage list``, ``context`` and the console share it. Raises
+    ``CorruptLogError`` when ``records`` does not start with a session record."""
+    identity = identity_from_records(records)
+    try:
+        settings = identity.settings(Settings(tools="none"))
+    except ConfigError:  # a record another version wrote: the model is still known
+        settings = Settings(model=identity.model, tools="none")
+    names = set(identity.tools)
+    try:
+        known = ToolRegistry(
+            t for t in workspace_tools(Path("."), settings=settings) if t.spec.name in names
+        )
+    except Exception:  # a workspace that cannot be opened here: no schemas to count
+        known = ToolRegistry()
+    tools = with_recall(known, settings, has_stubs=has_stubs, history=tuple, read_log=_no_records)
+    try:
+        budget = resolve_budget(settings, tools.specs())
+    except ConfigError:
+        budget = None
+    usable = budget.usable if budget is not None else effective_threshold(settings)
+    return RecordedBudget(settings=settings, budget=budget, usable=usable)
+
+
+def recorded_usable(records: Sequence[Record], *, has_stubs: bool = False) -> int | None:
+    """``recorded_budget(records).usable``, or None when the log cannot say (no session
+    record first, a record another version wrote). Raises nothing."""
+    try:
+        return recorded_budget(records, has_stubs=has_stubs).usable
+    except Exception:
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

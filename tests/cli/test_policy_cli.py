@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path, c
     shown = cli("show", "s1", "--store", "st", cwd=tmp_path)
     assert "== compaction 1 (full)" in shown.stdout and "manual compaction" in shown.stdout
     assert "landed in the background (no request waited)" in shown.stdout
+    # the same figure as the console's card: tokens before over the recorded usable budget
+    assert re.search(r"applied at \d+% of usable \([\d,]+ tokens\)", shown.stdout)
     # no --compact-threshold and a registered model: the session runs the watermark policy
     records = [json.loads(line) for line in (tmp_path / "st" / "s1.jsonl").read_text().splitlines()]
     assert records[0]["settings"]["compact_threshold"] is None
