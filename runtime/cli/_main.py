@@ -40,6 +40,7 @@ from stowage.core import (
 )
 from stowage.facade import Runtime
 from stowage.load import add_load_arguments, main_load
+from stowage.model import probe_endpoint
 from stowage.policy import check_log
 from stowage.storage import encode_record, open_store
 
@@ -336,6 +337,10 @@ async def _runtime_for(
             )
         else:
             settings = settings_from(args)
+            if settings.model != "scripted" and settings.api_key:
+                # a server that is down or refuses the key: say so before a new session is
+                # written for it, so failed attempts leave no logs behind
+                await probe_endpoint(settings.base_url, settings.api_key)
         tools = tools_from_spec(args.tools_from) if args.tools_from else None
         servers = mcp_servers_from(args)
     except BaseException:

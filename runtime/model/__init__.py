@@ -3,7 +3,12 @@ offline scripted model (a product feature: the demo and the default model run on
 """
 
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage
-from ._discovery import WINDOW_FIELDS, discover_context_window, window_from_model_info
+from ._discovery import (
+    WINDOW_FIELDS,
+    discover_context_window,
+    probe_endpoint,
+    window_from_model_info,
+)
 from ._factory import PURPOSE_HEADER, make_gateway
 from ._limits import LimitedGateway
 from ._openai_wire import SUMMARY_PREFIX, chat_messages, responses_input
@@ -21,6 +26,7 @@ __all__ = [
     "discover_context_window",
     "is_summary_request",
     "make_gateway",
+    "probe_endpoint",
     "responses_input",
     "scripted_usage",
     "window_from_model_info",

@@ -15,9 +15,14 @@ from urllib.parse import quote
 
 import httpx
 import structlog
-from stowage.core import redact_url
+from stowage.core import ModelAuthError, ModelConnectionError, redact_url
 
-__all__ = ["WINDOW_FIELDS", "discover_context_window", "window_from_model_info"]
+__all__ = [
+    "WINDOW_FIELDS",
+    "discover_context_window",
+    "probe_endpoint",
+    "window_from_model_info",
+]
 
 _log = structlog.get_logger("stowage.model.discovery")
 
@@ -69,3 +74,30 @@ async def discover_context_window(
     if not isinstance(data, Mapping):
         return None
     return window_from_model_info(data)
+
+
+async def probe_endpoint(base_url: str | None, api_key: str | None, *, wait: float = 10.0) -> None:
+    """Check, with one ``GET {base_url}/models``, that an endpoint can serve at all, before a
+    command writes a new session for it (so a wrong URL or a server that is down leaves no
+    log behind).
+
+    Raises ``ModelConnectionError`` when nothing answers at the URL and ``ModelAuthError``
+    when it refuses the key (401, 403), each naming the request as the gateway does. Anything
+    else passes, a slow answer, a 404 (some servers have no ``/models``) and a 5xx among it:
+    the model call will say what it is.
+    """
+    url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=wait) as client:
+            response = await client.get(url, headers=headers)
+    except httpx.TimeoutException:
+        return  # slow is not down
+    except httpx.HTTPError as exc:
+        raise ModelConnectionError(
+            f"{type(exc).__name__}: {exc} (GET {redact_url(url)}, no HTTP status)"
+        ) from None
+    if response.status_code in (401, 403):
+        raise ModelAuthError(
+            f"the endpoint refused the API key (GET {redact_url(url)}, HTTP {response.status_code})"
+        )

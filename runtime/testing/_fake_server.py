@@ -27,9 +27,11 @@ import anyio
 import orjson
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 from stowage.core import ModelRequest, ModelResponse
 from stowage.load import parse_fault_rates
 from stowage.model import PURPOSE_HEADER, ScriptedBrain
@@ -281,6 +283,24 @@ async def _dripped(data: bytes, interval: float, piece: int = 16) -> AsyncIterat
         await anyio.sleep(interval)
 
 
+class _KeyCheck:
+    """Answers a ``/v1`` request without the server's ``api_key`` as OpenAI does: HTTP 401."""
+
+    def __init__(self, app: ASGIApp, server: FakeOpenAIServer) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.server.api_key
+        if key is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            headers = dict(scope.get("headers") or [])
+            if headers.get(b"authorization", b"").decode() != f"Bearer {key}":
+                message, kind, code = _ERRORS["auth"]
+                body = {"error": {"message": message, "type": kind, "code": code}}
+                await JSONResponse(body, 401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 @dataclass(eq=False, kw_only=True)
 class FakeOpenAIServer:
     """The fake server; ``async with`` runs it on a free port inside the current event loop."""
@@ -302,6 +322,8 @@ class FakeOpenAIServer:
     context_window: int | None = None
     #: the field it is reported in: ``max_model_len`` (vLLM), ``context_length`` (OpenRouter)...
     window_field: str = "max_model_len"
+    #: the one API key the ``/v1`` routes accept (None: any); another key gets OpenAI's 401
+    api_key: str | None = None
     #: the provider's prefix cache it simulates (None: every request is uncached); per key
     #: (``prompt_cache_key``, else the first two messages) its ``figures`` count requests,
     #: input, cached tokens and prefix breaks
@@ -357,6 +379,7 @@ class FakeOpenAIServer:
     def app(self) -> Starlette:
         """The ASGI app, usable without a socket (httpx ``ASGITransport``)."""
         return Starlette(
+            middleware=[Middleware(_KeyCheck, server=self)],
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
@@ -365,7 +388,7 @@ class FakeOpenAIServer:
                 Route("/_fake/faults", self._post_fault, methods=["POST"]),
                 Route("/_fake/requests", self._get_requests, methods=["GET"]),
                 Route("/_fake/stats", self._get_stats, methods=["GET"]),
-            ]
+            ],
         )
 
     def _bind(self) -> tuple[uvicorn.Server, socket.socket]:

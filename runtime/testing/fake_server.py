@@ -44,6 +44,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--window-field", default="max_model_len", help="field that window is reported in"
     )
     parser.add_argument(
+        "--require-key", default=None, metavar="KEY", help="answer 401 to any other API key"
+    )
+    parser.add_argument(
         "--forget-requests",
         action="store_true",
         help="keep no request bodies in memory (GET /_fake/stats still counts and checks them)",
@@ -70,6 +73,7 @@ async def _serve(args: argparse.Namespace) -> None:
         seed=args.seed,
         context_window=args.context_window,
         window_field=args.window_field,
+        api_key=args.require_key,
     )
     await server.serve(lambda line: print(line, flush=True))
 

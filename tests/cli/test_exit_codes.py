@@ -247,6 +247,32 @@ def test_3_for_a_server_that_is_down_says_cannot_connect_to_the_url(
     assert "Traceback" not in done.stderr
     # one failure, said once: no retry or failure log lines echoing it
     assert not any("model_call" in line or "turn_failed" in line for line in lines), lines
+    # found out before a session was written: a failed attempt leaves no log behind
+    assert not (tmp_path / "st").exists() or not list((tmp_path / "st").glob("*.jsonl"))
+    assert "session:" not in done.stderr
+
+
+def test_3_for_a_refused_key_names_the_fix_and_leaves_no_session(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    async def run(key: str) -> subprocess.CompletedProcess[bytes]:
+        async with FakeOpenAIServer(api_key="sk-right") as server:
+            return await anyio.run_process(
+                [*STOWAGE, "run", "hi", "--store", "st", "--model", "m", "--base-url",
+                 server.base_url, "--api-key", key, "--tools", "none",
+                 "--context-window", "50000"],
+                cwd=tmp_path, env=cli_env, check=False,
+            )  # fmt: skip
+
+    refused = anyio.run(run, "sk-wrong")
+    assert refused.returncode == 3
+    last = refused.stderr.decode().strip().splitlines()[-1]
+    assert "refused the API key (HTTP 401)" in last and "--api-key" in last
+    assert "sk-wrong" not in refused.stderr.decode()  # a key is never shown
+    assert not (tmp_path / "st").exists() or not list((tmp_path / "st").glob("*.jsonl"))
+    accepted = anyio.run(run, "sk-right")
+    assert accepted.returncode == 0, accepted.stderr.decode()
+    assert len(list((tmp_path / "st").glob("*.jsonl"))) == 1
 
 
 def test_help_offers_no_option_that_does_nothing(tmp_path: Path, cli: Cli) -> None:
