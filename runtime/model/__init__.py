@@ -9,9 +9,9 @@ from ._discovery import (
     probe_endpoint,
     window_from_model_info,
 )
-from ._factory import PURPOSE_HEADER, make_gateway
+from ._factory import make_gateway
 from ._limits import LimitedGateway
-from ._openai_wire import SUMMARY_PREFIX, chat_messages, responses_input
+from ._openai_wire import PURPOSE_HEADER, SUMMARY_PREFIX, chat_messages, responses_input
 from ._scripted import Brain, ScriptedModel
 
 __all__ = [

@@ -9,10 +9,7 @@ from stowage.core import ModelGateway, Settings
 
 from ._scripted import ScriptedModel
 
-__all__ = ["PURPOSE_HEADER", "make_gateway"]
-
-# Tells a test server whether a request is a summary; real providers ignore unknown headers.
-PURPOSE_HEADER = "x-stowage-purpose"
+__all__ = ["make_gateway"]
 
 
 def make_gateway(settings: Settings) -> ModelGateway:

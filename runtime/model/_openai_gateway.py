@@ -53,8 +53,8 @@ from stowage.core import (
     redact_url,
 )
 
-from ._factory import PURPOSE_HEADER
 from ._openai_wire import (
+    PURPOSE_HEADER,
     ChatStreamAccumulator,
     ResponsesStreamAccumulator,
     chat_body,
@@ -295,7 +295,8 @@ class OpenAIGateway:
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             raise ConfigError(
-                "no API key for the model endpoint: pass --api-key or set OPENAI_API_KEY"
+                "no API key for the model endpoint: pass --api-key, set STOWAGE_API_KEY or "
+                "OPENAI_API_KEY, or give the model profile an api_key in stowage.toml"
             )
         self.wire_api = wire_api
         self._path = "/chat/completions" if wire_api == "chat" else "/responses"

@@ -33,6 +33,7 @@ from stowage.core import (
 )
 
 __all__ = [
+    "PURPOSE_HEADER",
     "SUMMARY_PREFIX",
     "ChatStreamAccumulator",
     "ResponsesStreamAccumulator",
@@ -48,6 +49,9 @@ __all__ = [
     "responses_input",
     "responses_tools",
 ]
+
+# Tells a test server whether a request is a summary; real providers ignore unknown headers.
+PURPOSE_HEADER = "x-stowage-purpose"
 
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
