@@ -1,14 +1,20 @@
-"""CPU per model call: a bare ``openai.AsyncOpenAI`` agent loop against stowage.
+"""CPU per model call: stowage against a bare ``openai.AsyncOpenAI`` agent loop and a plain
+``httpx`` loop speaking the same wire (the HTTP floor).
 
-    python scripts/bench_overhead.py                       # the whole table
+    python scripts/bench_overhead.py                       # 1, 50 and 200 sessions
+    python scripts/bench_overhead.py --sessions-sweep      # 50, 200 and 1,000 sessions
     python scripts/bench_overhead.py --concurrency 50 --wire chat --stream off
 
-Both clients run the same agent (the fake server's scripted brain: 3 tool rounds and an answer,
+All three clients run the same agent (the fake server's scripted brain: 3 tool rounds and an answer,
 so 4 model calls per turn; tools return ``--tool-kb`` KB) against the same fake OpenAI server in
 its own process, each measurement in a fresh client process whose CPU time (all threads, user +
 system) is divided by the round calls it made. stowage runs with its JSONL store fsyncing every
 batch and compaction on; its summary calls are extra work charged to it, not counted as calls.
-"1 concurrent session" runs the sessions one after the other.
+"1 concurrent session" runs the sessions one after the other. The plain loop posts JSON with one
+pooled ``httpx.AsyncClient`` and reads the SSE lines itself: no SDK, no validation, no store.
+Printed per row: each client's ms of CPU per call, stowage over the bare SDK and over the HTTP
+floor; with more than one concurrency, how much stowage's and the floor's cost grew from the
+smallest to the largest.
 """
 
 from __future__ import annotations
@@ -142,6 +148,131 @@ async def _bare_responses(client: Any, args: argparse.Namespace, index: int) -> 
     return calls
 
 
+# -- the plain httpx loop (the HTTP floor) ---------------------------------------------------
+
+
+async def _sse_json(response: Any) -> Any:
+    """Every ``data:`` payload of a server-sent event stream, parsed (``[DONE]`` ends it)."""
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            yield json.loads(data)
+
+
+async def _httpx_chat(client: Any, args: argparse.Namespace, index: int) -> int:
+    tools = [
+        {"type": "function",
+         "function": {"name": n, "description": f"Fetch the next {n}.", "parameters": _TOOLS_SCHEMA}}
+        for n in _TOOL_NAMES
+    ]  # fmt: skip
+    messages: list[Any] = [{"role": "system", "content": _SYSTEM}]
+    calls = served = 0
+    for turn in range(args.turns):
+        messages.append(
+            {"role": "user", "content": f"Task {turn} of agent {index}: fetch, report."}
+        )
+        while True:
+            calls += 1
+            body: dict[str, Any] = {"model": "bench", "messages": messages, "tools": tools}
+            if args.stream:
+                body |= {"stream": True, "stream_options": {"include_usage": True}}
+                text, tool_calls = "", {}
+                async with client.stream("POST", "/chat/completions", json=body) as response:
+                    response.raise_for_status()
+                    async for chunk in _sse_json(response):
+                        for choice in chunk.get("choices") or ():
+                            delta = choice.get("delta") or {}
+                            text += delta.get("content") or ""
+                            for tc in delta.get("tool_calls") or ():
+                                slot = tool_calls.setdefault(
+                                    tc["index"], {"id": "", "name": "", "args": ""}
+                                )
+                                slot["id"] = tc.get("id") or slot["id"]
+                                function = tc.get("function") or {}
+                                slot["name"] = function.get("name") or slot["name"]
+                                slot["args"] += function.get("arguments") or ""
+                message: dict[str, Any] = {"role": "assistant", "content": text or None}
+                if tool_calls:
+                    message["tool_calls"] = [
+                        {"id": c["id"], "type": "function",
+                         "function": {"name": c["name"], "arguments": c["args"]}}
+                        for c in tool_calls.values()
+                    ]  # fmt: skip
+            else:
+                response = await client.post("/chat/completions", json=body)
+                response.raise_for_status()
+                message = response.json()["choices"][0]["message"]
+            messages.append(message)
+            pending = [(c["id"], c["function"]["name"]) for c in message.get("tool_calls") or ()]
+            if not pending:
+                break
+            for call_id, name in pending:
+                served += 1
+                messages.append(
+                    {"role": "tool", "tool_call_id": call_id,
+                     "content": _blob(args.tool_kb, name, served)}
+                )  # fmt: skip
+    return calls
+
+
+async def _httpx_responses(client: Any, args: argparse.Namespace, index: int) -> int:
+    tools = [
+        {"type": "function", "name": n, "description": f"Fetch the next {n}.",
+         "parameters": _TOOLS_SCHEMA, "strict": False}
+        for n in _TOOL_NAMES
+    ]  # fmt: skip
+    items: list[Any] = [{"role": "system", "content": _SYSTEM}]
+    calls = served = 0
+    for turn in range(args.turns):
+        items.append({"role": "user", "content": f"Task {turn} of agent {index}: fetch, report."})
+        while True:
+            calls += 1
+            body: dict[str, Any] = {"model": "bench", "input": items, "tools": tools}
+            if args.stream:
+                body["stream"] = True
+                final: Any = None
+                async with client.stream("POST", "/responses", json=body) as response:
+                    response.raise_for_status()
+                    async for event in _sse_json(response):
+                        if event.get("type") == "response.completed":
+                            final = event["response"]
+                assert final is not None
+            else:
+                response = await client.post("/responses", json=body)
+                response.raise_for_status()
+                final = response.json()
+            output = final["output"]
+            items.extend(output)
+            pending = [(o["call_id"], o["name"]) for o in output if o["type"] == "function_call"]
+            if not pending:
+                break
+            for call_id, name in pending:
+                served += 1
+                items.append(
+                    {"type": "function_call_output", "call_id": call_id,
+                     "output": _blob(args.tool_kb, name, served)}
+                )  # fmt: skip
+    return calls
+
+
+async def _run_httpx(args: argparse.Namespace) -> int:
+    import httpx
+
+    client = httpx.AsyncClient(
+        base_url=args.base_url,
+        headers={"Authorization": "Bearer fake-key"},
+        timeout=60,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+    )
+    loop = _httpx_chat if args.wire == "chat" else _httpx_responses
+    try:
+        return await _sessions(args, lambda index: loop(client, args, index))
+    finally:
+        await client.aclose()
+
+
 async def _run_bare(args: argparse.Namespace) -> int:
     import openai
 
@@ -217,7 +348,7 @@ async def _sessions(args: argparse.Namespace, one: Any) -> int:
 
 
 def _child(args: argparse.Namespace) -> None:
-    run = _run_bare if args.child == "bare" else _run_stowage
+    run = {"bare": _run_bare, "httpx": _run_httpx, "stowage": _run_stowage}[args.child]
     # imports and client setup are paid once per process, not per call: keep them out
     import openai  # noqa: F401
     import stowage.facade._runtime  # noqa: F401
@@ -259,39 +390,61 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
         for concurrency in args.concurrency_list:
             for wire in args.wires:
                 for stream in args.streams:
-                    bare = await asyncio.to_thread(
-                        _measure, args, "bare", concurrency, wire, stream
-                    )
-                    ours = await asyncio.to_thread(
-                        _measure, args, "stowage", concurrency, wire, stream
-                    )
+                    runs = {
+                        mode: await asyncio.to_thread(
+                            _measure, args, mode, concurrency, wire, stream
+                        )
+                        for mode in ("httpx", "bare", "stowage")
+                    }
+                    ms = {mode: run["cpu_ms_per_call"] for mode, run in runs.items()}
                     row = {
                         "sessions": concurrency,
                         "wire": wire,
                         "stream": stream,
-                        "bare_ms": round(bare["cpu_ms_per_call"], 3),
-                        "stowage_ms": round(ours["cpu_ms_per_call"], 3),
-                        "ratio": round(ours["cpu_ms_per_call"] / bare["cpu_ms_per_call"], 3),
-                        "bare_calls": bare["calls"],
-                        "stowage_calls": ours["calls"],
-                        "bare_wall_s": round(bare["wall_s"], 2),
-                        "stowage_wall_s": round(ours["wall_s"], 2),
+                        "httpx_ms": round(ms["httpx"], 3),
+                        "bare_ms": round(ms["bare"], 3),
+                        "stowage_ms": round(ms["stowage"], 3),
+                        "ratio": round(ms["stowage"] / ms["bare"], 3),
+                        "ratio_to_floor": round(ms["stowage"] / ms["httpx"], 3),
+                        "calls": {mode: run["calls"] for mode, run in runs.items()},
+                        "wall_s": {mode: round(run["wall_s"], 2) for mode, run in runs.items()},
                     }
                     rows.append(row)
                     print(
-                        f"{concurrency:>4} sessions {wire:<9} stream={'on ' if stream else 'off'} "
-                        f"bare {row['bare_ms']:7.3f} ms/call  stowage {row['stowage_ms']:7.3f} ms/call  "
-                        f"ratio {row['ratio']:.3f}",
+                        f"{concurrency:>5} sessions {wire:<9} stream={'on ' if stream else 'off'} "
+                        f"httpx {row['httpx_ms']:6.3f}  openai {row['bare_ms']:6.3f}  "
+                        f"stowage {row['stowage_ms']:6.3f} ms/call  "
+                        f"stowage/openai {row['ratio']:.2f}  stowage/httpx {row['ratio_to_floor']:.2f}",
                         flush=True,
                     )
     return rows
+
+
+def _growth(rows: list[dict[str, Any]]) -> list[str]:
+    """Per wire and stream mode: how the cost per call grew from the fewest sessions measured
+    to the most, for stowage and for the HTTP floor."""
+    lines = []
+    for wire, stream in sorted({(r["wire"], r["stream"]) for r in rows}):
+        same = sorted((r for r in rows if r["wire"] == wire and r["stream"] == stream),
+                      key=lambda r: r["sessions"])  # fmt: skip
+        if len(same) < 2 or same[0]["sessions"] == 1:
+            same = [r for r in same if r["sessions"] > 1]
+        if len(same) < 2:
+            continue
+        low, high = same[0], same[-1]
+        lines.append(
+            f"{wire:<9} stream={'on ' if stream else 'off'} {low['sessions']} -> {high['sessions']} "
+            f"sessions: stowage {high['stowage_ms'] / low['stowage_ms'] - 1:+.0%}, "
+            f"httpx {high['httpx_ms'] / low['httpx_ms'] - 1:+.0%}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table (and write it as JSON with --json); exit 1 if a ratio exceeds --target."""
     parser = argparse.ArgumentParser(prog="bench_overhead.py", description=__doc__)
     parser.add_argument(
-        "--child", choices=["bare", "stowage"], default=None, help=argparse.SUPPRESS
+        "--child", choices=["bare", "httpx", "stowage"], default=None, help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--base-url",
@@ -299,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         help="an already running OpenAI-compatible server (default: start the fake one)",
     )
     parser.add_argument("--concurrency", type=int, default=None, help="only this many sessions")
+    parser.add_argument(
+        "--sessions-sweep", action="store_true", help="50, 200 and 1,000 concurrent sessions"
+    )
     parser.add_argument("--wire", choices=["chat", "responses"], default=None)
     parser.add_argument("--stream", choices=["on", "off"], default=None)
     parser.add_argument("--turns", type=int, default=5, help="turns per session (4 calls each)")
@@ -312,12 +468,17 @@ def main(argv: list[str] | None = None) -> int:
         args.stream = args.stream == "on"
         _child(args)
         return 0
-    args.concurrency_list = [args.concurrency] if args.concurrency else [1, 50, 200]
+    sweep = [50, 200, 1000] if args.sessions_sweep else [1, 50, 200]
+    args.concurrency_list = [args.concurrency] if args.concurrency else sweep
     args.wires = [args.wire] if args.wire else ["chat", "responses"]
     args.streams = [args.stream == "on"] if args.stream else [False, True]
     rows = asyncio.run(_with_server(args))
+    for line in _growth(rows):
+        print(line)
     worst = max(row["ratio"] for row in rows)
-    print(f"worst ratio stowage / bare: {worst:.3f} (target <= {args.target})")
+    floor = max(row["ratio_to_floor"] for row in rows)
+    print(f"worst ratio stowage / openai: {worst:.3f} (target <= {args.target})")
+    print(f"worst ratio stowage / httpx (the HTTP floor): {floor:.3f}")
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0 if worst <= args.target else 1
