@@ -65,16 +65,18 @@ async def test_load_through_the_fake_server_process_rides_out_injected_faults(
 async def test_failed_turns_fail_the_verdict_unless_allowed(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """500s on a third of the requests fail turns; the verdict says so unless allowed. The
-    retries those faults cause are counted in the report, not printed one line each."""
+    """500s on most requests fail turns; the verdict says so unless allowed. The retries those
+    faults cause are counted in the report, not printed one line each. (At 0.6 a call fails
+    all three attempts one time in five, so 24 turns of several calls each never all pass;
+    at a third, which sessions drew which faults left that to the scheduling, 1 run in ~20.)"""
     config = LoadConfig(
-        sessions=6, turns=4, in_process=True, progress=False, faults="500:0.35", seed=3
+        sessions=6, turns=4, in_process=True, progress=False, faults="500:0.6", seed=3
     )
     with anyio.fail_after(60):
         strict = await run_load(config, console=QUIET)
         lenient = await run_load(
             LoadConfig(
-                sessions=6, turns=4, in_process=True, progress=False, faults="500:0.35", seed=3,
+                sessions=6, turns=4, in_process=True, progress=False, faults="500:0.6", seed=3,
                 allow_failed_turns=6 * 4,
             ),
             console=QUIET,
