@@ -352,14 +352,7 @@ class Sampler:
         await self._journal.write(sampled)
         await self._request_approvals(round_, calls)
         outputs = await self._run_tools(round_, response)
-        first = self.state.last_seq + 1
-        committed: list[Record] = [
-            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
-        ]
-        committed.append(
-            self._commit_record(round_, response, first, offset=len(committed), usage=usage)
-        )
-        await self._commit(round_, committed, response, calls=len(calls))
+        await self._commit_outputs(round_, outputs, response, usage=usage)
         self._checks.written(calls, outputs)
         return None
 
@@ -425,39 +418,55 @@ class Sampler:
         order."""
         round_ = self.state.open_round or self.state.round + 1
         calls = tuple(self.state.open_calls.values())
-        denied = dict(self.state.denial_reasons)
-        runnable = tuple(c for c in calls if c.call_id not in denied)
-        ran: tuple[FunctionCallOutput, ...] = ()
-        if runnable:
-            reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
-            await self.tools.send(RunTools(round=round_, calls=runnable, reply=reply))
-            ran = await reply.wait()
-        by_id = {output.call_id: output for output in ran}
-        outputs = [
-            by_id.get(c.call_id)
-            or FunctionCallOutput(
-                call_id=c.call_id,
-                output=f"denied: {denied.get(c.call_id) or 'a person denied this call'}",
+        denied = {
+            call_id: FunctionCallOutput(
+                call_id=call_id,
+                output=f"denied: {reason or 'a person denied this call'}",
                 is_error=True,
             )
-            for c in calls
-        ]
+            for call_id, reason in self.state.denial_reasons.items()
+        }
+        outputs = await self._run_calls(round_, calls, denied)
+        await self._commit_outputs(round_, outputs, None)
+
+    async def _commit_outputs(
+        self,
+        round_: int,
+        outputs: Sequence[FunctionCallOutput],
+        response: ModelResponse | None,
+        *,
+        usage: VettedUsage | None = None,
+    ) -> None:
+        """Write the round's outputs, in call order, and its ``round_committed`` record."""
         first = self.state.last_seq + 1
         committed: list[Record] = [
             ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
-        committed.append(self._commit_record(round_, None, first, offset=len(committed)))
-        await self._commit(round_, committed, ModelResponse(items=()), calls=len(calls))
+        committed.append(
+            self._commit_record(round_, response, first, offset=len(committed), usage=usage)
+        )
+        await self._commit(
+            round_, committed, response or ModelResponse(items=()), calls=len(outputs)
+        )
 
     async def _run_tools(
         self, round_: int, response: ModelResponse
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in order: calls the output limit cut off get an error output
         and do not run; the tool executor runs the rest."""
-        calls = response.calls
         refused = cut_call_outputs(response, max_output_tokens=self.settings.max_output_tokens)
         if refused:
             self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(refused))
+        return await self._run_calls(round_, response.calls, refused)
+
+    async def _run_calls(
+        self,
+        round_: int,
+        calls: tuple[FunctionCall, ...],
+        refused: dict[str, FunctionCallOutput],
+    ) -> tuple[FunctionCallOutput, ...]:
+        """One output per call, in call order: ``refused`` ones keep the output given, the
+        tool executor runs the rest (under the turn's interrupt, when it has one)."""
         runnable = tuple(c for c in calls if c.call_id not in refused)
         ran: tuple[FunctionCallOutput, ...] = ()
         if runnable:

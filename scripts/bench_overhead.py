@@ -41,21 +41,61 @@ def _blob(tool_kb: float, name: str, n: int) -> str:
     return head + ("lorem ipsum dolor sit amet " * (size // 27 + 1))[: size - len(head)]
 
 
+_CHAT_TOOLS = [
+    {"type": "function",
+     "function": {"name": n, "description": f"Fetch the next {n}.", "parameters": _TOOLS_SCHEMA}}
+    for n in _TOOL_NAMES
+]  # fmt: skip
+_RESPONSES_TOOLS = [
+    {"type": "function", "name": n, "description": f"Fetch the next {n}.",
+     "parameters": _TOOLS_SCHEMA, "strict": False}
+    for n in _TOOL_NAMES
+]  # fmt: skip
+
+
+def _fold(
+    slots: dict[int, dict[str, str]], index: int, call_id: str | None, name: str | None,
+    arguments: str | None,
+) -> None:  # fmt: skip
+    """Add one streamed tool-call delta to the call being assembled at ``index``."""
+    slot = slots.setdefault(index, {"id": "", "name": "", "args": ""})
+    slot["id"] = call_id or slot["id"]
+    slot["name"] = name or slot["name"]
+    slot["args"] += arguments or ""
+
+
+def _assistant(text: str, slots: dict[int, dict[str, str]]) -> dict[str, Any]:
+    """The assistant message a streamed chat answer makes, its tool calls included."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if slots:
+        message["tool_calls"] = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["args"]}}
+            for c in slots.values()
+        ]  # fmt: skip
+    return message
+
+
+def _answer(
+    history: list[Any], pending: list[tuple[str, str]], args: argparse.Namespace, served: int,
+    *, chat: bool,
+) -> int:  # fmt: skip
+    """Append the tools' outputs for ``pending`` calls; returns the outputs served so far."""
+    for call_id, name in pending:
+        served += 1
+        output = _blob(args.tool_kb, name, served)
+        history.append(
+            {"role": "tool", "tool_call_id": call_id, "content": output}
+            if chat
+            else {"type": "function_call_output", "call_id": call_id, "output": output}
+        )
+    return served
+
+
 # -- the bare openai loop ---------------------------------------------------------------------
 
 
 async def _bare_chat(client: Any, args: argparse.Namespace, index: int) -> int:
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": n,
-                "description": f"Fetch the next {n}.",
-                "parameters": _TOOLS_SCHEMA,
-            },
-        }
-        for n in _TOOL_NAMES
-    ]
     messages: list[Any] = [{"role": "system", "content": _SYSTEM}]
     calls = served = 0
     for turn in range(args.turns):
@@ -65,58 +105,35 @@ async def _bare_chat(client: Any, args: argparse.Namespace, index: int) -> int:
         while True:
             calls += 1
             if args.stream:
-                text, tool_calls = "", {}
+                text, slots = "", {}
                 stream = await client.chat.completions.create(
-                    model="bench", messages=messages, tools=tools, stream=True,
+                    model="bench", messages=messages, tools=_CHAT_TOOLS, stream=True,
                     stream_options={"include_usage": True},
                 )  # fmt: skip
                 async for chunk in stream:
                     for choice in chunk.choices:
                         text += choice.delta.content or ""
                         for tc in choice.delta.tool_calls or ():
-                            slot = tool_calls.setdefault(
-                                tc.index, {"id": "", "name": "", "args": ""}
-                            )
-                            slot["id"] = tc.id or slot["id"]
-                            if tc.function is not None:
-                                slot["name"] = tc.function.name or slot["name"]
-                                slot["args"] += tc.function.arguments or ""
-                message: dict[str, Any] = {"role": "assistant", "content": text or None}
-                if tool_calls:
-                    message["tool_calls"] = [
-                        {"id": c["id"], "type": "function",
-                         "function": {"name": c["name"], "arguments": c["args"]}}
-                        for c in tool_calls.values()
-                    ]  # fmt: skip
-                messages.append(message)
-                pending = [(c["id"], c["name"]) for c in tool_calls.values()]
+                            function = tc.function
+                            name = function.name if function is not None else None
+                            arguments = function.arguments if function is not None else None
+                            _fold(slots, tc.index, tc.id, name, arguments)
+                messages.append(_assistant(text, slots))
+                pending = [(c["id"], c["name"]) for c in slots.values()]
             else:
                 response = await client.chat.completions.create(
-                    model="bench", messages=messages, tools=tools
+                    model="bench", messages=messages, tools=_CHAT_TOOLS
                 )
                 reply = response.choices[0].message
                 messages.append(reply)
                 pending = [(tc.id, tc.function.name) for tc in reply.tool_calls or ()]
             if not pending:
                 break
-            for call_id, name in pending:
-                served += 1
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call_id,
-                        "content": _blob(args.tool_kb, name, served),
-                    }
-                )
+            served = _answer(messages, pending, args, served, chat=True)
     return calls
 
 
 async def _bare_responses(client: Any, args: argparse.Namespace, index: int) -> int:
-    tools = [
-        {"type": "function", "name": n, "description": f"Fetch the next {n}.",
-         "parameters": _TOOLS_SCHEMA, "strict": False}
-        for n in _TOOL_NAMES
-    ]  # fmt: skip
     items: list[Any] = [{"role": "system", "content": _SYSTEM}]
     calls = served = 0
     for turn in range(args.turns):
@@ -126,7 +143,7 @@ async def _bare_responses(client: Any, args: argparse.Namespace, index: int) -> 
             if args.stream:
                 final = None
                 stream = await client.responses.create(
-                    model="bench", input=items, tools=tools, stream=True
+                    model="bench", input=items, tools=_RESPONSES_TOOLS, stream=True
                 )
                 async for event in stream:
                     if event.type == "response.completed":
@@ -134,17 +151,14 @@ async def _bare_responses(client: Any, args: argparse.Namespace, index: int) -> 
                 assert final is not None
                 response = final
             else:
-                response = await client.responses.create(model="bench", input=items, tools=tools)
+                response = await client.responses.create(
+                    model="bench", input=items, tools=_RESPONSES_TOOLS
+                )
             items.extend(response.output)
             pending = [(o.call_id, o.name) for o in response.output if o.type == "function_call"]
             if not pending:
                 break
-            for call_id, name in pending:
-                served += 1
-                items.append(
-                    {"type": "function_call_output", "call_id": call_id,
-                     "output": _blob(args.tool_kb, name, served)}
-                )  # fmt: skip
+            served = _answer(items, pending, args, served, chat=False)
     return calls
 
 
@@ -162,11 +176,6 @@ async def _sse_json(response: Any) -> Any:
 
 
 async def _httpx_chat(client: Any, args: argparse.Namespace, index: int) -> int:
-    tools = [
-        {"type": "function",
-         "function": {"name": n, "description": f"Fetch the next {n}.", "parameters": _TOOLS_SCHEMA}}
-        for n in _TOOL_NAMES
-    ]  # fmt: skip
     messages: list[Any] = [{"role": "system", "content": _SYSTEM}]
     calls = served = 0
     for turn in range(args.turns):
@@ -175,10 +184,10 @@ async def _httpx_chat(client: Any, args: argparse.Namespace, index: int) -> int:
         )
         while True:
             calls += 1
-            body: dict[str, Any] = {"model": "bench", "messages": messages, "tools": tools}
+            body: dict[str, Any] = {"model": "bench", "messages": messages, "tools": _CHAT_TOOLS}
             if args.stream:
                 body |= {"stream": True, "stream_options": {"include_usage": True}}
-                text, tool_calls = "", {}
+                text, slots = "", {}
                 async with client.stream("POST", "/chat/completions", json=body) as response:
                     response.raise_for_status()
                     async for chunk in _sse_json(response):
@@ -186,20 +195,10 @@ async def _httpx_chat(client: Any, args: argparse.Namespace, index: int) -> int:
                             delta = choice.get("delta") or {}
                             text += delta.get("content") or ""
                             for tc in delta.get("tool_calls") or ():
-                                slot = tool_calls.setdefault(
-                                    tc["index"], {"id": "", "name": "", "args": ""}
-                                )
-                                slot["id"] = tc.get("id") or slot["id"]
                                 function = tc.get("function") or {}
-                                slot["name"] = function.get("name") or slot["name"]
-                                slot["args"] += function.get("arguments") or ""
-                message: dict[str, Any] = {"role": "assistant", "content": text or None}
-                if tool_calls:
-                    message["tool_calls"] = [
-                        {"id": c["id"], "type": "function",
-                         "function": {"name": c["name"], "arguments": c["args"]}}
-                        for c in tool_calls.values()
-                    ]  # fmt: skip
+                                _fold(slots, tc["index"], tc.get("id"), function.get("name"),
+                                      function.get("arguments"))  # fmt: skip
+                message = _assistant(text, slots)
             else:
                 response = await client.post("/chat/completions", json=body)
                 response.raise_for_status()
@@ -208,28 +207,18 @@ async def _httpx_chat(client: Any, args: argparse.Namespace, index: int) -> int:
             pending = [(c["id"], c["function"]["name"]) for c in message.get("tool_calls") or ()]
             if not pending:
                 break
-            for call_id, name in pending:
-                served += 1
-                messages.append(
-                    {"role": "tool", "tool_call_id": call_id,
-                     "content": _blob(args.tool_kb, name, served)}
-                )  # fmt: skip
+            served = _answer(messages, pending, args, served, chat=True)
     return calls
 
 
 async def _httpx_responses(client: Any, args: argparse.Namespace, index: int) -> int:
-    tools = [
-        {"type": "function", "name": n, "description": f"Fetch the next {n}.",
-         "parameters": _TOOLS_SCHEMA, "strict": False}
-        for n in _TOOL_NAMES
-    ]  # fmt: skip
     items: list[Any] = [{"role": "system", "content": _SYSTEM}]
     calls = served = 0
     for turn in range(args.turns):
         items.append({"role": "user", "content": f"Task {turn} of agent {index}: fetch, report."})
         while True:
             calls += 1
-            body: dict[str, Any] = {"model": "bench", "input": items, "tools": tools}
+            body: dict[str, Any] = {"model": "bench", "input": items, "tools": _RESPONSES_TOOLS}
             if args.stream:
                 body["stream"] = True
                 final: Any = None
@@ -248,12 +237,7 @@ async def _httpx_responses(client: Any, args: argparse.Namespace, index: int) ->
             pending = [(o["call_id"], o["name"]) for o in output if o["type"] == "function_call"]
             if not pending:
                 break
-            for call_id, name in pending:
-                served += 1
-                items.append(
-                    {"type": "function_call_output", "call_id": call_id,
-                     "output": _blob(args.tool_kb, name, served)}
-                )  # fmt: skip
+            served = _answer(items, pending, args, served, chat=False)
     return calls
 
 

@@ -13,6 +13,7 @@ A ``[models.NAME]`` table is a profile: ``--model NAME`` (or ``--profile NAME``,
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from pathlib import Path
@@ -150,22 +151,43 @@ def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_config(typed: dict[str, Any], *, project_dir: Path | None = None) -> StowageConfig:
-    """The configuration: ``typed`` options over ``STOWAGE_*`` over ``./stowage.toml`` over
-    the user's file. Raises ``ConfigError`` naming the file (or variable) and key."""
-    files = _merge(
-        _read_file(user_config_path()),
-        _read_file((project_dir or Path.cwd()) / CONFIG_NAME),
-    )
+def load_config(*, project_dir: Path | None = None) -> StowageConfig:
+    """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed
+    options are applied over it by the caller). Read once per distinct input: a command asks
+    for it several times, and the files (path, size, time) and the variables are the key.
+
+    Raises ``ConfigError`` naming the file (or variable) and key.
+    """
+    user, project = user_config_path(), (project_dir or Path.cwd()) / CONFIG_NAME
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("STOWAGE_")))
+    return _load(user, _stamp(user), project, _stamp(project), env)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
     try:
-        env = StowageConfig()  # the STOWAGE_* variables alone
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=16)
+def _load(
+    user: Path,
+    user_stamp: tuple[int, int] | None,
+    project: Path,
+    project_stamp: tuple[int, int] | None,
+    env: tuple[tuple[str, str], ...],
+) -> StowageConfig:
+    """``load_config`` for one set of inputs (the stamps and ``env`` are only the cache key)."""
+    files = _merge(_read_file(user), _read_file(project))
+    try:
+        from_env = StowageConfig().model_dump(exclude_unset=True)  # the STOWAGE_* variables
     except ValidationError as exc:
         error = exc.errors()[0]
         name = "STOWAGE_" + ".".join(str(p) for p in error["loc"]).upper()
         raise ConfigError(f"environment variable {name}: {error['msg']}") from None
-    from_env = env.model_dump(exclude_unset=True)
-    values = _merge(_merge(files, from_env), {k: v for k, v in typed.items() if v is not None})
     try:
-        return StowageConfig.model_validate(values)
+        return StowageConfig.model_validate(_merge(files, from_env))
     except ValidationError as exc:
         raise ConfigError(f"configuration: {_first_problem(exc)}") from None

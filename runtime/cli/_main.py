@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 def store_spec(args: argparse.Namespace) -> str:
     """The store the command names: ``--store``, else ``$STOWAGE_STORE``, else ``store`` in a
     ``stowage.toml`` (the project's over the user's), else ``.stowage``."""
-    spec: str | None = args.store or os.environ.get(STORE_ENV) or load_config({}).store
+    spec: str | None = args.store or os.environ.get(STORE_ENV) or load_config().store
     return spec if spec else _DEFAULT_STORE
 
 

@@ -40,7 +40,7 @@ def mcp_servers_from(args: argparse.Namespace) -> list[MCPServer]:
     commands: list[str] = getattr(args, "mcp", None) or []
     urls: list[str] = getattr(args, "mcp_url", None) or []
     if not commands and not urls:
-        config = load_config({})
+        config = load_config()
         commands, urls = config.mcp or [], config.mcp_url or []
     servers = [mcp_server(command) for command in commands]
     servers.extend(MCPServer(url=url) for url in urls)

@@ -147,7 +147,7 @@ def typed_overrides(args: argparse.Namespace) -> dict[str, Any]:
     typed.pop("stream", None)
     if not typed:
         return {}
-    config = load_config({})
+    config = load_config()
     overrides: dict[str, Any] = {}
     name = typed.get("profile") or typed.get("model")
     if "profile" in typed and name not in config.models:
@@ -178,7 +178,7 @@ def settings_from_options(
     Raises ``ConfigError`` for bad values, naming the file or option.
     """
     options = typed_overrides(args) if typed else {}
-    config = load_config({})
+    config = load_config()
     values: dict[str, Any] = {
         k: getattr(config, k) for k in _CONFIG_FIELDS if getattr(config, k) is not None
     }

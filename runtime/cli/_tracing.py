@@ -19,7 +19,7 @@ __all__ = ["trace_if_configured"]
 def trace_if_configured(rt: Runtime, settings: Settings) -> None:
     """Subscribe an OpenTelemetry ``TraceSubscriber`` to ``rt`` when the configuration asks
     for tracing. Raises ``ConfigError`` when it does and the ``otel`` extra is missing."""
-    if not load_config({}).otel:
+    if not load_config().otel:
         return
     try:
         from stowage.otel import TraceSubscriber

@@ -227,18 +227,9 @@ class TraceSubscriber:
             "stowage.compaction.estimated": event.estimated,
             "stowage.round": event.round,
         }
-        if event.tokens_before is not None:
-            attributes["stowage.compaction.tokens_before"] = event.tokens_before
-        if event.tokens_after is not None:
-            attributes["stowage.compaction.tokens_after"] = event.tokens_after
         if self.include_text:
             attributes["stowage.compaction.summary"] = event.summary
-        self._tracer().start_span(
-            "compaction",
-            context=self._compaction_parent(event.session_id, session),
-            start_time=now,
-            attributes=attributes,
-        ).end(now)
+        self._compaction_span("compaction", event, session, attributes, now)
 
     def _microcompaction(self, event: Microcompacted, session: _SessionSpans) -> None:
         now = _now()
@@ -248,12 +239,23 @@ class TraceSubscriber:
             "stowage.compaction.stubbed": event.stubbed,
             "stowage.compaction.estimated": event.estimated,
         }
+        self._compaction_span("microcompaction", event, session, attributes, now)
+
+    def _compaction_span(
+        self,
+        name: str,
+        event: HistoryCompacted | Microcompacted,
+        session: _SessionSpans,
+        attributes: dict[str, Any],
+        now: int,
+    ) -> None:
+        """A span of no duration under the turn, with the token figures the event has."""
         if event.tokens_before is not None:
             attributes["stowage.compaction.tokens_before"] = event.tokens_before
         if event.tokens_after is not None:
             attributes["stowage.compaction.tokens_after"] = event.tokens_after
         self._tracer().start_span(
-            "microcompaction",
+            name,
             context=self._compaction_parent(event.session_id, session),
             start_time=now,
             attributes=attributes,
