@@ -6,7 +6,7 @@ through the typed messages of ``_messages``, over mailboxes and coalescing slots
 
 from ._context import SessionContext
 from ._interrupt import TurnInterrupt
-from ._mailbox import Reply, Slot, mailbox
+from ._mailbox import Doorbell, Reply, Slot, mailbox
 from ._messages import (
     Append,
     CommittedSnapshot,
@@ -20,7 +20,7 @@ from ._messages import (
     TurnResult,
     UserTurn,
 )
-from .compactor import run_compactor
+from .compactor import CompactorKept, run_compactor
 from .persistence import run_persistence
 from .sampler import Sampler
 from .tool_executor import run_tool_executor
@@ -29,8 +29,10 @@ __all__ = [
     "Append",
     "CommittedSnapshot",
     "CompactNow",
+    "CompactorKept",
     "ContinueTurn",
     "Decide",
+    "Doorbell",
     "PlanOutcome",
     "Protect",
     "Reply",

@@ -9,7 +9,7 @@ from typing import Generic, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["Mailbox", "Reply", "Slot", "mailbox"]
+__all__ = ["Doorbell", "Mailbox", "Reply", "Slot", "mailbox"]
 
 T = TypeVar("T")
 
@@ -75,6 +75,14 @@ class Slot(Generic[T]):
     _value: T | None = None
     _changed: anyio.Event = field(default_factory=anyio.Event)
     _closed: bool = False
+    #: called each time a getter starts waiting with nothing it accepts (it went idle)
+    on_idle: Callable[[], None] | None = None
+    _waiting: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Whether its getter waits with nothing to take: the actor reading it has no work."""
+        return self._waiting and self._value is None
 
     def put(self, value: T) -> None:
         """Store ``value``, replacing any unread one."""
@@ -95,6 +103,10 @@ class Slot(Generic[T]):
         self._closed = True
         self._changed.set()
 
+    def reopen(self) -> None:
+        """Take values again after ``close`` (a parked session's actors start anew)."""
+        self._closed = False
+
     async def get(self) -> T:
         """Wait for a value and take it. Raises ``anyio.EndOfStream`` once closed and empty."""
         return await self.get_when(lambda _: True)
@@ -110,4 +122,32 @@ class Slot(Generic[T]):
                 raise anyio.EndOfStream
             if self._changed.is_set():
                 self._changed = anyio.Event()
-            await self._changed.wait()
+            self._waiting = True
+            if self.on_idle is not None:
+                self.on_idle()
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting = False
+
+
+@dataclass(eq=False)
+class Doorbell:
+    """Wakes the one task waiting on it: rung when something it may wait for happened (a
+    command came, the input closed, another actor went idle). A ring with nobody waiting is
+    not remembered: the waiter checks what it waits for, then waits, with no await between."""
+
+    _event: anyio.Event | None = None
+
+    def ring(self) -> None:
+        """Wake the waiter, if one waits."""
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Wait for the next ring."""
+        event = self._event = anyio.Event()
+        try:
+            await event.wait()
+        finally:
+            self._event = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -41,7 +41,7 @@ from ._mailbox import Slot
 from ._messages import CommittedSnapshot, Plan, PlanFailed, PlanOutcome
 from ._summarizer import Breaker, summarize
 
-__all__ = ["MIN_GROWTH", "decide_for", "run_compactor"]
+__all__ = ["MIN_GROWTH", "CompactorKept", "decide_for", "run_compactor"]
 
 #: in threshold mode, usage must grow by this share of the threshold after a compaction
 #: before another one is worth its summary request
@@ -108,6 +108,20 @@ def _compact_prompt(settings: Settings, log: structlog.stdlib.BoundLogger) -> st
     return text
 
 
+@dataclass(eq=False)
+class CompactorKept:
+    """What one session's compactor keeps from one run to the next: its circuit breaker and
+    the compaction instructions (``compact_prompt_file`` is read once per session)."""
+
+    breaker: Breaker
+    instructions: str | None
+
+    @classmethod
+    def for_session(cls, settings: Settings, session_id: str) -> CompactorKept:
+        log = _log.bind(session=session_id, actor="compactor")
+        return cls(Breaker(threshold=settings.breaker_failures), _compact_prompt(settings, log))
+
+
 async def run_compactor(
     session_id: str,
     settings: Settings,
@@ -118,12 +132,16 @@ async def run_compactor(
     *,
     limiter: anyio.CapacityLimiter | None = None,
     before: BeforeCompaction | None = None,
+    kept: CompactorKept | None = None,
 ) -> None:
     """Plan compactions for committed snapshots until ``inbox`` is closed; ``before`` (a
-    ``CompactionHooks.before``) sees each full compaction before its summary is asked for."""
+    ``CompactionHooks.before``) sees each full compaction before its summary is asked for;
+    ``kept`` carries the breaker and instructions over from an earlier run of this session's
+    compactor (a parked session's actors stop and start again)."""
     log = _log.bind(session=session_id, actor="compactor")
-    breaker = Breaker(threshold=settings.breaker_failures)
-    instructions = _compact_prompt(settings, log)
+    if kept is None:
+        kept = CompactorKept.for_session(settings, session_id)
+    breaker, instructions = kept.breaker, kept.instructions
     input_budget = summary_input_budget(settings)
     while True:
         try:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
+import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.core import (
@@ -61,7 +62,7 @@ from ._checks import ResponseChecks
 from ._context import SessionContext
 from ._interrupt import TurnInterrupt
 from ._journal import Journal
-from ._mailbox import Reply, Slot
+from ._mailbox import Doorbell, Reply, Slot
 from ._messages import (
     CommittedSnapshot,
     CompactNow,
@@ -129,9 +130,10 @@ class Sampler:
 
     ctx: SessionContext
     state: SessionState
-    tools: MemoryObjectSendStream[RunTools]
     committed: Slot[CommittedSnapshot]
     plans: Slot[PlanOutcome]
+    #: the executor's inbox of the current run of the actors (``serve`` sets it)
+    tools: MemoryObjectSendStream[RunTools] | None = None
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
@@ -151,13 +153,35 @@ class Sampler:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def run(self, commands: MemoryObjectReceiveStream[SamplerCommand]) -> None:
-        """Serve commands until the command stream closes; then stop the other actors."""
+    async def serve(
+        self,
+        commands: MemoryObjectReceiveStream[SamplerCommand],
+        first: SamplerCommand,
+        tools: MemoryObjectSendStream[RunTools],
+        doorbell: Doorbell,
+    ) -> bool:
+        """Serve ``first``, then every command that comes while there is work. Returns False
+        when the session parks (no command waiting and the compactor idle: this run of the
+        session's actors ends and its supervisor waits for the next command with one task),
+        True when the input ended. ``doorbell`` is rung by a new command, the end of input and
+        the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
+        ends the other actors."""
+        self.tools = tools
         try:
-            async with commands, self.tools:
-                await self.recover()
-                async for command in commands:
+            async with tools:
+                command = first
+                while True:
                     await self._serve(command)
+                    while True:
+                        try:
+                            command = commands.receive_nowait()
+                            break
+                        except anyio.EndOfStream:
+                            return True
+                        except anyio.WouldBlock:
+                            if self.committed.idle:
+                                return False
+                        await doorbell.wait()  # no await since the checks: no ring is missed
         finally:
             self.committed.close()
 
@@ -471,6 +495,7 @@ class Sampler:
         ran: tuple[FunctionCallOutput, ...] = ()
         if runnable:
             reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
+            assert self.tools is not None  # only a serving sampler runs rounds
             await self.tools.send(
                 RunTools(round=round_, calls=runnable, reply=reply, interrupt=self._interrupt)
             )

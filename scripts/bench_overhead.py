@@ -10,8 +10,11 @@ so 4 model calls per turn; tools return ``--tool-kb`` KB) against the same fake 
 its own process, each measurement in a fresh client process whose CPU time (all threads, user +
 system) is divided by the round calls it made. stowage runs with its JSONL store fsyncing every
 batch and compaction on; its summary calls are extra work charged to it, not counted as calls.
-"1 concurrent session" runs the sessions one after the other. The plain loop posts JSON with one
-pooled ``httpx.AsyncClient`` and reads the SSE lines itself: no SDK, no validation, no store.
+Each client is set up and warmed (a few short sessions: lazy imports, first-use caches, the
+first connections) before its clock starts. "1 concurrent session" runs the sessions one after
+the other. The plain loop posts JSON with one
+pooled ``httpx.AsyncClient`` per 16 concurrent sessions (the cheapest way to use httpx at
+concurrency) and reads the SSE lines itself: no SDK, no validation, no store.
 Printed per row: each client's ms of CPU per call, stowage over the bare SDK and over the HTTP
 floor; with more than one concurrency, how much stowage's and the floor's cost grew from the
 smallest to the largest.
@@ -22,16 +25,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 _TOOLS_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 _TOOL_NAMES = ("fetch_blob", "fetch_log")
+#: one agent: (index, warm-up?) -> the model calls it made
+Agent = Callable[[int, bool], Awaitable[int]]
+_WARM_SESSIONS = 8
+_POOL_SESSIONS = 16
 _SYSTEM = "You are a careful agent. Fetch what you need with the tools, then answer briefly."
 
 
@@ -241,29 +250,35 @@ async def _httpx_responses(client: Any, args: argparse.Namespace, index: int) ->
     return calls
 
 
-async def _run_httpx(args: argparse.Namespace) -> int:
+@contextlib.asynccontextmanager
+async def _httpx_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
     import httpx
 
-    client = httpx.AsyncClient(
-        base_url=args.base_url,
-        headers={"Authorization": "Bearer fake-key"},
-        timeout=60,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-    )
+    # one pooled client per 16 concurrent sessions: httpx's pool checks each of its connections
+    # on every request, so one client shared by hundreds of sessions costs more per call the
+    # more sessions there are; small pools are the cheapest way to use it (stowage does the same)
+    clients = [
+        httpx.AsyncClient(
+            base_url=args.base_url, headers={"Authorization": "Bearer fake-key"}, timeout=60
+        )
+        for _ in range(-(-args.concurrency // _POOL_SESSIONS))
+    ]
     loop = _httpx_chat if args.wire == "chat" else _httpx_responses
     try:
-        return await _sessions(args, lambda index: loop(client, args, index))
+        yield lambda index, _warm: loop(clients[index % len(clients)], args, index)
     finally:
-        await client.aclose()
+        for client in clients:
+            await client.aclose()
 
 
-async def _run_bare(args: argparse.Namespace) -> int:
+@contextlib.asynccontextmanager
+async def _bare_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=args.base_url, api_key="fake-key")  # SDK defaults
     loop = _bare_chat if args.wire == "chat" else _bare_responses
     try:
-        return await _sessions(args, lambda index: loop(client, args, index))
+        yield lambda index, _warm: loop(client, args, index)
     finally:
         await client.close()
 
@@ -271,19 +286,13 @@ async def _run_bare(args: argparse.Namespace) -> int:
 # -- stowage ----------------------------------------------------------------------------------
 
 
-async def _run_stowage(args: argparse.Namespace) -> int:
+@contextlib.asynccontextmanager
+async def _stowage_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
     from stowage import Event, RoundCommitted, Runtime, Settings
     from stowage.core._logging import configure_logging
     from stowage.load._engine import synthetic_tools
 
     configure_logging("console", "warning")
-    calls = 0
-
-    def count(event: Event) -> None:
-        nonlocal calls
-        if type(event) is RoundCommitted:
-            calls += 1
-
     with tempfile.TemporaryDirectory(prefix="stowage-bench-") as store:
         settings = Settings(
             model="bench",
@@ -298,49 +307,63 @@ async def _run_stowage(args: argparse.Namespace) -> int:
             compact_threshold=args.compact_threshold,
         )
         async with Runtime(settings, tools=synthetic_tools(args.tool_kb)) as rt:
+            calls: dict[str, int] = {}
+
+            def count(event: Event) -> None:
+                if type(event) is RoundCommitted:
+                    calls[event.session_id] = calls.get(event.session_id, 0) + 1
+
             rt.subscribe(count)
 
-            async def one(index: int) -> int:
-                session_id = f"bench-{index:05d}"
+            async def one(index: int, warm: bool) -> int:
+                session_id = f"{'warm' if warm else 'bench'}-{index:05d}"
                 for turn in range(args.turns):
                     await rt.send(session_id, f"Task {turn} of agent {index}: fetch, report.")
                 await rt.close(session_id)
-                return 0
+                return calls.pop(session_id, 0)
 
-            await _sessions(args, one)
-    return calls
+            yield one
 
 
 # -- measuring ------------------------------------------------------------------------------
 
 
-async def _sessions(args: argparse.Namespace, one: Any) -> int:
-    total = max(args.concurrency, args.min_sessions)
+async def _sessions(args: argparse.Namespace, one: Agent, *, warm: bool = False) -> int:
+    """Run the sessions (``args.concurrency`` at a time, at least ``args.min_sessions``, or a
+    few short ones to warm up); returns the model calls they made."""
+    concurrency = min(args.concurrency, _WARM_SESSIONS) if warm else args.concurrency
+    total = concurrency if warm else max(args.concurrency, args.min_sessions)
     results: list[int] = []
-    if args.concurrency == 1:
-        for index in range(total):
-            results.append(await one(index))
-        return sum(results)
     queue = iter(range(total))
 
     async def worker() -> None:
         for index in queue:
-            results.append(await one(index))
+            results.append(await one(index, warm))
 
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     return sum(results)
 
 
-def _child(args: argparse.Namespace) -> None:
-    run = {"bare": _run_bare, "httpx": _run_httpx, "stowage": _run_stowage}[args.child]
-    # imports and client setup are paid once per process, not per call: keep them out
-    import openai  # noqa: F401
-    import stowage.facade._runtime  # noqa: F401
+async def _measured(args: argparse.Namespace) -> dict[str, float]:
+    """Set the client up, warm it, then measure the CPU time (user + system, all threads) and
+    the wall time of the sessions, and count their model calls."""
+    setup = {"bare": _bare_client, "httpx": _httpx_client, "stowage": _stowage_client}
+    async with setup[args.child](args) as one:
+        await _sessions(args, one, warm=True)  # lazy imports, first-use caches, connections
+        profiler = cProfile.Profile() if args.profile is not None else None
+        cpu, wall = time.process_time(), time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        calls = await _sessions(args, one)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"calls": calls, "cpu_s": cpu, "wall_s": wall}
 
-    cpu, wall = time.process_time(), time.perf_counter()
-    calls = asyncio.run(run(args))
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    print(json.dumps({"calls": calls, "cpu_s": cpu, "wall_s": wall}))
+
+def _child(args: argparse.Namespace) -> None:
+    print(json.dumps(asyncio.run(_measured(args))))
 
 
 def _measure(
@@ -378,27 +401,34 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
                         mode: await asyncio.to_thread(
                             _measure, args, mode, concurrency, wire, stream
                         )
-                        for mode in ("httpx", "bare", "stowage")
+                        for mode in args.modes
                     }
                     ms = {mode: run["cpu_ms_per_call"] for mode, run in runs.items()}
+                    bare = ms.get("bare")
                     row = {
                         "sessions": concurrency,
                         "wire": wire,
                         "stream": stream,
                         "httpx_ms": round(ms["httpx"], 3),
-                        "bare_ms": round(ms["bare"], 3),
+                        "bare_ms": round(bare, 3) if bare is not None else None,
                         "stowage_ms": round(ms["stowage"], 3),
-                        "ratio": round(ms["stowage"] / ms["bare"], 3),
+                        "ratio": round(ms["stowage"] / bare, 3) if bare is not None else None,
                         "ratio_to_floor": round(ms["stowage"] / ms["httpx"], 3),
                         "calls": {mode: run["calls"] for mode, run in runs.items()},
                         "wall_s": {mode: round(run["wall_s"], 2) for mode, run in runs.items()},
                     }
                     rows.append(row)
+                    openai_part = (
+                        f"openai {row['bare_ms']:6.3f}  " if row["bare_ms"] is not None else ""
+                    )
+                    ratio_part = (
+                        f"stowage/openai {row['ratio']:.2f}  " if row["ratio"] is not None else ""
+                    )
                     print(
                         f"{concurrency:>5} sessions {wire:<9} stream={'on ' if stream else 'off'} "
-                        f"httpx {row['httpx_ms']:6.3f}  openai {row['bare_ms']:6.3f}  "
+                        f"httpx {row['httpx_ms']:6.3f}  {openai_part}"
                         f"stowage {row['stowage_ms']:6.3f} ms/call  "
-                        f"stowage/openai {row['ratio']:.2f}  stowage/httpx {row['ratio_to_floor']:.2f}",
+                        f"{ratio_part}stowage/httpx {row['ratio_to_floor']:.2f}",
                         flush=True,
                     )
     return rows
@@ -425,7 +455,8 @@ def _growth(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table (and write it as JSON with --json); exit 1 if a ratio exceeds --target."""
+    """Print the table (and write it as JSON with --json); exit 1 if stowage's cost over the
+    HTTP floor exceeds --target in a row."""
     parser = argparse.ArgumentParser(prog="bench_overhead.py", description=__doc__)
     parser.add_argument(
         "--child", choices=["bare", "httpx", "stowage"], default=None, help=argparse.SUPPRESS
@@ -445,8 +476,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-sessions", type=int, default=50, help="sessions run at least")
     parser.add_argument("--tool-kb", type=float, default=1.0)
     parser.add_argument("--compact-threshold", type=int, default=2000)
-    parser.add_argument("--target", type=float, default=0.5, help="the ratio to stay under")
+    parser.add_argument(
+        "--target", type=float, default=1.5, help="the ratio to the HTTP floor to stay under"
+    )
+    parser.add_argument(
+        "--no-bare", action="store_true", help="leave out the bare openai loop (the slowest)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="with --child: write cProfile stats of the measured sessions here",
+    )
     args = parser.parse_args(argv)
     if args.child is not None:
         args.stream = args.stream == "on"
@@ -456,16 +498,18 @@ def main(argv: list[str] | None = None) -> int:
     args.concurrency_list = [args.concurrency] if args.concurrency else sweep
     args.wires = [args.wire] if args.wire else ["chat", "responses"]
     args.streams = [args.stream == "on"] if args.stream else [False, True]
+    args.modes = ("httpx", "stowage") if args.no_bare else ("httpx", "bare", "stowage")
     rows = asyncio.run(_with_server(args))
     for line in _growth(rows):
         print(line)
-    worst = max(row["ratio"] for row in rows)
+    sdk = [row["ratio"] for row in rows if row["ratio"] is not None]
+    if sdk:
+        print(f"worst ratio stowage / openai: {max(sdk):.3f}")
     floor = max(row["ratio_to_floor"] for row in rows)
-    print(f"worst ratio stowage / openai: {worst:.3f} (target <= {args.target})")
-    print(f"worst ratio stowage / httpx (the HTTP floor): {floor:.3f}")
+    print(f"worst ratio stowage / httpx (the HTTP floor): {floor:.3f} (target <= {args.target})")
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    return 0 if worst <= args.target else 1
+    return 0 if floor <= args.target else 1
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 
 ``memory`` runs the sessions in process (scripted model, JSONL store), then measures Python
 heap with tracemalloc: after the runtime started, with every session live (actors parked,
-history in memory), and after hibernating them all; it prints per-session figures and where the
-live memory goes (by source file). ``resume`` writes a log of ``--records`` records whose newest
+history in memory), and after hibernating them all; it prints per-session figures (the live
+figure also without the history: its entries, items and strings, each object counted once)
+and where the live memory goes (by source file). ``resume`` writes a log of ``--records`` records whose newest
 compaction is near the end, then times ``Runtime.resume`` (read_tail + replay + start) against
 a whole-log read and replay.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -24,6 +26,35 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
+
+def _rss() -> int:
+    """Resident bytes of this process (Linux: /proc/self/statm), 0 where unknown."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _deep_size(value: Any, seen: set[int]) -> int:
+    """Bytes of ``value`` and everything it holds that was not counted yet (``seen``): the
+    history's entries, items, strings and containers, each object once."""
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return size
+    if isinstance(value, dict):
+        return size + sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return size + sum(_deep_size(v, seen) for v in value)
+    fields = getattr(type(value), "__slots__", ())
+    inner = [getattr(value, name) for name in fields if hasattr(value, name)]
+    if hasattr(value, "__dict__"):
+        inner.append(vars(value))
+    return size + sum(_deep_size(v, seen) for v in inner)
 
 
 async def _memory(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,6 +81,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
             await rt.hibernate("warm-up")
             gc.collect()
+            rss_base = _rss()
             tracemalloc.start(10)
             base = tracemalloc.get_traced_memory()[0]
             before = tracemalloc.take_snapshot()
@@ -63,10 +95,13 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
                     tg.start_soon(drive, session_id)
             gc.collect()
             live = tracemalloc.get_traced_memory()[0]
+            rss_live = _rss()
             live_snapshot = tracemalloc.take_snapshot()
             history_chars = sum(
                 len(str(entry.item)) for s in rt.sessions.values() for entry in s.state.history
             )
+            seen: set[int] = set()
+            history_bytes = sum(_deep_size(s.state.history, seen) for s in rt.sessions.values())
             history_items = sum(len(s.state.history) for s in rt.sessions.values())
             for session_id in ids:
                 await rt.hibernate(session_id)
@@ -92,6 +127,11 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         "hibernated_kb_per_session": round((hibernated - base) / 1024 / args.sessions, 3),
         "history_items_per_session": round(history_items / args.sessions, 1),
         "history_text_kb_per_session": round(history_chars / 1024 / args.sessions, 2),
+        "history_kb_per_session": round(history_bytes / 1024 / args.sessions, 2),
+        # the process's resident memory (tracemalloc's own bookkeeping included)
+        "rss_mb_before_sessions": round(rss_base / 2**20, 1),
+        "rss_mb_with_live_sessions": round(rss_live / 2**20, 1),
+        "live_kb_beyond_history": round((live - base - history_bytes) / 1024 / args.sessions, 2),
         "live_kb_per_session_by_file": where,
         "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot),
     }

@@ -85,6 +85,8 @@ class _Held:
     fd: int
     lease: Lease
     log_id: _FileId | None = None
+    #: the log's path, checked once under this lease (appends do not resolve it again)
+    path: str | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -463,7 +465,12 @@ class JsonlStore:
             if outcomes.get(session_id) is not None:
                 continue
             try:
-                path = self._path(session_id)
+                held = self._held.get(session_id)
+                path = held.path if held is not None else None
+                if path is None:
+                    path = self._path(session_id)
+                    if held is not None:
+                        held.path = path
                 _check_dense(session_id, records)
                 data = _encode(session_id, records)
             except (InvalidSessionId, StoreError) as exc:

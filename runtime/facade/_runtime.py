@@ -30,6 +30,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from stowage.actors import (
     Append,
     CommittedSnapshot,
+    CompactorKept,
+    Doorbell,
     PlanOutcome,
     RunTools,
     Sampler,
@@ -653,11 +655,14 @@ class Runtime:
         self._check_running()
         assert self._tg is not None
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
-        session = Session(state.session_id, state, send, subscribe=self.events.subscribe)
+        doorbell = Doorbell()
+        session = Session(
+            state.session_id, state, send, subscribe=self.events.subscribe, on_input=doorbell.ring
+        )
         self._sessions[session.id] = session
         self._session_settings[session.id] = settings
         stop = self._stops[session.id] = anyio.CancelScope()
-        self._tg.start_soon(self._supervise, session, receive, stop)
+        self._tg.start_soon(self._supervise, session, receive, stop, doorbell)
         return session
 
     # -- leases --------------------------------------------------------------------------
@@ -709,6 +714,7 @@ class Runtime:
         session: Session,
         commands: MemoryObjectReceiveStream[SamplerCommand],
         stop: anyio.CancelScope,
+        doorbell: Doorbell,
     ) -> None:
         assert self._persistence is not None
         ctx = SessionContext(
@@ -723,20 +729,32 @@ class Runtime:
             tool_limiter=self._limits["tools"],
             before_compaction=self._hooks.before,
         )
-        tools_box = mailbox(1, RunTools)
-        committed: Slot[CommittedSnapshot] = Slot()
+        committed: Slot[CommittedSnapshot] = Slot(on_idle=doorbell.ring)
         plans: Slot[PlanOutcome] = Slot()
-        sampler = Sampler(
-            ctx=ctx, state=session.state, tools=tools_box.send, committed=committed, plans=plans
-        )
+        sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
+        kept = CompactorKept.for_session(ctx.settings, session.id)
         raised: Exception | None = None
         failure: BaseException | None = None
         try:
             with stop:  # cancelled: stop now (lease lost, or interrupted)
-                async with ctx.persistence, anyio.create_task_group() as tg:
-                    tg.start_soon(sampler.run, commands)
-                    tg.start_soon(_tool_executor, ctx, tools_box.receive)
-                    tg.start_soon(_compactor, ctx, committed, plans)
+                async with ctx.persistence:
+                    await sampler.recover()
+                    # Parked between runs: only this task waits, for the next command. A run
+                    # of the actors lasts while there is work, and ends when the sampler finds
+                    # no command waiting and the compactor idle (or the input closed).
+                    ended = False
+                    while not ended:
+                        try:
+                            first = await commands.receive()
+                        except anyio.EndOfStream:
+                            break
+                        # the executor's inbox is made anew for each run of the actors
+                        tools_box = mailbox(1, RunTools)
+                        committed.reopen()
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(_tool_executor, ctx, tools_box.receive)
+                            tg.start_soon(_compactor, ctx, committed, plans, kept)
+                            ended = await sampler.serve(commands, first, tools_box.send, doorbell)
         except Exception as exc:
             raised = exc
         finally:
@@ -744,8 +762,7 @@ class Runtime:
             self._stopping[session.id] = session
             # idempotent; after a failure some were never closed by their owner
             session.close_input()
-            for stream in (commands, tools_box.send, tools_box.receive):
-                stream.close()
+            commands.close()
             with anyio.CancelScope(shield=True):
                 # the actors are done: nothing of this session can be written any more
                 failure = await self._stopped_by(session.id, raised)
@@ -807,7 +824,10 @@ async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[R
 
 
 async def _compactor(
-    ctx: SessionContext, committed: Slot[CommittedSnapshot], plans: Slot[PlanOutcome]
+    ctx: SessionContext,
+    committed: Slot[CommittedSnapshot],
+    plans: Slot[PlanOutcome],
+    kept: CompactorKept,
 ) -> None:
     await run_compactor(
         ctx.session_id,
@@ -818,6 +838,7 @@ async def _compactor(
         ctx.publish,
         limiter=ctx.compaction_limiter,
         before=ctx.before_compaction,
+        kept=kept,
     )
 
 

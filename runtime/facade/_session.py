@@ -83,10 +83,14 @@ class Session:
         commands: MemoryObjectSendStream[SamplerCommand],
         *,
         subscribe: Callable[[Callable[[Event], None]], Callable[[], None]] | None = None,
+        on_input: Callable[[], None] | None = None,
     ) -> None:
-        """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``)."""
+        """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``);
+        ``on_input`` is called after each command is sent and when the input closes (it rings
+        the sampler's doorbell)."""
         self.id = session_id
         self._subscribe = subscribe
+        self._on_input = on_input
         self.state = state
         self._commands = commands
         self._stopped = anyio.Event()
@@ -275,11 +279,17 @@ class Session:
     async def close(self) -> None:
         """Finish the work already sent, stop the actors and wait for them."""
         await self._commands.aclose()
+        self._input_changed()
         await self._stopped.wait()
 
     def close_input(self) -> None:
         """Take no more asks; what was sent is still served. Never waits; idempotent."""
         self._commands.close()
+        self._input_changed()
+
+    def _input_changed(self) -> None:
+        if self._on_input is not None:
+            self._on_input()
 
     def mark_hibernated(self) -> None:
         """Its runtime is hibernating it: asks on this handle now say so."""
@@ -319,6 +329,7 @@ class Session:
             ) from self._failure
         try:
             await self._commands.send(command)
+            self._input_changed()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             if isinstance(self._failure, SessionLeaseLost):
                 lost = self._stopped_error()

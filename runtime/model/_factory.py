@@ -27,8 +27,6 @@ def make_gateway(settings: Settings) -> ModelGateway:
         api_key=settings.api_key,
         wire_api=settings.wire_api,
         timeout=settings.request_timeout,
-        # the runtime retries itself (jittered, Retry-After honoured, logged): not twice
-        max_retries=0,
         stream_idle_timeout=settings.stream_idle_timeout,
         request_deadline=settings.request_deadline,
         max_retry_wait=settings.max_retry_wait,

@@ -1,16 +1,20 @@
 """The OpenAI(-compatible) model gateway: one ``AsyncOpenAI`` client, two wire APIs.
 
-Bodies are built by the pure functions of ``_openai_wire`` and, on the fast wire path, sent
-through the client's low-level ``post`` (auth, retries with Retry-After, timeouts and error
-classes stay the SDK's); the answer is parsed as plain JSON with orjson. That skips the SDK's
-typed request transformation and model construction, which are most of its CPU cost. Every
-openai/httpx failure is mapped here to a ``ModelError``.
+Bodies are built by the pure functions of ``_openai_wire``. On the fast wire path the SDK
+builds one request per endpoint when the gateway starts (URL, auth and its own headers,
+timeouts: ``_Wire``); each call copies it with its body and purpose header and sends it through
+the SDK's own HTTP client, and an error status becomes the SDK's own error class
+(``_make_status_error_from_response``). The answer is parsed as plain JSON with orjson, a stream
+decoded by ``JsonEventStream``. That skips the SDK's per-call option handling, header merging,
+URL joining and typed model construction, which are most of its CPU cost; stowage retries
+itself, so the SDK's retry loop is never used. Every openai/httpx failure is mapped here to a
+``ModelError``.
 
-The fast path leans on private parts of the SDK (``post`` with ``content=`` and
-``stream_cls=``, an ``AsyncStream`` subclass). ``fast_wire_gaps`` checks them when a gateway
-starts; an SDK that lacks one (openai before 2.16 has no ``content=``) gets the public API
-instead, ``chat.completions.create`` or ``responses.create``, whose typed results are turned
-back into the same plain JSON and go through the same parsers, with one warning per process.
+The fast path leans on private parts of the SDK (``_build_request``, ``_client``,
+``_make_status_error_from_response``, ``FinalRequestOptions``). ``fast_wire_gaps`` checks them
+when a gateway starts; an SDK that lacks one gets the public API instead,
+``chat.completions.create`` or ``responses.create``, whose typed results are turned back into
+the same plain JSON and go through the same parsers, with one warning per process.
 
 Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
 an event (SSE comments and keep-alives do not count) and any request still unfinished after
@@ -29,6 +33,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import ssl
+import sys
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal, NoReturn
@@ -89,48 +95,28 @@ __all__ = [
 
 _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
+_PURPOSE = PURPOSE_HEADER.lower().encode()
 SHARD_CALLS = 16
 
 # The private hooks of the SDK the fast wire path calls, exactly as it calls them:
-#   AsyncOpenAI.post(path, cast_to=bytes | object, content=<bytes>, options={...},
-#                    stream=True, stream_cls=JsonEventStream)
-# where JsonEventStream subclasses AsyncStream, overrides __stream__, reads self.response (the
-# SDK builds it with response=...) and is used with ``async with`` and ``aiter``.
-_POST_KEYWORDS = ("cast_to", "content", "options", "stream", "stream_cls")
-_STREAM_METHODS = ("__stream__", "__aiter__", "__anext__", "__aenter__", "__aexit__")
+#   FinalRequestOptions.construct(method=, url=, json_data=, headers=[, security=])
+#   AsyncOpenAI._build_request(options) -> an httpx Request (url, headers, extensions)
+#   AsyncOpenAI._client: the httpx AsyncClient it sends with (``send(request, stream=True)``)
+#   AsyncOpenAI._make_status_error_from_response(response) -> openai.APIStatusError
+_CLIENT_METHODS = ("_build_request", "_make_status_error_from_response")
 _fallback_logged = False
-
-
-def _missing_keywords(function: Any, names: tuple[str, ...]) -> list[str]:
-    """Those of ``names`` that ``function`` does not take as keyword arguments."""
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return list(names)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return []
-    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [n for n in names if n not in parameters or parameters[n].kind not in keyword]
 
 
 def fast_wire_gaps(sdk: Any = openai) -> tuple[str, ...]:
     """The private hooks of the openai module ``sdk`` that the fast wire path uses and ``sdk``
     lacks, as short descriptions; empty when it has them all."""
-    gaps: list[str] = []
-    post = getattr(getattr(sdk, "AsyncOpenAI", None), "post", None)
-    if callable(post):
-        gaps += [f"AsyncOpenAI.post({n}=...)" for n in _missing_keywords(post, _POST_KEYWORDS)]
-    else:
-        gaps.append("AsyncOpenAI.post")
-    stream = getattr(sdk, "AsyncStream", None)
-    if not isinstance(stream, type):
-        return (*gaps, "AsyncStream")
-    if not issubclass(JsonEventStream, stream):
-        gaps.append("AsyncStream as a base class")
-    gaps += [f"AsyncStream.{m}" for m in _STREAM_METHODS if not callable(getattr(stream, m, None))]
-    if "response" not in getattr(stream, "__annotations__", {}):
-        gaps.append("AsyncStream.response")
-    gaps += [f"AsyncStream(<{n}=...>)" for n in _missing_keywords(stream, ("response",))]
+    client = getattr(sdk, "AsyncOpenAI", None)
+    if not isinstance(client, type):
+        return ("AsyncOpenAI",)
+    gaps = [f"AsyncOpenAI.{m}" for m in _CLIENT_METHODS if not callable(getattr(client, m, None))]
+    options = getattr(getattr(sdk, "_models", None), "FinalRequestOptions", None)
+    if not callable(getattr(options, "construct", None)):
+        gaps.append("_models.FinalRequestOptions.construct")
     return tuple(gaps)
 
 
@@ -265,6 +251,75 @@ def _locate(error: ModelError, where: str) -> ModelError:
 _BOUNDARY = (ModelError, openai.APIError, ValueError, TypeError, KeyError)
 
 
+class _Wire:
+    """One endpoint of one SDK client, as the fast wire path sends to it: the request the SDK
+    builds for ``path`` (URL, auth, its headers, timeouts), copied per call with a body."""
+
+    def __init__(self, client: openai.AsyncOpenAI, path: str, security: Any) -> None:
+        """Raises what the SDK raises for a client it cannot build a request for."""
+        fields: dict[str, Any] = {"method": "post", "url": path, "json_data": {}, "headers": {}}
+        if security is not None:
+            fields["security"] = security
+        template: Any = client._build_request(
+            openai._models.FinalRequestOptions.construct(**fields)
+        )
+        self._request_class = type(template)
+        self._url = template.url
+        self._headers: list[tuple[bytes, bytes]] = [
+            (name, value)
+            for name, value in template.headers.raw
+            if name.lower() not in (b"content-length", b"transfer-encoding")
+        ]
+        self._extensions = template.extensions
+        self._http: Any = client._client
+        self._status_error = client._make_status_error_from_response
+        # the HTTP library the SDK sends with (httpx, or httpx2 from openai 3): its timeout class
+        http_module = sys.modules[type(template).__module__.partition(".")[0]]
+        self._timeout_error: type[Exception] = http_module.TimeoutException
+
+    async def send(self, body: bytes, purpose: str) -> Any:
+        """POST ``body``; returns the response with its body unread (the caller closes it).
+
+        Raises the SDK's ``APIStatusError`` for an error status (its body read),
+        ``APITimeoutError`` or ``APIConnectionError`` when the exchange fails.
+        """
+        request = self._request_class(
+            "POST",
+            self._url,
+            headers=[*self._headers, (_PURPOSE, purpose.encode())],
+            content=body,
+            extensions=dict(self._extensions),
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except self._timeout_error as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except Exception as exc:  # the transport's own error classes
+            raise openai.APIConnectionError(request=request) from exc
+        if response.status_code >= 400:
+            try:
+                await response.aread()
+            except Exception as exc:  # cut while the error body was read
+                raise openai.APIConnectionError(request=request) from exc
+            finally:
+                await response.aclose()
+            raise self._status_error(response)
+        return response
+
+    async def read(self, response: Any) -> bytes:
+        """The whole body of ``response``, which is closed after.
+
+        Raises ``APIConnectionError`` if the body is cut.
+        """
+        try:
+            body: bytes = await response.aread()
+        except Exception as exc:  # the transport's own error classes
+            raise openai.APIConnectionError(request=response.request) from exc
+        finally:
+            await response.aclose()
+        return body
+
+
 class OpenAIGateway:
     """A ``ModelGateway`` over ``openai.AsyncOpenAI``, on the chat or the responses wire API."""
 
@@ -275,7 +330,6 @@ class OpenAIGateway:
         api_key: str | None,
         wire_api: Literal["chat", "responses"],
         timeout: float = 120,
-        max_retries: int = 2,
         fast_wire: bool | None = None,
         stream_idle_timeout: float = 60.0,
         request_deadline: float = 600.0,
@@ -304,7 +358,9 @@ class OpenAIGateway:
             "api_key": key,
             "base_url": base_url or os.environ.get("OPENAI_BASE_URL") or None,
             "timeout": timeout,
-            "max_retries": max_retries,
+            # the gateway sends each request once: retries are the caller's (the actors retry
+            # with jitter, Retry-After honoured and logged), never the SDK's as well
+            "max_retries": 0,
         }
         try:
             self._client = openai.AsyncOpenAI(**self._client_options)
@@ -324,31 +380,50 @@ class OpenAIGateway:
         self.fast_wire = fast_wire is not False and not gaps
         if gaps:
             _log_fallback(gaps)
-        self._security = self.fast_wire and _takes_security()
+        self._security = _SECURITY if self.fast_wire and _takes_security() else None
+        self._wires: list[_Wire] = []
+        if self.fast_wire:
+            self._wires.append(self._wire(self._client))
         self._public_parameters: frozenset[str] | None = None
         if not self.fast_wire:
             self._public_parameters = _public_parameters(self._client, wire_api)
+
+    def _wire(self, client: openai.AsyncOpenAI) -> _Wire:
+        try:
+            return _Wire(client, self._path, self._security)
+        except (openai.OpenAIError, TypeError, ValueError) as exc:
+            raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
 
     def _take_shard(self) -> int:
         """The least busy shard; a new one when every shard has ``SHARD_CALLS`` in flight."""
         in_flight = self._in_flight
         index = min(range(len(in_flight)), key=in_flight.__getitem__)
         if in_flight[index] >= SHARD_CALLS:
-            self._shards.append(openai.AsyncOpenAI(**self._client_options))
+            client = self._shard_client()
+            if self.fast_wire:
+                self._wires.append(self._wire(client))
+            self._shards.append(client)
             in_flight.append(0)
             index = len(in_flight) - 1
         in_flight[index] += 1
         return index
 
+    def _shard_client(self) -> openai.AsyncOpenAI:
+        """One more client like the first, on its own connection pool; it shares the first
+        one's TLS context (building one loads the CA store: ~20 ms of CPU per shard)."""
+        context = _tls_context(self._client)
+        if context is not None:
+            try:
+                http = openai.DefaultAsyncHttpxClient(verify=context)
+            except (TypeError, ValueError):  # an SDK whose client takes no such context
+                pass
+            else:
+                return openai.AsyncOpenAI(**self._client_options, http_client=http)
+        return openai.AsyncOpenAI(**self._client_options)
+
     def _body(self, request: ModelRequest, *, stream: bool) -> bytes:
         build = chat_body if self.wire_api == "chat" else responses_body
         return orjson.dumps(build(request, stream=stream))
-
-    def _options(self, request: ModelRequest) -> Any:
-        options: dict[str, Any] = {"headers": {PURPOSE_HEADER: request.purpose}}
-        if self._security:
-            options["security"] = _SECURITY
-        return options
 
     async def _public_call(
         self, client: openai.AsyncOpenAI, request: ModelRequest, *, stream: bool
@@ -427,11 +502,9 @@ class OpenAIGateway:
                 if not self.fast_wire:
                     raw = await self._public_call(client, request, stream=False)
                 else:
-                    raw = await client.post(
-                        self._path,
-                        cast_to=bytes,
-                        content=self._body(request, stream=False),
-                        options=self._options(request),
+                    wire = self._wires[shard]
+                    raw = await wire.read(
+                        await wire.send(self._body(request, stream=False), request.purpose)
                     )
         except _BOUNDARY as exc:
             self._raise(exc, request)
@@ -462,14 +535,10 @@ class OpenAIGateway:
             try:
                 with anyio.fail_after(limit):
                     if self.fast_wire:
-                        events = await client.post(
-                            self._path,
-                            cast_to=object,
-                            content=self._body(request, stream=True),
-                            options=self._options(request),
-                            stream=True,
-                            stream_cls=JsonEventStream,
+                        response = await self._wires[shard].send(
+                            self._body(request, stream=True), request.purpose
                         )
+                        events = JsonEventStream(response)
                     else:
                         events = _PlainEvents(await self._public_call(client, request, stream=True))
             except _BOUNDARY as exc:
@@ -521,6 +590,14 @@ def _log_fallback(gaps: tuple[str, ...]) -> None:
         missing=list(gaps),
         using="the public API (chat.completions.create / responses.create)",
     )
+
+
+def _tls_context(client: openai.AsyncOpenAI) -> ssl.SSLContext | None:
+    """The TLS context of ``client``'s connection pool, if it can be found (private parts of
+    the HTTP library: None when they differ)."""
+    pool = getattr(getattr(getattr(client, "_client", None), "_transport", None), "_pool", None)
+    context = getattr(pool, "_ssl_context", None)
+    return context if isinstance(context, ssl.SSLContext) else None
 
 
 def _status(events: JsonEventStream | _PlainEvents) -> int | None:

@@ -2,32 +2,19 @@
 
 The SDK's ``AsyncStream`` decodes events line by line in Python and each payload with the
 standard ``json`` module; on a streamed answer (one event per token at a real provider) that is
-most of the client's CPU. This subclass keeps everything else of the SDK's low-level path (the
-request, auth, status errors, the response object) and replaces only the decoding. Errors keep
-the SDK's types: an ``error`` payload raises ``openai.APIError``, a transport failure
-``openai.APIConnectionError``.
+most of the client's CPU. ``JsonEventStream`` reads the HTTP response the gateway's fast wire
+path sent through the SDK's own HTTP client. Errors keep the SDK's types: an ``error`` payload
+raises ``openai.APIError``, a transport failure ``openai.APIConnectionError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import TracebackType
+from typing import Any
 
 import openai
 import orjson
-
-if TYPE_CHECKING:
-    from openai import AsyncStream
-
-    _StreamBase = AsyncStream[Any]
-else:
-    # The SDK's stream class is the hook this module subclasses. Importing it by name would make
-    # an SDK without it fail at import time; the gateway checks the subclass before it uses it
-    # (``_openai_gateway.fast_wire_gaps``) and takes the public API path otherwise.
-    try:
-        _StreamBase = openai.AsyncStream[Any]
-    except (AttributeError, TypeError):
-        _StreamBase = object
 
 __all__ = ["JsonEventStream", "sse_data"]
 
@@ -43,10 +30,27 @@ def sse_data(block: bytes) -> bytes | None:
     return parts[0] if len(parts) == 1 else b"\n".join(parts)
 
 
-class JsonEventStream(_StreamBase):
-    """An ``AsyncStream`` of decoded JSON payloads, ending at ``[DONE]`` or the body's end."""
+class JsonEventStream:
+    """The decoded JSON payloads of a streamed HTTP ``response`` (an httpx response of the
+    SDK's HTTP client), ending at ``[DONE]`` or the body's end; closing it closes the response."""
 
-    async def __stream__(self) -> AsyncIterator[Any]:
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self._events = self._decode()
+
+    async def __aenter__(self) -> JsonEventStream:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._events.aclose()
+        await self.response.aclose()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._events
+
+    async def _decode(self) -> AsyncGenerator[Any, None]:
         response = self.response
         buffer = b""
         done = False

@@ -283,6 +283,10 @@ async def _dripped(data: bytes, interval: float, piece: int = 16) -> AsyncIterat
         await anyio.sleep(interval)
 
 
+#: headers ``request_headers`` never keeps
+_SECRET_HEADERS = frozenset({"authorization", "api-key", "openai-organization", "cookie"})
+
+
 class _KeyCheck:
     """Answers a ``/v1`` request without the server's ``api_key`` as OpenAI does: HTTP 401."""
 
@@ -311,6 +315,8 @@ class FakeOpenAIServer:
     latency: float = 0.0
     record: Path | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: the headers of each request in ``requests`` (lower-case names), its credentials left out
+    request_headers: list[dict[str, str]] = field(default_factory=list)
     #: keep every body in ``requests``; a long load run turns it off and reads ``stats``
     keep_requests: bool = True
     #: random faults per model request, by name of ``FAULT_NAMES`` (see ``parse_fault_rates``)
@@ -516,6 +522,10 @@ class FakeOpenAIServer:
                     {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}},
                     400,
                 ),
+            )
+        if self.keep_requests:
+            self.request_headers.append(
+                {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
             )
         fault = await self._take(body, request.url.path, request.headers.get(PURPOSE_HEADER))
         if self.latency > 0:

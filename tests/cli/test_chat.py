@@ -15,7 +15,7 @@ import sys
 import termios
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,17 +79,28 @@ class Terminal:
         os.write(self.master, data)
 
     def read_until(self, marker: bytes, timeout: float = 60) -> bytes:
+        return self._read_until(lambda seen: marker in seen, repr(marker), timeout)
+
+    def read_until_after(self, anchor: bytes, marker: bytes, timeout: float = 60) -> bytes:
+        """Read until ``marker`` shows after the last ``anchor`` seen."""
+        return self._read_until(
+            lambda seen: marker in seen[seen.rindex(anchor) :],
+            f"{marker!r} after {anchor!r}",
+            timeout,
+        )
+
+    def _read_until(self, done: Callable[[bytes], bool], what: str, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
-        while marker not in self.seen:
+        while not done(self.seen):
             left = deadline - time.monotonic()
-            assert left > 0, f"no {marker!r} in {self.seen!r}"
+            assert left > 0, f"no {what} in {self.seen!r}"
             ready, _, _ = select.select([self.master], [], [], left)
             if ready:
                 try:
                     chunk = os.read(self.master, 4096)
                 except OSError:
                     chunk = b""
-                assert chunk, f"terminal closed before {marker!r}: {self.seen!r}"
+                assert chunk, f"terminal closed before {what}: {self.seen!r}"
                 self.seen += chunk
         return self.seen
 
@@ -136,7 +147,8 @@ def test_ctrl_c_interrupts_the_turn_in_flight_and_the_session_goes_on(
         term.send(b"and again\r")
         term.read_until(b"and again")  # the echo of the input
         term.read_until(b"Answer to: and again")
-        term.read_until(b"\n", timeout=30)
+        # the answer's line ends when the turn is over (its round written): only then Ctrl-C
+        term.read_until_after(b"Answer to: and again", b"\n", timeout=30)
         term.send(b"\x03")
         time.sleep(0.5)
         term.send(b"\x03")

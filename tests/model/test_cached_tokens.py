@@ -56,9 +56,7 @@ async def test_the_fake_server_serves_the_common_prefix_in_whole_blocks_per_cach
 ) -> None:
     with anyio.fail_after(30):
         async with FakeOpenAIServer(brain=ScriptedBrain()) as server:
-            gateway = OpenAIGateway(
-                base_url=server.base_url, api_key="k", wire_api=wire, max_retries=0
-            )
+            gateway = OpenAIGateway(base_url=server.base_url, api_key="k", wire_api=wire)
             try:
                 create = gateway.stream if stream else gateway.create
                 first = await _collect(create, _request(1, "key-a"), stream)
@@ -94,9 +92,7 @@ async def _collect(create: object, request: ModelRequest, stream: bool):  # type
 async def test_a_changed_start_is_a_prefix_break_and_is_served_only_up_to_the_change() -> None:
     with anyio.fail_after(30):
         async with FakeOpenAIServer(brain=ScriptedBrain()) as server:
-            gateway = OpenAIGateway(
-                base_url=server.base_url, api_key="k", wire_api="chat", max_retries=0
-            )
+            gateway = OpenAIGateway(base_url=server.base_url, api_key="k", wire_api="chat")
             try:
                 first = await gateway.create(_request(3, "k"))
                 changed = _request(4, "k")
@@ -120,9 +116,7 @@ async def test_a_session_sends_its_cache_key_and_records_cached_tokens_per_round
 ) -> None:
     with anyio.fail_after(60):
         async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=2)) as server:
-            gateway = OpenAIGateway(
-                base_url=server.base_url, api_key="k", wire_api=wire, max_retries=0
-            )
+            gateway = OpenAIGateway(base_url=server.base_url, api_key="k", wire_api=wire)
             settings = Settings(model="scripted", store=tmp_path, wire_api=wire, tools="none")
             async with Runtime(settings, gateway=gateway) as rt:
                 session = await rt.create("s1", system="sys " * 400)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 from stowage import ModelRequest, SystemMessage, UserMessage
 from stowage.core._gateway import ResponseDone
+from stowage.model import _openai_gateway as gateway_module
 from stowage.model._brain import ScriptedBrain
 from stowage.model._openai_gateway import SHARD_CALLS, OpenAIGateway
 from stowage.testing import FakeOpenAIServer
@@ -36,3 +37,17 @@ async def test_concurrent_calls_open_a_shard_per_sixteen_in_flight_and_release_t
                 assert gateway._in_flight == [0, 0, 0]
             finally:
                 await gateway.aclose()
+
+
+async def test_shards_share_the_first_clients_tls_context() -> None:
+    # loading the CA store for each new pool costs ~20 ms of CPU: the shards reuse the first
+    gateway = OpenAIGateway(base_url="https://example.invalid/v1", api_key="k", wire_api="chat")
+    try:
+        for _ in range(SHARD_CALLS + 1):
+            gateway._take_shard()
+        assert len(gateway._shards) == 2
+        first, second = (gateway_module._tls_context(client) for client in gateway._shards)
+        assert first is not None and second is first
+        assert gateway._shards[1].base_url == gateway._shards[0].base_url
+    finally:
+        await gateway.aclose()

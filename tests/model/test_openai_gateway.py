@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import httpx
@@ -38,7 +38,7 @@ from stowage.core import (
     Usage,
     UserMessage,
 )
-from stowage.model import ScriptedBrain, ScriptedModel, make_gateway
+from stowage.model import PURPOSE_HEADER, ScriptedBrain, ScriptedModel, make_gateway
 from stowage.model import _openai_gateway as gateway_module
 from stowage.model._openai_gateway import (
     OpenAIGateway,
@@ -77,11 +77,6 @@ ITEMS = (
 
 
 OPENAI_VERSION = tuple(int(n) for n in re.findall(r"\d+", openai.__version__)[:2])
-# openai 2.16 added post(content=...), the last of the fast wire path's hooks to arrive
-SDK_HAS_FAST_WIRE = OPENAI_VERSION >= (2, 16)
-needs_fast_wire = pytest.mark.skipif(
-    not SDK_HAS_FAST_WIRE, reason=f"openai {openai.__version__} lacks the fast wire path's hooks"
-)
 
 
 @pytest.fixture(params=["chat", "responses"])
@@ -90,9 +85,7 @@ def gw_wire_api(request: pytest.FixtureRequest) -> WireApi:
     return api
 
 
-@pytest.fixture(
-    params=[pytest.param(True, id="fast", marks=needs_fast_wire), pytest.param(False, id="public")]
-)
+@pytest.fixture(params=[pytest.param(True, id="fast"), pytest.param(False, id="public")])
 def gw_fast(request: pytest.FixtureRequest) -> bool:
     """The fast wire path, or the public API the gateway falls back to."""
     fast: bool = request.param
@@ -101,7 +94,7 @@ def gw_fast(request: pytest.FixtureRequest) -> bool:
 
 @asynccontextmanager
 async def _serving(
-    wire_api: WireApi, *, fast: bool | None = None, max_retries: int = 0
+    wire_api: WireApi, *, fast: bool | None = None
 ) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
     # Not a fixture: the server's task group must be entered and left by the test's own task.
     async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
@@ -109,7 +102,6 @@ async def _serving(
             base_url=server.base_url,
             api_key="sk-test",
             wire_api=wire_api,
-            max_retries=max_retries,
             fast_wire=fast,
         )
         assert fast is None or gateway.fast_wire is fast
@@ -335,7 +327,6 @@ async def test_unreachable_endpoint_raises_model_connection_error(
             base_url="http://127.0.0.1:9/v1",
             api_key="k",
             wire_api=gw_wire_api,
-            max_retries=0,
             fast_wire=gw_fast,
         )
         try:
@@ -356,10 +347,13 @@ async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: 
                 await gateway.create(_request(tools=(), purpose="summary"))
 
 
-async def test_the_sdk_retries_a_rate_limit_then_succeeds(gw_fast: bool) -> None:
+async def test_the_gateway_sends_once_and_leaves_retries_to_its_caller(gw_fast: bool) -> None:
     with anyio.fail_after(15):
-        async with _serving("chat", fast=gw_fast, max_retries=1) as (server, gateway):
+        async with _serving("chat", fast=gw_fast) as (server, gateway):
             server.inject(Fault.rate_limit(retry_after=0))
+            with pytest.raises(RateLimitError):
+                await gateway.create(_request())
+            assert len(server.requests) == 1  # the SDK did not retry behind the caller's back
             response = await gateway.create(_request())
         assert response.calls and len(server.requests) == 2
 
@@ -448,63 +442,63 @@ def test_context_length_errors_are_recognised_by_code_or_message(
 # --- the fast wire path's hooks, and the public API without them ------------------------
 
 
-class _OldClient:
-    """``AsyncOpenAI.post`` as openai 1.x has it: no ``content=``."""
+class _Client:
+    """An SDK client with every hook of the fast wire path."""
 
-    async def post(
-        self,
-        path: str,
-        *,
-        cast_to: type,
-        body: object = None,
-        files: object = None,
-        options: object = None,
-        stream: bool = False,
-        stream_cls: type | None = None,
-    ) -> object: ...
+    def _build_request(self, options: object) -> object: ...
 
-
-class _NewClient(_OldClient):
-    async def post(self, path: str, *, content: bytes | None = None, **rest: Any) -> object: ...
+    def _make_status_error_from_response(self, response: object) -> object: ...
 
 
 def test_detection_names_each_missing_hook() -> None:
-    assert (
-        fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_NewClient, AsyncStream=openai.AsyncStream))
-        == ()
+    models = SimpleNamespace(FinalRequestOptions=openai._models.FinalRequestOptions)
+    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_Client, _models=models)) == ()
+
+    class Old:  # lacks both client hooks
+        pass
+
+    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=Old, _models=models)) == (
+        "AsyncOpenAI._build_request",
+        "AsyncOpenAI._make_status_error_from_response",
     )
-    old = SimpleNamespace(AsyncOpenAI=_OldClient, AsyncStream=openai.AsyncStream)
-    assert fast_wire_gaps(old) == ("AsyncOpenAI.post(content=...)",)
-    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=object)) == (
-        "AsyncOpenAI.post",
-        "AsyncStream",
+    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_Client)) == (
+        "_models.FinalRequestOptions.construct",
     )
-
-    class Stream:  # not the base of JsonEventStream, no response, no async context
-        def __init__(self, *, cast_to: type, client: object) -> None: ...
-
-        def __stream__(self) -> None: ...
-
-        def __aiter__(self) -> None: ...
-
-        def __anext__(self) -> None: ...
-
-    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_NewClient, AsyncStream=Stream)) == (
-        "AsyncStream as a base class",
-        "AsyncStream.__aenter__",
-        "AsyncStream.__aexit__",
-        "AsyncStream.response",
-        "AsyncStream(<response=...>)",
-    )
+    assert fast_wire_gaps(SimpleNamespace()) == ("AsyncOpenAI",)
 
 
-async def test_the_installed_sdk_has_the_hooks_from_openai_2_16_on() -> None:
-    assert (fast_wire_gaps() == ()) is SDK_HAS_FAST_WIRE
+async def test_the_installed_sdk_has_the_hooks() -> None:
+    assert fast_wire_gaps() == ()
     # request options carry `security` from openai 2.34 on; before, the fast path leaves it out
     assert gateway_module._takes_security() is (OPENAI_VERSION >= (2, 34))
     gateway = OpenAIGateway(base_url=None, api_key="k", wire_api="chat")
     await gateway.aclose()
-    assert gateway.fast_wire is SDK_HAS_FAST_WIRE
+    assert gateway.fast_wire
+
+
+async def test_the_fast_wire_sends_the_sdks_headers_and_auth(gw_wire_api: WireApi) -> None:
+    with anyio.fail_after(15):
+        async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
+            server.api_key = "sk-secret"
+            gateway = OpenAIGateway(base_url=server.base_url, api_key="sk-secret",
+                                    wire_api=gw_wire_api, fast_wire=True)  # fmt: skip
+            try:
+                await gateway.create(_request())
+                [e async for e in gateway.stream(_request(purpose="summary"))]
+            finally:
+                await gateway.aclose()
+            wrong = OpenAIGateway(base_url=server.base_url, api_key="sk-wrong",
+                                  wire_api=gw_wire_api, fast_wire=True)  # fmt: skip
+            try:
+                with pytest.raises(ModelAuthError, match="HTTP 401"):
+                    await wrong.create(_request())
+            finally:
+                await wrong.aclose()
+        first, second = server.request_headers[:2]
+        assert first["user-agent"].startswith("AsyncOpenAI/Python")
+        assert first[PURPOSE_HEADER.lower()] == "round"
+        assert second[PURPOSE_HEADER.lower()] == "summary"
+        assert first["content-type"] == "application/json"
 
 
 async def test_without_the_hooks_the_gateway_warns_once_and_calls_the_public_api(
@@ -537,7 +531,6 @@ async def test_without_the_hooks_the_gateway_warns_once_and_calls_the_public_api
     ]
 
 
-@needs_fast_wire
 @pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
 async def test_both_paths_put_the_same_body_on_the_wire(
     gw_wire_api: WireApi, streaming: bool

@@ -34,9 +34,7 @@ async def run_session(
     async with FakeOpenAIServer(brain=helpers.agent_brain()) as server:
         for fault, when, times in faults:
             server.inject(fault, when=when, times=times)  # type: ignore[arg-type]
-        gateway = OpenAIGateway(
-            base_url=server.base_url, api_key="k", wire_api="chat", max_retries=0
-        )
+        gateway = OpenAIGateway(base_url=server.base_url, api_key="k", wire_api="chat")
         config = helpers.settings(tmp_path, max_retries=1, **changes)
         async with Runtime(config, gateway=gateway, tools=helpers.big_tools(1000)) as rt:
             rt.subscribe(events.append)
@@ -117,9 +115,7 @@ async def test_context_length_exceeded_on_a_round_compacts_and_retries_the_round
 ) -> None:
     with anyio.fail_after(60):
         async with FakeOpenAIServer(brain=helpers.agent_brain()) as server:
-            gateway = OpenAIGateway(
-                base_url=server.base_url, api_key="k", wire_api="chat", max_retries=0
-            )
+            gateway = OpenAIGateway(base_url=server.base_url, api_key="k", wire_api="chat")
             events: list[Event] = []
             # a large window: only the provider's refusal can cause this compaction
             config = helpers.settings(tmp_path, context_window=100_000, max_output_tokens=1000)
