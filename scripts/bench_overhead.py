@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import cProfile
 import json
 import subprocess
@@ -288,7 +289,7 @@ async def _bare_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
 
 @contextlib.asynccontextmanager
 async def _stowage_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
-    from stowage import Event, RoundCommitted, Runtime, Settings
+    from stowage import Event, HistoryCompacted, RoundCommitted, Runtime, Settings
     from stowage.core._logging import configure_logging
     from stowage.load._engine import synthetic_tools
 
@@ -308,10 +309,13 @@ async def _stowage_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
         )
         async with Runtime(settings, tools=synthetic_tools(args.tool_kb)) as rt:
             calls: dict[str, int] = {}
+            compactions: dict[str, int] = {}
 
             def count(event: Event) -> None:
                 if type(event) is RoundCommitted:
                     calls[event.session_id] = calls.get(event.session_id, 0) + 1
+                elif type(event) is HistoryCompacted:
+                    compactions[event.session_id] = compactions.get(event.session_id, 0) + 1
 
             rt.subscribe(count)
 
@@ -320,6 +324,9 @@ async def _stowage_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
                 for turn in range(args.turns):
                     await rt.send(session_id, f"Task {turn} of agent {index}: fetch, report.")
                 await rt.close(session_id)
+                done = compactions.pop(session_id, 0)
+                if not warm:
+                    args.compactions += done
                 return calls.pop(session_id, 0)
 
             yield one
@@ -359,10 +366,12 @@ async def _measured(args: argparse.Namespace) -> dict[str, float]:
             profiler.disable()
             profiler.dump_stats(args.profile)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return {"calls": calls, "cpu_s": cpu, "wall_s": wall}
+    return {"calls": calls, "cpu_s": cpu, "wall_s": wall, "compactions": args.compactions}
 
 
 def _child(args: argparse.Namespace) -> None:
+    if args.gc_threshold:  # as `stowage worker` and `stowage load` run; the same for every client
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     print(json.dumps(asyncio.run(_measured(args))))
 
 
@@ -374,6 +383,7 @@ def _measure(
         "--concurrency", str(concurrency), "--wire", wire, "--stream", "on" if stream else "off",
         "--turns", str(args.turns), "--tool-kb", str(args.tool_kb),
         "--min-sessions", str(args.min_sessions), "--compact-threshold", str(args.compact_threshold),
+        "--gc-threshold", str(args.gc_threshold),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -480,6 +490,13 @@ def main(argv: list[str] | None = None) -> int:
         "--target", type=float, default=1.5, help="the ratio to the HTTP floor to stay under"
     )
     parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=50_000,
+        help="first-generation GC threshold of every client process, as `stowage worker` sets "
+        "it (0: Python's default)",
+    )
+    parser.add_argument(
         "--no-bare", action="store_true", help="leave out the bare openai loop (the slowest)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
@@ -492,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child is not None:
         args.stream = args.stream == "on"
+        args.compactions = 0  # full compactions of the measured stowage sessions
         _child(args)
         return 0
     sweep = [50, 200, 1000] if args.sessions_sweep else [1, 50, 200]
