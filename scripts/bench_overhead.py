@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import cProfile
+import gc
 import json
 import subprocess
 import sys
