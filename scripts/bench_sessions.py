@@ -1,13 +1,15 @@
 """Memory per live and per hibernated session, and resume time of a long log.
 
     python scripts/bench_sessions.py memory --sessions 2000 --turns 3
+    python scripts/bench_sessions.py memory --sessions 10000 --no-trace   # resident memory only
     python scripts/bench_sessions.py resume --records 100000
 
 ``memory`` runs the sessions in process (scripted model, JSONL store), then measures Python
 heap with tracemalloc: after the runtime started, with every session live (actors parked,
 history in memory), and after hibernating them all; it prints per-session figures (the live
-figure also without the history: its entries, items and strings, each object counted once)
-and where the live memory goes (by source file). ``resume`` writes a log of ``--records`` records whose newest
+figure also without the history: its entries, items and strings, each object counted once),
+the resident memory, and where the live memory goes (by source file); with ``--no-trace``
+only the resident memory. ``resume`` writes a log of ``--records`` records whose newest
 compaction is near the end, then times ``Runtime.resume`` (read_tail + replay + start) against
 a whole-log read and replay.
 """
@@ -26,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
+
+def _heap() -> int:
+    """Bytes tracemalloc traces now (0 when it is off)."""
+    return tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
 
 
 def _rss() -> int:
@@ -82,9 +89,11 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             await rt.hibernate("warm-up")
             gc.collect()
             rss_base = _rss()
-            tracemalloc.start(10)
-            base = tracemalloc.get_traced_memory()[0]
-            before = tracemalloc.take_snapshot()
+            trace = not args.no_trace
+            if trace:
+                tracemalloc.start(10)
+            base = _heap()
+            before = tracemalloc.take_snapshot() if trace else None
 
             async def drive(session_id: str) -> None:
                 for turn in range(args.turns):
@@ -94,9 +103,9 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
                 for session_id in ids:
                     tg.start_soon(drive, session_id)
             gc.collect()
-            live = tracemalloc.get_traced_memory()[0]
+            live = _heap()
             rss_live = _rss()
-            live_snapshot = tracemalloc.take_snapshot()
+            live_snapshot = tracemalloc.take_snapshot() if trace else None
             history_chars = sum(
                 len(str(entry.item)) for s in rt.sessions.values() for entry in s.state.history
             )
@@ -106,34 +115,38 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             for session_id in ids:
                 await rt.hibernate(session_id)
             gc.collect()
-            hibernated = tracemalloc.get_traced_memory()[0]
-            hibernated_snapshot = tracemalloc.take_snapshot()
+            hibernated = _heap()
+            hibernated_snapshot = tracemalloc.take_snapshot() if trace else None
             tracemalloc.stop()
 
-    def by_file(snapshot: Any) -> list[dict[str, Any]]:
+    def by_file(snapshot: Any, top: int) -> list[dict[str, Any]]:
+        if snapshot is None:
+            return []
         return [
             {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
-            for stat in snapshot.compare_to(before, "filename")[:8]
+            for stat in snapshot.compare_to(before, "filename")[:top]
         ]  # fmt: skip
 
-    where = [
-        {"file": str(stat.traceback[0].filename).split("site-packages/")[-1], "kb": round(stat.size_diff / 1024 / args.sessions, 2)}
-        for stat in live_snapshot.compare_to(before, "filename")[:12]
-    ]  # fmt: skip
+    heap: dict[str, Any] = {
+        "live_kb_per_session": round((live - base) / 1024 / args.sessions, 2),
+        "hibernated_kb_per_session": round((hibernated - base) / 1024 / args.sessions, 3),
+        "live_kb_beyond_history": round((live - base - history_bytes) / 1024 / args.sessions, 2),
+    }
+    if not trace:  # RSS only
+        heap = dict.fromkeys(heap)
     return {
         "sessions": args.sessions,
         "turns": args.turns,
-        "live_kb_per_session": round((live - base) / 1024 / args.sessions, 2),
-        "hibernated_kb_per_session": round((hibernated - base) / 1024 / args.sessions, 3),
+        **heap,
         "history_items_per_session": round(history_items / args.sessions, 1),
         "history_text_kb_per_session": round(history_chars / 1024 / args.sessions, 2),
         "history_kb_per_session": round(history_bytes / 1024 / args.sessions, 2),
-        # the process's resident memory (tracemalloc's own bookkeeping included)
+        # the process's resident memory (with tracemalloc on, its own bookkeeping included)
         "rss_mb_before_sessions": round(rss_base / 2**20, 1),
         "rss_mb_with_live_sessions": round(rss_live / 2**20, 1),
-        "live_kb_beyond_history": round((live - base - history_bytes) / 1024 / args.sessions, 2),
-        "live_kb_per_session_by_file": where,
-        "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot),
+        "rss_kb_per_live_session": round((rss_live - rss_base) / 1024 / args.sessions, 1),
+        "live_kb_per_session_by_file": by_file(live_snapshot, 12),
+        "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot, 8),
     }
 
 
@@ -243,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     memory.add_argument("--turns", type=int, default=3)
     memory.add_argument("--tool-kb", type=float, default=2.0)
     memory.add_argument("--compact-threshold", type=int, default=3000)
+    memory.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="resident memory only, without tracemalloc (which slows thousands of sessions "
+        "many times over and adds its own bookkeeping to the RSS)",
+    )
     resume = sub.add_parser("resume")
     resume.add_argument("--records", type=int, default=100_000)
     resume.add_argument("--output-chars", type=int, default=200)

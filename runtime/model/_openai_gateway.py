@@ -96,7 +96,7 @@ __all__ = [
 _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
 _PURPOSE = PURPOSE_HEADER.lower().encode()
-SHARD_CALLS = 16
+SHARD_CALLS = 4
 
 # The private hooks of the SDK the fast wire path calls, exactly as it calls them:
 #   FinalRequestOptions.construct(method=, url=, json_data=, headers=[, security=])
@@ -159,17 +159,18 @@ class _PlainEvents:
     ) -> None:
         await self._stream.close()
 
-    def __aiter__(self) -> _PlainEvents:
-        return self
-
-    async def __anext__(self) -> Any:
+    async def next_events(self) -> list[Any] | None:
+        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
+        the end."""
         try:
             event = await anext(self._stream)
-        except (StopAsyncIteration, *_BOUNDARY):
+        except StopAsyncIteration:
+            return None
+        except _BOUNDARY:
             raise
         except Exception as exc:  # the transport's own error classes: a broken stream
             raise openai.APIConnectionError(request=self._stream.response.request) from exc
-        return _plain(event)
+        return [_plain(event)]
 
 
 def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:
@@ -547,21 +548,21 @@ class OpenAIGateway:
                 self._timed_out(request, idle=idle, status=None)
             status = _status(events)
             async with events:
-                iterator = aiter(events)
                 while True:
                     # one read at a time under the clock, never a yield: keep-alives are
                     # skipped inside the read, so only a real event resets it
                     limit, idle = self._wait_limit(deadline)
                     try:
                         with anyio.fail_after(limit):
-                            event = await anext(iterator)
-                        text = accumulator.feed(event)
-                    except StopAsyncIteration:
-                        break
+                            batch = await events.next_events()
+                        texts = [accumulator.feed(event) for event in batch or ()]
                     except _BOUNDARY as exc:
                         self._raise(exc, request, status=status)
                     except TimeoutError:
                         self._timed_out(request, idle=idle, status=status)
+                    if batch is None:
+                        break
+                    text = "".join(texts)
                     if text:
                         yield TextDelta(text=text)
         finally:

@@ -9,7 +9,7 @@ raises ``openai.APIError``, a transport failure ``openai.APIConnectionError``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
@@ -32,11 +32,15 @@ def sse_data(block: bytes) -> bytes | None:
 
 class JsonEventStream:
     """The decoded JSON payloads of a streamed HTTP ``response`` (an httpx response of the
-    SDK's HTTP client), ending at ``[DONE]`` or the body's end; closing it closes the response."""
+    SDK's HTTP client), read a chunk of the body at a time and ending at ``[DONE]`` or the
+    body's end; closing it closes the response."""
 
     def __init__(self, response: Any) -> None:
         self.response = response
-        self._events = self._decode()
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        self._buffer = b""
+        self._done = False  # [DONE] came: what is left of the body is read and dropped
+        self._ended = False
 
     async def __aenter__(self) -> JsonEventStream:
         return self
@@ -44,40 +48,58 @@ class JsonEventStream:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._events.aclose()
         await self.response.aclose()
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._events
+    async def next_events(self) -> list[Any] | None:
+        """The events of the next chunks of the body (at least one, as many as arrived
+        together), or None at the end of the stream. One await per network read: a caller
+        times each call, not each event.
 
-    async def _decode(self) -> AsyncGenerator[Any, None]:
-        response = self.response
-        buffer = b""
-        done = False
-        try:
-            async for chunk in response.aiter_bytes():
-                if done:
-                    continue  # drain the body so the connection can be reused
-                buffer += chunk
-                if b"\r" in buffer:
-                    buffer = buffer.replace(b"\r\n", b"\n")
-                while not done and (cut := buffer.find(b"\n\n")) >= 0:
-                    data = sse_data(buffer[:cut])
-                    buffer = buffer[cut + 2 :]
-                    if data is None:
-                        continue
-                    if data.startswith(b"[DONE]"):
-                        done = True
-                        break
-                    yield _checked(orjson.loads(data), response)
-        except (openai.APIError, orjson.JSONDecodeError):
-            raise
-        except Exception as exc:  # the transport's own error classes: a broken stream
-            raise openai.APIConnectionError(request=response.request) from exc
-        if not done and buffer.strip():
-            data = sse_data(buffer.strip())
-            if data is not None and not data.startswith(b"[DONE]"):
-                yield _checked(orjson.loads(data), response)
+        Raises ``openai.APIError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
+        payload that is not JSON, ``openai.APIConnectionError`` when the transport fails.
+        """
+        while not self._ended:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self._ended = True
+                return self._rest()
+            except Exception as exc:  # the transport's own error classes: a broken stream
+                raise openai.APIConnectionError(request=self.response.request) from exc
+            if self._done:
+                continue  # drain the body so the connection can be reused
+            events = self._decode(chunk)
+            if events:
+                return events
+        return None
+
+    def _decode(self, chunk: bytes) -> list[Any]:
+        buffer = self._buffer + chunk
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+        events: list[Any] = []
+        while (cut := buffer.find(b"\n\n")) >= 0:
+            data = sse_data(buffer[:cut])
+            buffer = buffer[cut + 2 :]
+            if data is None:
+                continue
+            if data.startswith(b"[DONE]"):
+                self._done = True
+                buffer = b""
+                break
+            events.append(_checked(orjson.loads(data), self.response))
+        self._buffer = buffer
+        return events
+
+    def _rest(self) -> list[Any] | None:
+        """The last event, when the body ended without a blank line after it."""
+        rest, self._buffer = self._buffer.strip(), b""
+        if self._done or not rest:
+            return None
+        data = sse_data(rest)
+        if data is None or data.startswith(b"[DONE]"):
+            return None
+        return [_checked(orjson.loads(data), self.response)]
 
 
 def _checked(event: Any, response: Any) -> Any:

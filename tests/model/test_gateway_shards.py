@@ -11,7 +11,7 @@ from stowage.model._openai_gateway import SHARD_CALLS, OpenAIGateway
 from stowage.testing import FakeOpenAIServer
 
 
-async def test_concurrent_calls_open_a_shard_per_sixteen_in_flight_and_release_them() -> None:
+async def test_concurrent_calls_open_a_shard_per_shard_calls_in_flight_and_release_them() -> None:
     with anyio.fail_after(30):
         async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=0), latency=0.05) as server:
             gateway = OpenAIGateway(base_url=server.base_url, api_key="sk-test", wire_api="chat")

@@ -581,6 +581,6 @@ async def test_a_broken_public_stream_is_a_connection_error() -> None:
     broken = Broken()
     async with gateway_module._PlainEvents(broken) as events:
         with pytest.raises(openai.APIConnectionError) as caught:
-            await anext(aiter(events))
+            await events.next_events()
     assert broken.closed
     assert isinstance(map_openai_error(caught.value), ModelConnectionError)

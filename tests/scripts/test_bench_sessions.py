@@ -1,0 +1,54 @@
+"""scripts/bench_sessions.py on a tiny configuration: memory with and without tracemalloc, and
+resume time, each printing the figures it names."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+pytestmark = pytest.mark.slow  # the script runs in a process of its own
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_sessions.py"
+
+
+async def _run(tmp_path: Path, *argv: str) -> dict[str, object]:
+    out = tmp_path / "report.json"
+    with anyio.fail_after(180):
+        done = await anyio.run_process(
+            [sys.executable, str(SCRIPT), *argv, "--json", str(out)], check=False
+        )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report: dict[str, object] = json.loads(out.read_text())
+    return report
+
+
+async def test_memory_measures_live_sessions_beyond_their_history(tmp_path: Path) -> None:
+    report = await _run(tmp_path, "memory", "--sessions", "4", "--turns", "1")
+    assert report["sessions"] == 4
+    live, beyond, history = (
+        report["live_kb_per_session"], report["live_kb_beyond_history"],
+        report["history_kb_per_session"],
+    )  # fmt: skip
+    assert isinstance(live, float) and isinstance(beyond, float) and isinstance(history, float)
+    assert history > 0 and live == pytest.approx(beyond + history, abs=0.05)
+    assert report["live_kb_per_session_by_file"]
+
+
+async def test_memory_without_tracemalloc_reports_resident_memory_only(tmp_path: Path) -> None:
+    report = await _run(tmp_path, "memory", "--sessions", "4", "--turns", "1", "--no-trace")
+    assert report["live_kb_per_session"] is None
+    assert report["live_kb_per_session_by_file"] == []
+    rss = report["rss_mb_with_live_sessions"]
+    assert isinstance(rss, float) and rss > 0
+
+
+async def test_resume_times_a_long_log(tmp_path: Path) -> None:
+    report = await _run(tmp_path, "resume", "--records", "400", "--repeat", "1")
+    # resume reads from the newest compaction on and rebuilds the same history as a whole read
+    assert report["history_items_after_resume"] == report["whole_log_history_items"]
+    seconds = report["resume_seconds_best"]
+    assert isinstance(seconds, float) and seconds > 0
