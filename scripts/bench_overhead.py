@@ -5,19 +5,23 @@
     python scripts/bench_overhead.py --sessions-sweep      # 50, 200 and 1,000 sessions
     python scripts/bench_overhead.py --concurrency 50 --wire chat --stream off
 
-All three clients run the same agent (the fake server's scripted brain: 3 tool rounds and an answer,
-so 4 model calls per turn; tools return ``--tool-kb`` KB) against the same fake OpenAI server in
-its own process, each measurement in a fresh client process whose CPU time (all threads, user +
-system) is divided by the round calls it made. stowage runs with its JSONL store fsyncing every
-batch and compaction on; its summary calls are extra work charged to it, not counted as calls.
-Each client is set up and warmed (a few short sessions: lazy imports, first-use caches, the
-first connections) before its clock starts. "1 concurrent session" runs the sessions one after
-the other. The plain loop posts JSON with one
-pooled ``httpx.AsyncClient`` per 2 concurrent sessions (measured here: the cheapest way to
-use httpx at concurrency; 1.0 ms a call against 1.9 with 16 sessions a client, at 200) and reads the SSE lines itself: no SDK, no validation, no store.
-Printed per row: each client's ms of CPU per call, stowage over the bare SDK and over the HTTP
-floor; with more than one concurrency, how much stowage's and the floor's cost grew from the
-smallest to the largest.
+All three clients run the same agent (the fake server's scripted brain: 3 tool rounds and an
+answer, so 4 model calls per turn; tools return ``--tool-kb`` KB) against the same fake OpenAI
+server in its own process, each measurement in a fresh client process whose CPU time (all
+threads, user + system) is divided by the round calls it made. stowage runs with its JSONL store
+fsyncing every batch and compaction on; its summary calls are extra work charged to it, not
+counted as calls. Every row runs the same number of sessions (``--min-sessions``, raised to the
+largest concurrency measured), so rows differ only in how many run at once. Each client is set
+up and warmed (a few short sessions: lazy imports, first-use caches, the first connections)
+before its clock starts; every client process runs with the GC threshold ``stowage worker``
+sets. "1 concurrent session" runs the sessions one after the other.
+
+The plain loop posts JSON with one pooled ``httpx.AsyncClient`` per 2 concurrent sessions
+(measured here the cheapest way to use httpx at concurrency: 0.9 ms a call against 1.9 with 16
+sessions a client, at 200 sessions) and reads the SSE lines itself: no SDK, no validation, no
+store. Printed per row: each client's ms of CPU per call, stowage over the bare SDK and over the
+HTTP floor; with more than one concurrency, how much stowage's and the floor's cost grew from
+the fewest sessions at once to the most.
 """
 
 from __future__ import annotations
@@ -515,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sweep = [50, 200, 1000] if args.sessions_sweep else [1, 50, 200]
     args.concurrency_list = [args.concurrency] if args.concurrency else sweep
+    # every row runs the same sessions, so that only how many run at once differs between rows
+    args.min_sessions = max(args.min_sessions, *args.concurrency_list)
     args.wires = [args.wire] if args.wire else ["chat", "responses"]
     args.streams = [args.stream == "on"] if args.stream else [False, True]
     args.modes = ("httpx", "stowage") if args.no_bare else ("httpx", "bare", "stowage")
