@@ -413,14 +413,11 @@ class OpenAIGateway:
         """One more client like the first, on its own connection pool; it shares the first
         one's TLS context (building one loads the CA store: ~20 ms of CPU per shard)."""
         context = _tls_context(self._client)
-        if context is not None:
-            try:
-                http = openai.DefaultAsyncHttpxClient(verify=context)
-            except (TypeError, ValueError):  # an SDK whose client takes no such context
-                pass
-            else:
-                return openai.AsyncOpenAI(**self._client_options, http_client=http)
-        return openai.AsyncOpenAI(**self._client_options)
+        try:
+            http = openai.DefaultAsyncHttpxClient(verify=context) if context is not None else None
+        except (TypeError, ValueError):  # an SDK whose client takes no such context
+            http = None  # the SDK's default client, with its own
+        return openai.AsyncOpenAI(**self._client_options, http_client=http)
 
     def _body(self, request: ModelRequest, *, stream: bool) -> bytes:
         build = chat_body if self.wire_api == "chat" else responses_body
@@ -536,10 +533,10 @@ class OpenAIGateway:
             try:
                 with anyio.fail_after(limit):
                     if self.fast_wire:
-                        response = await self._wires[shard].send(
+                        http_response = await self._wires[shard].send(
                             self._body(request, stream=True), request.purpose
                         )
-                        events = JsonEventStream(response)
+                        events = JsonEventStream(http_response)
                     else:
                         events = _PlainEvents(await self._public_call(client, request, stream=True))
             except _BOUNDARY as exc:

@@ -454,8 +454,8 @@ def test_detection_names_each_missing_hook() -> None:
     models = SimpleNamespace(FinalRequestOptions=openai._models.FinalRequestOptions)
     assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_Client, _models=models)) == ()
 
-    class Old:  # lacks both client hooks
-        pass
+    class Old:
+        """An SDK client without either hook."""
 
     assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=Old, _models=models)) == (
         "AsyncOpenAI._build_request",
