@@ -56,6 +56,7 @@ class Journal:
             focus=focus,
             protected_text=self.protected_text(),
             request=request,
+            stubbed=frozenset(state.stubbed),
         )
 
     def send_to_compactor(self, snapshot: CommittedSnapshot) -> None:

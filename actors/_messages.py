@@ -62,6 +62,8 @@ class CommittedSnapshot:
     protected_text: str | None = None
     #: set when the sampler re-sent this snapshot because its watermark policy wants a plan
     request: PlanRequest | None = None
+    #: seqs of the tool outputs the model sees as stubs (the summarizer sees them so too)
+    stubbed: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ of asking for it again (see ``_loop_guard`` for when it does anyway).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import replace
 
 import anyio
@@ -55,6 +56,7 @@ from stowage.policy import (
     microcompact_candidates,
     ratio_from_stated,
     resolve_budget,
+    rounds_to_hard_mark,
     token_status,
     tokens_after_compaction,
     turn_round_cuts,
@@ -112,10 +114,13 @@ class Pressure:
         self.cache_key = cache_key_for(settings, ctx.session_id)
         #: microcompaction acts once per crossing of the soft mark (``micro_min_free``)
         self._micro_armed = True
-        # what landing before the hard mark is predicted from: (time, tokens) after each
-        # round, when the plan in flight was asked for, how long plans took, and when a
-        # round began to wait for one
-        self._growth: list[tuple[float, int]] = []
+        # what landing before the hard mark is predicted from: the tokens of the request as
+        # sent, what each recent round added to it, when recent rounds were committed, when
+        # the plan in flight was asked for, how long plans took, and when a round began to
+        # wait for one
+        self._sent: int | None = None
+        self._steps: deque[int] = deque(maxlen=8)
+        self._commits: deque[float] = deque(maxlen=6)
         # (time, tokens left if every old output were stubbed): what only a compaction frees
         self._floors: list[tuple[float, int]] = []
         self._requested_at: float | None = None
@@ -217,8 +222,7 @@ class Pressure:
                     waited=waited,
                 )
             )
-            self._growth = []  # growth is measured again from the compacted context
-            self._floors = []
+            self._floors = []  # the floor is measured again from the compacted context
             await self._after_compaction(outcome)
         return applied
 
@@ -275,11 +279,14 @@ class Pressure:
         )
 
     def _record_growth(self, tokens: int | None) -> None:
-        """Remember this round's token figure and its floor (the newest six are kept)."""
+        """Remember what this round added to the request it sent, when it was committed, and
+        its floor (the newest few of each are kept)."""
         if tokens is None:
             return
         now = anyio.current_time()
-        self._growth = [*self._growth[-5:], (now, tokens)]
+        if self._sent is not None:
+            self._steps.append(max(0, tokens - self._sent))
+        self._commits.append(now)
         self._floors = [*self._floors[-5:], (now, tokens - self._stub_savings())]
 
     def _stub_savings(self) -> int:
@@ -291,51 +298,74 @@ class Pressure:
         saved = sum(entry_chars(e) - entry_chars(e, seqs) for e in state.history if e.seq in seqs)
         return int(saved / self.ratio())
 
-    def _per_round(
-        self, samples: list[tuple[float, int]] | None = None
-    ) -> tuple[float, float] | None:
-        """Tokens added and seconds taken per round over the recent rounds (of ``samples``,
-        default the token figures); None before two rounds were seen."""
-        samples = self._growth if samples is None else samples
-        if len(samples) < 2:
+    def _floor_per_round(self) -> float | None:
+        """Tokens a recent round added that stubs could not free; None before two rounds."""
+        if len(self._floors) < 2:
             return None
-        (t0, k0), (t1, k1) = samples[0], samples[-1]
-        rounds = len(samples) - 1
-        return max(0.0, (k1 - k0) / rounds), max(1e-6, (t1 - t0) / rounds)
+        (_, first), (_, last) = self._floors[0], self._floors[-1]
+        return max(0.0, (last - first) / (len(self._floors) - 1))
+
+    def _plan_rounds(self) -> int:
+        """Rounds a plan asked for now takes to come back: the slowest of the recent plans
+        over the recent time between rounds; 1 before a plan and two rounds were seen."""
+        latency = max(self._plan_seconds, default=None)
+        if latency is None or len(self._commits) < 2:
+            return 1
+        cadence = (self._commits[-1] - self._commits[0]) / (len(self._commits) - 1)
+        return max(1, math.ceil(latency / max(cadence, 1e-6)))
 
     def _micro_due(self, decision: PolicyDecision) -> bool:
-        """Whether to stub now: at the compaction mark or above, always; past the soft mark,
-        only once the next round is expected to reach the compaction mark (the prefix is
-        kept as long as it can be; with ``micro_min_free`` 0, at once, the old way)."""
-        if decision.action != "microcompact" or not self.settings.micro_min_free:
+        """Whether to stub now. With ``micro_min_free`` 0, every round past the soft mark (the
+        old way). Else once per crossing of the soft mark (``_micro_armed``): at the
+        compaction mark or above, or before it once the next round may reach it at the
+        largest growth of the recent rounds (the prefix is kept as long as it can be)."""
+        if not self.settings.micro_min_free:
             return True
-        growth = self._per_round()
-        if growth is None or decision.tokens is None or self.budget is None:
+        if not self._micro_armed:
+            return False
+        if decision.action != "microcompact" or decision.tokens is None or self.budget is None:
             return True
-        return decision.tokens + growth[0] >= self.marks.compact * self.budget.usable
+        if not self._steps:
+            return True
+        return decision.tokens + max(self._steps) >= self.marks.compact * self.budget.usable
 
     def _lands_late(self, decision: PolicyDecision) -> str | None:
-        """Why a plan must be asked for now: at the growth of the recent rounds, by the time
-        a plan asked for now is back (the summarizer's observed latency, in rounds), stubs
-        alone could no longer keep the context below the compaction mark (what stubbing
-        every old output leaves, and a round's growth on top, reaches the hard mark); None
-        when a plan asked for at the compaction mark lands in time. Raises nothing."""
-        growth = self._per_round()
-        floors = self._per_round(self._floors)
-        if decision.tokens is None or self.budget is None or growth is None or floors is None:
+        """Why a plan must be asked for now: if it were asked for a round later and the next
+        rounds grew as any stretch of the recent ones did, then, with the stubs
+        microcompaction would make on the way, the context would reach the hard mark before
+        the plan is back (the summarizer's observed latency, in rounds); None when it can
+        wait. Raises nothing."""
+        if decision.tokens is None or self.budget is None or not self._steps:
             return None
-        per_round, round_seconds = growth
-        floor_per_round = floors[0]
-        floor = self._floors[-1][1]
-        latency = max(self._plan_seconds, default=round_seconds)
-        lead = math.ceil(latency / round_seconds) + 1  # the plan is applied a round later
-        expected = floor + floor_per_round * lead + per_round
-        if expected < self.marks.hard * self.budget.usable:
+        step = max(self._steps)
+        if step <= 0:
+            return None
+        rounds = self._plan_rounds()
+        floor_step = self._floor_per_round()
+        floor = self._floors[-1][1] if self._floors else decision.tokens
+        recent = list(self._steps)
+        # the next rounds as a repeat of any stretch of the recent ones, with the plan asked
+        # for a round later: the soonest hard mark among them
+        hard_in: int | None = None
+        for start in range(len(recent)):
+            found = rounds_to_hard_mark(
+                tokens=decision.tokens,
+                floor=min(floor, decision.tokens),
+                steps=[recent[(start + k) % len(recent)] for k in range(rounds + 1)],
+                floor_step=step if floor_step is None else min(floor_step, step),
+                usable=self.budget.usable,
+                marks=self.marks,
+                micro_min_free=self.settings.micro_min_free,
+                armed=self._micro_armed,
+            )
+            if found is not None and (hard_in is None or found < hard_in):
+                hard_in = found
+        if hard_in is None:
             return None
         return (
-            f"planned early to land before the hard mark: +{per_round:.0f} tokens a round "
-            f"(+{floor_per_round:.0f} that stubs cannot free), a plan takes ~{lead} rounds, "
-            f"~{expected:.0f} tokens stubs cannot free by then"
+            f"planned early to land before the hard mark: rounds growing as the recent ones "
+            f"did (up to +{step} tokens a round) reach it in {hard_in} round(s), a plan "
+            f"takes ~{rounds}"
         )
 
     async def after_commit(self) -> None:
@@ -348,13 +378,11 @@ class Pressure:
         if decision.action == "none":
             self._micro_armed = True  # below the soft mark: the next crossing may stub
             return
-        # micro_min_free 0: every round past the soft mark stubs what it can (the old way)
-        if (self._micro_armed or not self.settings.micro_min_free) and self._micro_due(decision):
+        if self._micro_due(decision):
             stubbed = await self._microcompact(decision, self.marks.keep_rounds, batch=True)
             if stubbed is not None:
                 decision = stubbed
                 self._micro_armed = False
-                self._growth = [(anyio.current_time(), decision.tokens or 0)]
                 self._floors = self._floors[-1:]
         # a plan is asked for at the compaction mark, or earlier (past the soft mark) when at
         # the recent growth it would not be back before the hard mark
@@ -403,9 +431,11 @@ class Pressure:
         if not self.active:
             return
         decision = self.decision()
+        self._sent = decision.tokens
         if decision.action != "block":
             return
         await self._relieve(self._announce(decision), why="hard mark before a request")
+        self._sent = self.status().tokens
 
     async def recover_overflow(self, error: ContextLengthExceeded, request: ModelRequest) -> None:
         """The provider refused ``request`` as too long: free room so it can be sent once more.

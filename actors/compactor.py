@@ -35,6 +35,7 @@ from stowage.policy import (
     decide_compaction,
     effective_threshold,
     summary_input_budget,
+    summary_view,
 )
 
 from ._mailbox import Slot
@@ -190,7 +191,7 @@ async def run_compactor(
             return replace(request, cache_key=cache_key_for(settings, session_id))
 
         outcome = await summarize(
-            snapshot.history,
+            summary_view(snapshot.history, snapshot.stubbed),
             build=build,
             gateway=gateway,
             breaker=breaker,

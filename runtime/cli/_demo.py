@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 from stowage.core import (
+    CompactionLanded,
     Event,
     HistoryCompacted,
     Microcompacted,
@@ -39,7 +40,7 @@ _PROMPTS = (
 
 
 async def run_demo(
-    *, store: str, turns: int, threshold: int | None, context_window: int | None = 6000
+    *, store: str, turns: int, threshold: int | None, context_window: int | None = 8000
 ) -> int:
     """Run ``turns`` turns of the scripted model over the current directory, in the store
     ``store`` names (a directory or a database URL); print every compaction, then a table of
@@ -55,6 +56,8 @@ async def run_demo(
         settings = settings.with_(store=Path(store))
     shown = (redact_url(store) or "") if "://" in store else store
     counts = {"rounds": 0, "tools": 0, "compactions": 0, "microcompactions": 0}
+    # full compactions applied, and how many of them below the hard mark
+    landed = {"full": 0, "below": 0}
 
     def on_event(event: Event) -> None:
         if isinstance(event, RoundCommitted):
@@ -73,6 +76,17 @@ async def run_demo(
                 f"  [bold magenta]compaction {counts['compactions']}[/] at round {event.round}: "
                 f"tokens {event.tokens_before} -> {event.tokens_after}, removed {event.removed}, "
                 f"retained {event.retained}\n    reason: {event.reason}"
+            )
+        elif (
+            isinstance(event, CompactionLanded)
+            and event.kind == "full"
+            and event.fraction is not None
+        ):
+            landed["full"] += 1
+            landed["below"] += event.fraction < event.hard
+            console.print(
+                f"    applied at {event.fraction:.0%} of the usable budget "
+                f"(hard mark {event.hard:.0%}), a round waited {event.waited:.2f}s"
             )
 
     async with Runtime(settings, store=open_store(store)) as rt:
@@ -111,6 +125,7 @@ async def run_demo(
         ("tool calls", counts["tools"]),
         ("microcompactions", counts["microcompactions"]),
         ("compactions", counts["compactions"]),
+        ("full ones applied below the hard mark", f"{landed['below']} of {landed['full']}"),
         ("records in log", len(full.records)),
         ("items in live history", history_items),
         ("resume reads (records)", len(tail.records)),

@@ -231,7 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="compact when reported usage reaches N tokens, instead of the watermarks",
     )
-    demo.add_argument("--context-window", type=int, default=6000)
+    demo.add_argument(
+        "--context-window",
+        type=int,
+        default=8000,
+        help="the model window the demo compacts in (default 8000)",
+    )
     _common(demo)
 
     load = sub.add_parser(

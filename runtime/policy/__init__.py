@@ -19,7 +19,12 @@ from ._cache import (
     session_cache_figures,
 )
 from ._check import check_log
-from ._compaction import CompactionDecision, build_summary_request, decide_compaction
+from ._compaction import (
+    CompactionDecision,
+    build_summary_request,
+    decide_compaction,
+    summary_view,
+)
 from ._fallback import digest, fallback_summary
 from ._tokens import (
     TokenStatus,
@@ -39,6 +44,7 @@ from ._watermarks import (
     microcompact_batch,
     microcompact_candidates,
     round_groups,
+    rounds_to_hard_mark,
     tokens_after_compaction,
     turn_round_cuts,
 )
@@ -65,6 +71,7 @@ __all__ = [
     "TokenStatus",
     "Watermarks",
     "build_summary_request",
+    "summary_view",
     "calibrated_ratio",
     "check_log",
     "check_window",
@@ -80,6 +87,7 @@ __all__ = [
     "implausible_usage",
     "lookup_model",
     "microcompact_batch",
+    "rounds_to_hard_mark",
     "microcompact_candidates",
     "ratio_from_stated",
     "request_chars",

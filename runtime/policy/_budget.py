@@ -137,8 +137,9 @@ def resolve_budget(settings: Settings, specs: Sequence[ToolSpec]) -> Budget | No
 
 def summary_input_budget(settings: Settings) -> int | None:
     """Tokens a summary request may carry for the summary model (``compact_model`` or
-    ``model``): its window less its output reserve; None when its window is unknown.
-    Raises nothing."""
+    ``model``): its window less its output reserve (the session's own, ``max_output_tokens``,
+    when the session's model summarizes: what a round may carry, a summary may too); None
+    when its window is unknown. Raises nothing."""
     name = settings.compact_model or settings.model
     limits = lookup_model(name)
     if settings.compact_model is None or limits is None:
@@ -147,5 +148,7 @@ def summary_input_budget(settings: Settings) -> int | None:
         window = limits.context_window
     if window is None:
         return None
+    if settings.compact_model is None and settings.max_output_tokens is not None:
+        return max(1, window - settings.max_output_tokens)
     largest = limits.max_output_tokens if limits else window
     return max(1, window - min(largest, int(window * _MAX_RESERVE_FRACTION)))

@@ -6,7 +6,7 @@ assembly rule, and core may not import the policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from stowage.core import (
@@ -15,10 +15,12 @@ from stowage.core import (
     CompactionSummary,
     FunctionCall,
     FunctionCallOutput,
+    HistoryEntry,
     Item,
     ModelRequest,
     SystemMessage,
     UserMessage,
+    default_stub,
 )
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "build_summary_request",
     "decide_compaction",
     "serialize_history_for_summary",
+    "summary_view",
 ]
 
 # Fewer entries than this cannot hold more than a system message, a user message and one answer:
@@ -100,6 +103,28 @@ artifacts of the updates block too, when one is asked for);
 Keep exact names, paths, identifiers and numbers. Do not invent anything that is not in the \
 transcript. Output only the summary itself: no preamble such as "Here is the summary", no \
 closing remarks."""
+
+
+def summary_view(
+    history: Sequence[HistoryEntry], stubbed: Collection[int]
+) -> tuple[HistoryEntry, ...]:
+    """``history`` as the model last saw it: the outputs at ``stubbed`` seqs are their stubs
+    (each names the artifact reference the summary keeps). What the model no longer reads
+    is not summarized again: a summary request costs a fraction of what the whole outputs
+    would, and is back sooner. Raises nothing."""
+    if not stubbed:
+        return tuple(history)
+    return tuple(
+        HistoryEntry(
+            seq=entry.seq,
+            item=FunctionCallOutput(
+                call_id=entry.item.call_id, output=default_stub(entry), is_error=entry.item.is_error
+            ),
+        )
+        if entry.seq in stubbed and isinstance(entry.item, FunctionCallOutput)
+        else entry
+        for entry in history
+    )
 
 
 def serialize_history_for_summary(

@@ -41,6 +41,7 @@ __all__ = [
     "microcompact_candidates",
     "round_groups",
     "drop_oldest_rounds",
+    "rounds_to_hard_mark",
     "tokens_after_compaction",
     "turn_round_cuts",
 ]
@@ -117,6 +118,46 @@ def decide(status: TokenStatus, usable: int, marks: Watermarks) -> PolicyDecisio
             )
             return made(action, watermark, reason)  # type: ignore[arg-type]
     return made("none", None, f"{tokens} tokens ({figure}) are {fraction:.0%} of {usable}")
+
+
+def rounds_to_hard_mark(
+    *,
+    tokens: int,
+    floor: int,
+    steps: Sequence[int],
+    floor_step: float,
+    usable: int,
+    marks: Watermarks,
+    micro_min_free: float,
+    armed: bool,
+) -> int | None:
+    """The first of the next ``len(steps)`` rounds after which the next request would be at
+    or above the hard mark, when round k adds ``steps[k]`` tokens and microcompaction acts as
+    the policy does: after a round, once per crossing of the soft mark (``armed``; re-armed
+    below it), when the next round may reach the compaction mark and its batch frees at least
+    ``micro_min_free`` of ``usable`` (every round past the soft mark, any stub, with
+    ``micro_min_free`` 0), bringing the context down to the floor.
+    ``floor`` is what stubbing every old output would leave now; a round's growth cannot be
+    stubbed while it is among the newest ``marks.keep_rounds``, and ``floor_step`` of it
+    never can. None when no such round comes. Raises nothing."""
+    hard, compact, soft = (usable * m for m in (marks.hard, marks.compact, marks.soft))
+    min_free = max(1.0, micro_min_free * usable)
+    largest = max(steps, default=0)
+    level, settled = float(tokens), float(floor)
+    for index, step in enumerate(steps):
+        level += step
+        recent = steps[max(0, index + 1 - marks.keep_rounds) : index + 1]
+        if index >= marks.keep_rounds:  # a round leaves the newest: all but its floor frees
+            settled += min(steps[index - marks.keep_rounds], floor_step)
+        lowest = min(level, settled + sum(recent))
+        due = not micro_min_free or (armed and level + largest >= compact)
+        if due and level >= soft and level - lowest >= min_free:
+            level, armed = lowest, False
+        if level >= hard:
+            return index + 1
+        if level < soft:
+            armed = True
+    return None
 
 
 def round_groups(history: Sequence[HistoryEntry]) -> list[list[int]]:

@@ -290,6 +290,19 @@ def test_0_for_a_short_demo_whose_log_is_sound(tmp_path: Path, cli: Cli) -> None
     assert "log check" in done.stdout and "Traceback" not in done.stderr
 
 
+def test_the_full_demo_applies_its_compactions_below_the_hard_mark(
+    tmp_path: Path, cli: Cli
+) -> None:
+    done = cli("demo", "--store", "st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "below the hard mark" in line)
+    below, full = (int(n) for n in row.split("│")[2].split(" of "))
+    assert full >= 2 and below >= 0.9 * full, row
+    # each one says where it landed and that no round waited for it
+    applied = [line for line in done.stdout.splitlines() if "applied at" in line]
+    assert len(applied) == full and all("waited 0.00s" in line for line in applied)
+
+
 def test_0_for_list_context_and_export_and_2_for_a_bad_format(tmp_path: Path, cli: Cli) -> None:
     assert cli("run", "--session", "z", "hi", "--store", "st", cwd=tmp_path).returncode == 0
     assert cli("list", "--store", "st", cwd=tmp_path).returncode == 0

@@ -25,6 +25,7 @@ from stowage.policy._compaction import (
     build_summary_request,
     decide_compaction,
     serialize_history_for_summary,
+    summary_view,
 )
 
 
@@ -132,6 +133,28 @@ HISTORY_ITEMS: list[Item] = [
     call("c1"),
     output("c1"),
 ]
+
+
+def test_the_summarizer_sees_stubbed_outputs_as_their_stubs_and_the_rest_whole() -> None:
+    history = entries(
+        SystemMessage(text="sys"),
+        UserMessage(text="go"),
+        call("c1"),
+        output("c1", "old " * 500),
+        call("c2"),
+        output("c2", "new " * 500),
+    )
+    view = summary_view(history, {4})
+    assert [e.seq for e in view] == [e.seq for e in history]
+    stubbed, whole = view[3].item, view[5].item
+    assert isinstance(stubbed, FunctionCallOutput) and isinstance(whole, FunctionCallOutput)
+    assert "old old" not in stubbed.output and "artifact R4" in stubbed.output
+    assert stubbed.call_id == "c1"
+    assert whole.output == "new " * 500
+    transcript = serialize_history_for_summary(items_of(view), {"c1": 4, "c2": 6})
+    assert "recall_artifact with ref R4" in transcript and "new new" in transcript
+    # nothing stubbed: the history itself
+    assert summary_view(history, ()) == history
 
 
 def test_summary_request_has_no_tools_and_tool_choice_none() -> None:

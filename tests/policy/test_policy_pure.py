@@ -30,6 +30,7 @@ from stowage.policy._budget import (
     effective_threshold,
     lookup_model,
     resolve_budget,
+    summary_input_budget,
     tool_schema_tokens,
 )
 from stowage.policy._fallback import digest, fallback_summary
@@ -39,6 +40,7 @@ from stowage.policy._watermarks import (
     decide,
     drop_oldest_rounds,
     microcompact_candidates,
+    rounds_to_hard_mark,
     tokens_after_compaction,
 )
 
@@ -92,6 +94,22 @@ def test_usable_budget_is_window_less_output_reserve_less_tool_schemas() -> None
 def test_registry_output_reserve_is_capped_at_a_quarter_of_the_window() -> None:
     budget = resolve_budget(Settings(model="o3"), [])
     assert budget is not None and budget.output_reserve == 50_000
+
+
+def test_a_summary_request_may_carry_what_a_round_may_when_the_session_model_summarizes() -> None:
+    # the session's own output reserve, not a quarter of the window: a request at the
+    # compaction mark must fit its summary request without dropping rounds
+    own = Settings(model="in-house-model", context_window=10_000, max_output_tokens=1000)
+    assert summary_input_budget(own) == 9000
+    assert summary_input_budget(Settings(model="in-house-model", context_window=10_000)) == 7500
+    # another model summarizes: its own window and reserve
+    other = own.with_(compact_model="gpt-4o-mini")
+    limits = lookup_model("gpt-4o-mini")
+    assert limits is not None
+    assert summary_input_budget(other) == limits.context_window - min(
+        limits.max_output_tokens, limits.context_window // 4
+    )
+    assert summary_input_budget(Settings(model="in-house-model")) is None
 
 
 def test_explicit_threshold_wins_and_unknown_models_fall_back_to_the_seed_threshold() -> None:
@@ -210,6 +228,53 @@ def tool_round(n: int, size: int) -> list[object]:
         FunctionCall(call_id=f"c{n}", name="big", arguments="{}"),
         FunctionCallOutput(call_id=f"c{n}", output=str(n) * size),
     ]
+
+
+def _hard_in(steps: list[int], **changes: object) -> int | None:
+    """``rounds_to_hard_mark`` on a 10,000-token budget with the default marks."""
+    figures: dict[str, object] = {
+        "tokens": 5000,
+        "floor": 5000,
+        "floor_step": 1000.0,  # nothing a round adds can be stubbed, unless a test says so
+        "usable": 10_000,
+        "marks": Watermarks(),
+        "micro_min_free": 0.2,
+        "armed": True,
+    }
+    figures.update(changes)
+    return rounds_to_hard_mark(steps=steps, **figures)  # type: ignore[arg-type]
+
+
+def test_the_forecast_finds_the_round_that_reaches_the_hard_mark() -> None:
+    # 5,000 + 1,000 a round, nothing to stub: the request after round 5 is at 10,000 >= 9,500
+    assert _hard_in([1000] * 5) == 5
+    assert _hard_in([1000] * 4) is None
+    # the order of the rounds matters only through microcompaction: a burst is a burst
+    assert _hard_in([100, 100, 4400]) == 3
+    assert _hard_in([4500, 100]) == 1
+
+
+def test_the_forecast_counts_on_the_stubs_microcompaction_would_make() -> None:
+    # 7,000 with 4,000 of old outputs stubbable: once the next round may reach the compaction
+    # mark, a batch stubs them, and the hard mark is not reached in three rounds
+    assert _hard_in([1000] * 3, tokens=7000, floor=3000) is None
+    # disarmed (it stubbed already in this crossing of the soft mark), it does not: 10,000
+    assert _hard_in([1000] * 3, tokens=7000, floor=3000, armed=False) == 3
+    # a batch must free micro_min_free of the budget: 500 stubbable tokens do not make one
+    assert _hard_in([1000] * 3, tokens=7000, floor=6500) == 3
+    # with micro_min_free 0 any stub is made, armed or not: 800 stubbable tokens keep 8,400
+    # plus 1,200 below the hard mark
+    assert _hard_in([1200], tokens=8400, floor=7600) == 1
+    assert _hard_in([1200], tokens=8400, floor=7600, micro_min_free=0.0, armed=False) is None
+
+
+def test_the_forecast_never_stubs_the_newest_rounds_growth() -> None:
+    # nothing old to stub; the newest three rounds (keep_rounds) stay whole, so two rounds of
+    # 1,300 take 7,000 to 9,600 whatever microcompaction does
+    assert _hard_in([1300, 1300], tokens=7000, floor=7000) == 2
+    # older rounds become stubbable as they leave the newest three: all but floor_step of each
+    assert _hard_in([1000] * 6, tokens=6000, floor=6000, micro_min_free=0.0, floor_step=0) is None
+    assert _hard_in([1000] * 6, tokens=6000, floor=6000, micro_min_free=0.0) == 4
 
 
 def test_microcompact_spares_the_newest_rounds_small_outputs_and_stubbed_ones() -> None:

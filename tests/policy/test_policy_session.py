@@ -21,6 +21,7 @@ from stowage import (
     ModelResponse,
     RoundCommitted,
     Runtime,
+    Session,
     Settings,
     ToolRegistry,
     UserMessage,
@@ -133,6 +134,43 @@ async def test_growing_session_microcompacts_at_soft_compacts_at_compact_and_nev
             assert replay("s1", (await store.read_tail("s1")).records).history == live
         finally:
             await store.aclose()
+
+
+async def test_a_summary_request_shows_stubbed_outputs_as_their_stubs(tmp_path: Path) -> None:
+    """What the model reads as a stub is summarized as the stub (naming its reference), not
+    read again whole: the summary request stays small. Background planning is off, so each
+    summary request is sent while the session waits for it: nothing is stubbed in between."""
+    inner = agent_brain()
+    seen: list[tuple[ModelRequest, frozenset[int], dict[int, FunctionCallOutput]]] = []
+    live: list[Session] = []
+
+    def brain(request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request) and live:
+            state = live[0].state
+            outputs = {
+                e.seq: e.item for e in state.history if isinstance(e.item, FunctionCallOutput)
+            }
+            seen.append((request, frozenset(state.stubbed), outputs))
+        return inner(request)
+
+    with anyio.fail_after(30):
+        model = ScriptedModel(brain=brain)
+        config = settings(tmp_path, background_compaction=False)
+        async with Runtime(config, gateway=model, tools=big_tools(1000)) as rt:
+            live.append(await rt.create("s1", system="be brief"))
+            for n in range(10):
+                await live[0].send(f"task {n}: " + "details " * 150)
+    checked = 0
+    for request, stubbed, outputs in seen:
+        transcript = "\n".join(getattr(item, "text", "") for item in request.input)
+        for seq in stubbed & outputs.keys():
+            output = outputs[seq]
+            if f"[tool output {output.call_id}" not in transcript:
+                continue  # trimmed from the summary input
+            assert output.output not in transcript
+            assert f"recall_artifact with ref R{seq}" in transcript
+            checked += 1
+    assert checked, "no summary request covered a stubbed output"
 
 
 async def _no_log() -> tuple[()]:
