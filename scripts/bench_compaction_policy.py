@@ -1,9 +1,11 @@
 """Compaction policies side by side: prompt cache, compactions, waits and recall, 200 rounds.
 
-The same scripted workload (planted facts, then turns of five tool rounds, each reading a
-large output) runs through the fake OpenAI server over loopback HTTP, whose prefix cache
-serves the common prefix with the session's previous request in whole 128-token blocks, once
-per policy:
+The same scripted workload (planted facts, then turns of five tool rounds, each reading an
+output of ``--output-chars``) runs through the fake OpenAI server over loopback HTTP, whose
+prefix cache serves the common prefix with the session's previous request in whole 128-token
+blocks, once per policy and output size. Two sizes by default: a typical 1,200 characters
+(each round adds ~3% of the usable window) and a heavy 4,000 (~12%: no policy that fits the
+window can then reuse more than ~82% of its input, whatever it does). The policies:
 
 * ``stowage`` — the defaults: watermarks, batched microcompaction, background planning;
 * ``codex-like`` — one full compaction near 90% of the window, nothing else, inline;
@@ -152,6 +154,7 @@ class Metered:
 @dataclass
 class Figures:
     policy: str
+    output_chars: int = 0
     rounds: int = 0
     summaries: int = 0
     input_tokens: int = 0
@@ -206,8 +209,8 @@ def settings_for(policy: str, args: argparse.Namespace, store: Path, base_url: s
     raise ValueError(policy)
 
 
-async def run(policy: str, args: argparse.Namespace, store: Path) -> Figures:
-    figures = Figures(policy=policy)
+async def run(policy: str, args: argparse.Namespace, store: Path, output_chars: int) -> Figures:
+    figures = Figures(policy=policy, output_chars=output_chars)
     facts = drift_eval.facts_for(0)
     async with FakeOpenAIServer(brain=make_brain(args.loss, args.seed)) as server:
         settings = settings_for(policy, args, store, server.base_url)
@@ -232,7 +235,7 @@ async def run(policy: str, args: argparse.Namespace, store: Path) -> Figures:
                 figures.waited += event.seconds
 
         started = time.perf_counter()
-        async with Runtime(settings, gateway=gateway, tools=tools(args.output_chars)) as rt:
+        async with Runtime(settings, gateway=gateway, tools=tools(output_chars)) as rt:
             rt.subscribe(on_event)
             session = await rt.create("bench", system="You are a data agent.")
             for fact in facts:
@@ -268,11 +271,22 @@ async def run(policy: str, args: argparse.Namespace, store: Path) -> Figures:
 
 async def main(args: argparse.Namespace) -> list[Figures]:
     results = []
-    for policy in args.policies:
-        with tempfile.TemporaryDirectory() as tmp:
-            results.append(await run(policy, args, Path(tmp)))
+    for output_chars in args.output_chars:
+        workload = []
+        for policy in args.policies:
+            with tempfile.TemporaryDirectory() as tmp:
+                workload.append(await run(policy, args, Path(tmp), output_chars))
+        _print_table(args, output_chars, workload)
+        results += workload
+    if args.json is not None:
+        rows = [asdict(f) | {"prefix_reuse": f.reuse} for f in results]
+        args.json.write_text(json.dumps({"args": _plain(vars(args)), "results": rows}, indent=2))
+    return results
+
+
+def _print_table(args: argparse.Namespace, output_chars: int, results: list[Figures]) -> None:
     table = Table(
-        title=f"{args.rounds} rounds, {args.output_chars}-char tool outputs, {args.window}-token "
+        title=f"{args.rounds} rounds, {output_chars}-char tool outputs, {args.window}-token "
         f"window, rounds {args.round_latency}s, summaries {args.summary_latency}s, "
         f"summary loss {args.loss}"
     )
@@ -291,10 +305,6 @@ async def main(args: argparse.Namespace) -> list[Figures]:
             f"{f.rounds_waited} ({f.waited:.2f}s)", f"{f.recall:.0%}", "yes" if f.replay_ok else "NO",
         )  # fmt: skip
     Console(width=200).print(table)
-    if args.json is not None:
-        rows = [asdict(f) | {"prefix_reuse": f.reuse} for f in results]
-        args.json.write_text(json.dumps({"args": _plain(vars(args)), "results": rows}, indent=2))
-    return results
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +314,13 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--output-chars", type=int, default=4000)
+    parser.add_argument(
+        "--output-chars",
+        type=int,
+        nargs="+",
+        default=[1200, 4000],
+        help="tool output sizes, one workload each (default: a typical 1,200 and a heavy 4,000)",
+    )
     parser.add_argument("--window", type=int, default=10_000)
     parser.add_argument("--round-latency", type=float, default=0.02)
     parser.add_argument("--summary-latency", type=float, default=0.25)

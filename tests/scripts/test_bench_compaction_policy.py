@@ -18,6 +18,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_compaction_pol
 async def test_a_tiny_run_compares_the_four_policies(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     argv = ["--rounds", "40", "--round-latency", "0", "--summary-latency", "0.01"]
+    argv += ["--output-chars", "4000"]
     with anyio.fail_after(120):
         result = await anyio.run_process(
             [sys.executable, str(SCRIPT), *argv, "--json", str(out)], check=False
@@ -26,6 +27,7 @@ async def test_a_tiny_run_compares_the_four_policies(tmp_path: Path) -> None:
     rows = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
     assert list(rows) == ["stowage", "codex-like", "claude-code-like", "unlimited"]
     for row in rows.values():
+        assert row["output_chars"] == 4000
         assert row["rounds"] >= 40 and row["replay_ok"]
         assert row["input_tokens"] >= row["uncached_tokens"] > 0
         assert 0 <= row["recall"] <= 1
@@ -36,3 +38,23 @@ async def test_a_tiny_run_compares_the_four_policies(tmp_path: Path) -> None:
     # stubbing every round past the soft mark breaks the prefix more often than batches do
     assert rows["claude-code-like"]["prefix_breaks"] > stowage["prefix_breaks"]
     assert "stowage" in result.stdout.decode()
+
+
+async def test_each_output_size_is_a_workload_of_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["--rounds", "20", "--round-latency", "0", "--summary-latency", "0.01"]
+    argv += ["--output-chars", "800", "3000", "--policies", "stowage", "unlimited"]
+    with anyio.fail_after(120):
+        result = await anyio.run_process(
+            [sys.executable, str(SCRIPT), *argv, "--json", str(out)], check=False
+        )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["output_chars"], r["policy"]) for r in rows] == [
+        (800, "stowage"), (800, "unlimited"), (3000, "stowage"), (3000, "unlimited"),
+    ]  # fmt: skip
+    small, large = rows[1], rows[3]
+    # larger outputs: more input for the same rounds
+    assert large["input_tokens"] > small["input_tokens"]
+    assert "800-char tool outputs" in result.stdout.decode()
+    assert "3000-char tool outputs" in result.stdout.decode()
