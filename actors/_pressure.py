@@ -121,8 +121,9 @@ class Pressure:
         self._sent: int | None = None
         self._steps: deque[int] = deque(maxlen=8)
         self._commits: deque[float] = deque(maxlen=6)
-        # (time, tokens left if every old output were stubbed): what only a compaction frees
-        self._floors: list[tuple[float, int]] = []
+        # tokens left after recent rounds if every old output were stubbed: what only a
+        # compaction frees
+        self._floors: deque[int] = deque(maxlen=6)
         self._requested_at: float | None = None
         self._plan_seconds: list[float] = []
         self._wait_started: float | None = None
@@ -222,7 +223,7 @@ class Pressure:
                     waited=waited,
                 )
             )
-            self._floors = []  # the floor is measured again from the compacted context
+            self._floors.clear()  # the floor is measured again from the compacted context
             await self._after_compaction(outcome)
         return applied
 
@@ -287,7 +288,7 @@ class Pressure:
         if self._sent is not None:
             self._steps.append(max(0, tokens - self._sent))
         self._commits.append(now)
-        self._floors = [*self._floors[-5:], (now, tokens - self._stub_savings())]
+        self._floors.append(tokens - self._stub_savings())
 
     def _stub_savings(self) -> int:
         """Tokens stubbing every old output (past ``keep_rounds``) would free now."""
@@ -302,8 +303,7 @@ class Pressure:
         """Tokens a recent round added that stubs could not free; None before two rounds."""
         if len(self._floors) < 2:
             return None
-        (_, first), (_, last) = self._floors[0], self._floors[-1]
-        return max(0.0, (last - first) / (len(self._floors) - 1))
+        return max(0.0, (self._floors[-1] - self._floors[0]) / (len(self._floors) - 1))
 
     def _plan_rounds(self) -> int:
         """Rounds a plan asked for now takes to come back: the slowest of the recent plans
@@ -342,7 +342,7 @@ class Pressure:
             return None
         rounds = self._plan_rounds()
         floor_step = self._floor_per_round()
-        floor = self._floors[-1][1] if self._floors else decision.tokens
+        floor = self._floors[-1] if self._floors else decision.tokens
         recent = list(self._steps)
         # the next rounds as a repeat of any stretch of the recent ones, with the plan asked
         # for a round later: the soonest hard mark among them
@@ -383,7 +383,8 @@ class Pressure:
             if stubbed is not None:
                 decision = stubbed
                 self._micro_armed = False
-                self._floors = self._floors[-1:]
+                # the floor's growth is measured again from after the stubs
+                self._floors = deque(list(self._floors)[-1:], maxlen=6)
         # a plan is asked for at the compaction mark, or earlier (past the soft mark) when at
         # the recent growth it would not be back before the hard mark
         late = self._lands_late(decision) if decision.action == "microcompact" else None
