@@ -6,7 +6,7 @@ through the typed messages of ``_messages``, over mailboxes and coalescing slots
 
 from ._context import SessionContext
 from ._interrupt import TurnInterrupt
-from ._mailbox import Doorbell, Reply, Slot, mailbox
+from ._mailbox import Doorbell, Latch, Reply, Slot, mailbox
 from ._messages import (
     Append,
     CommittedSnapshot,
@@ -33,6 +33,7 @@ __all__ = [
     "ContinueTurn",
     "Decide",
     "Doorbell",
+    "Latch",
     "PlanOutcome",
     "Protect",
     "Reply",

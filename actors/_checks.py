@@ -34,13 +34,20 @@ _log = structlog.get_logger("stowage.sampler")
 class ResponseChecks:
     """Usage vetting and the loop guard of one session."""
 
-    def __init__(self, ctx: SessionContext, journal: Journal, pressure: Pressure) -> None:
+    def __init__(
+        self,
+        ctx: SessionContext,
+        journal: Journal,
+        pressure: Pressure,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
         self.journal = journal
         self.pressure = pressure
         self.guard = LoopGuard(limit=ctx.settings.compaction_loop_repeats)
         # implausible usage is said once per live session, not once per round
         self._usage_said = False
-        self._log = _log.bind(session=ctx.session_id, actor="sampler")
+        # the sampler's own logger when it builds this (one bound logger per live session)
+        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
 
     def turn_started(self) -> None:
         """A new turn: the guard forgets the last one's calls."""

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["Doorbell", "Mailbox", "Reply", "Slot", "mailbox"]
+__all__ = ["Doorbell", "Latch", "Mailbox", "Reply", "Slot", "mailbox"]
 
 T = TypeVar("T")
 
@@ -73,7 +74,8 @@ class Slot(Generic[T]):
     """
 
     _value: T | None = None
-    _changed: anyio.Event = field(default_factory=anyio.Event)
+    #: made by a getter that waits, dropped when it wakes: a parked session's slots hold none
+    _changed: anyio.Event | None = None
     _closed: bool = False
     #: called each time a getter starts waiting with nothing it accepts (it went idle)
     on_idle: Callable[[], None] | None = None
@@ -87,7 +89,8 @@ class Slot(Generic[T]):
     def put(self, value: T) -> None:
         """Store ``value``, replacing any unread one."""
         self._value = value
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
 
     def peek(self) -> T | None:
         """The unread value, if any, without taking it."""
@@ -101,7 +104,8 @@ class Slot(Generic[T]):
     def close(self) -> None:
         """Wake every waiter; ``get`` then raises ``anyio.EndOfStream`` when empty."""
         self._closed = True
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
 
     def reopen(self) -> None:
         """Take values again after ``close`` (a parked session's actors start anew)."""
@@ -120,15 +124,47 @@ class Slot(Generic[T]):
                 return value
             if self._closed:
                 raise anyio.EndOfStream
-            if self._changed.is_set():
-                self._changed = anyio.Event()
+            changed = self._changed = anyio.Event()
             self._waiting = True
             if self.on_idle is not None:
                 self.on_idle()
             try:
-                await self._changed.wait()
+                await changed.wait()
             finally:
                 self._waiting = False
+                if self._changed is changed:
+                    self._changed = None
+
+
+class Latch:
+    """A one-shot flag to wait on, like ``anyio.Event``, but the event exists only once
+    someone waits: an object that lives as long as a session and is rarely waited on (its
+    "stopped" flag) costs two fields, not an event and its waiter queue."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter; setting it again does nothing."""
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        """Whether it was set."""
+        return self._set
+
+    async def wait(self) -> None:
+        """Return once it is set (at once, after a checkpoint, when it already is)."""
+        if self._set:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 @dataclass(eq=False)

@@ -45,10 +45,15 @@ _log = structlog.get_logger("stowage.sampler")
 class PlanApplier:
     """Compaction and protected-state writes of one session, through its journal."""
 
-    def __init__(self, ctx: SessionContext, journal: Journal) -> None:
+    def __init__(
+        self,
+        ctx: SessionContext,
+        journal: Journal,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
         self.ctx = ctx
         self.journal = journal
-        self._log = _log.bind(session=ctx.session_id, actor="sampler")
+        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
 
     async def apply(
         self,

@@ -19,8 +19,8 @@ of asking for it again (see ``_loop_guard`` for when it does anyway).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import replace
+from typing import TypeVar
 
 import anyio
 import structlog
@@ -68,6 +68,7 @@ from ._mailbox import Slot
 from ._messages import Plan, PlanFailed, PlanOutcome, PlanRequest
 from ._plans import PlanApplier
 
+_N = TypeVar("_N", int, float)
 __all__ = ["Pressure"]
 
 _log = structlog.get_logger("stowage.pressure")
@@ -99,6 +100,7 @@ class Pressure:
         journal: Journal,
         applier: PlanApplier,
         outcomes: Slot[PlanOutcome],
+        log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
         self.ctx = ctx
         self.journal = journal
@@ -119,11 +121,13 @@ class Pressure:
         # the plan in flight was asked for, how long plans took, and when a round began to
         # wait for one
         self._sent: int | None = None
-        self._steps: deque[int] = deque(maxlen=8)
-        self._commits: deque[float] = deque(maxlen=6)
+        # short lists, not deques: a deque costs ~700 bytes however few it holds, and every
+        # live session keeps these
+        self._steps: list[int] = []  # the last 8
+        self._commits: list[float] = []  # the last 6
         # tokens left after recent rounds if every old output were stubbed: what only a
         # compaction frees
-        self._floors: deque[int] = deque(maxlen=6)
+        self._floors: list[int] = []  # the last 6
         self._requested_at: float | None = None
         self._plan_seconds: list[float] = []
         self._wait_started: float | None = None
@@ -132,7 +136,7 @@ class Pressure:
         # the ratio the provider's own count gave, while recovering from its refusal; every
         # compaction then records it, so replay restarts its calibration from the same figure
         self._stated_ratio: float | None = None
-        self._log = _log.bind(session=ctx.session_id, actor="sampler")
+        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
         if self.threshold is not None and settings.compact_threshold is None:
             self._log.info(
                 "compaction_threshold_mode", model=settings.model, threshold=self.threshold
@@ -286,9 +290,9 @@ class Pressure:
             return
         now = anyio.current_time()
         if self._sent is not None:
-            self._steps.append(max(0, tokens - self._sent))
-        self._commits.append(now)
-        self._floors.append(tokens - self._stub_savings())
+            _keep_last(self._steps, max(0, tokens - self._sent), 8)
+        _keep_last(self._commits, now, 6)
+        _keep_last(self._floors, tokens - self._stub_savings(), 6)
 
     def _stub_savings(self) -> int:
         """Tokens stubbing every old output (past ``keep_rounds``) would free now."""
@@ -384,7 +388,7 @@ class Pressure:
                 decision = stubbed
                 self._micro_armed = False
                 # the floor's growth is measured again from after the stubs
-                self._floors = deque(list(self._floors)[-1:], maxlen=6)
+                del self._floors[:-1]
         # a plan is asked for at the compaction mark, or earlier (past the soft mark) when at
         # the recent growth it would not be back before the hard mark
         late = self._lands_late(decision) if decision.action == "microcompact" else None
@@ -883,3 +887,10 @@ class Pressure:
                 self._waited(started, why)
             else:
                 self._wait_started = None
+
+
+def _keep_last(values: list[_N], value: _N, n: int) -> None:
+    """Append ``value``, keeping only the last ``n``."""
+    values.append(value)
+    if len(values) > n:
+        del values[0]

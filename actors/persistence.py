@@ -45,6 +45,7 @@ async def run_persistence(
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
             await _commit(store, pending, log)
+            del first, pending  # answered: nothing of this group is kept while waiting
 
 
 async def _commit(store: LogStore, pending: list[Append], log: structlog.BoundLogger) -> None:

@@ -139,11 +139,12 @@ class Sampler:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
         # every change of state goes through the journal, the helpers' one way to write
         self._journal = Journal(ctx=self.ctx, state=self.state, compactor=self.committed)
-        self._applier = PlanApplier(self.ctx, self._journal)
+        # the helpers log through this actor's logger (one bound logger per live session)
+        self._applier = PlanApplier(self.ctx, self._journal, self._log)
         # the watermark policy's side of this actor (stowage.policy decides, this acts)
-        self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans)
+        self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans, self._log)
         # usage vetting and the loop guard, before anything of a response is written
-        self._checks = ResponseChecks(self.ctx, self._journal, self._pressure)
+        self._checks = ResponseChecks(self.ctx, self._journal, self._pressure, self._log)
         # the running turn's interrupt, if its asker can stop it
         self._interrupt: TurnInterrupt | None = None
 
@@ -184,6 +185,7 @@ class Sampler:
                         await doorbell.wait()  # no await since the checks: no ring is missed
         finally:
             self.committed.close()
+            self.tools = None  # the executor's inbox was this run's: a parked session holds none
 
     async def recover(self) -> None:
         """Close a round the log left open: every logged call without an output gets the

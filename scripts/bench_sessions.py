@@ -2,6 +2,7 @@
 
     python scripts/bench_sessions.py memory --sessions 2000 --turns 3
     python scripts/bench_sessions.py memory --sessions 10000 --no-trace   # resident memory only
+    python scripts/bench_sessions.py memory --sessions 10000 --no-trace --at-once 100
     python scripts/bench_sessions.py resume --records 100000
 
 ``memory`` runs the sessions in process (scripted model, JSONL store), then measures Python
@@ -9,7 +10,10 @@ heap with tracemalloc: after the runtime started, with every session live (actor
 history in memory), and after hibernating them all; it prints per-session figures (the live
 figure also without the history: its entries, items and strings, each object counted once),
 the resident memory, and where the live memory goes (by source file); with ``--no-trace``
-only the resident memory. ``resume`` writes a log of ``--records`` records whose newest
+only the resident memory. ``--at-once N`` runs the turns of at most N sessions at a time (all
+of them at once by default): the live figure is the same, the resident one is not, as the
+allocator keeps much of what the turns in flight together needed; ``--max-running N`` sends
+them all at once to a runtime that runs at most N at a time. ``resume`` writes a log of ``--records`` records whose newest
 compaction is near the end, then times ``Runtime.resume`` (read_tail + replay + start) against
 a whole-log read and replay.
 """
@@ -84,6 +88,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             settings,
             gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
             tools=synthetic_tools(args.tool_kb),
+            max_running_sessions=args.max_running or None,
         ) as rt:
             await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
             await rt.hibernate("warm-up")
@@ -95,9 +100,12 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             base = _heap()
             before = tracemalloc.take_snapshot() if trace else None
 
+            at_once = anyio.Semaphore(args.at_once or args.sessions)
+
             async def drive(session_id: str) -> None:
-                for turn in range(args.turns):
-                    await rt.send(session_id, f"task {turn}: fetch the blob and the log")
+                async with at_once:
+                    for turn in range(args.turns):
+                        await rt.send(session_id, f"task {turn}: fetch the blob and the log")
 
             async with anyio.create_task_group() as tg:
                 for session_id in ids:
@@ -137,6 +145,8 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "sessions": args.sessions,
         "turns": args.turns,
+        "sessions_at_once": args.at_once or args.sessions,
+        "max_running_sessions": args.max_running or None,
         **heap,
         "history_items_per_session": round(history_items / args.sessions, 1),
         "history_text_kb_per_session": round(history_chars / 1024 / args.sessions, 2),
@@ -261,6 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="resident memory only, without tracemalloc (which slows thousands of sessions "
         "many times over and adds its own bookkeeping to the RSS)",
+    )
+    memory.add_argument(
+        "--at-once",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the turns of at most N sessions at a time (default: all at once)",
+    )
+    memory.add_argument(
+        "--max-running",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the runtime's max_running_sessions (default: no bound)",
     )
     resume = sub.add_parser("resume")
     resume.add_argument("--records", type=int, default=100_000)

@@ -94,6 +94,12 @@ def add_worker_commands(subparsers: Any) -> None:
     worker.add_argument("--max-compactions", type=_positive(int), default=8)
     worker.add_argument("--max-tool-calls", type=_positive(int), default=256)
     worker.add_argument(
+        "--max-running-sessions",
+        type=_positive(int),
+        default=None,
+        help="sessions whose turns run at once; the others wait parked (default: no bound)",
+    )
+    worker.add_argument(
         "--gc-threshold",
         type=_positive(int),
         default=50_000,
@@ -160,6 +166,7 @@ async def worker_main(args: argparse.Namespace) -> int:
         max_model_calls=args.max_model_calls,
         max_compactions=args.max_compactions,
         max_tool_calls=args.max_tool_calls,
+        max_running_sessions=args.max_running_sessions,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(_drain_on_signal, worker)

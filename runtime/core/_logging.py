@@ -59,6 +59,7 @@ def configure_logging(
             raise structlog.DropEvent
         return event_dict
 
+    printer = structlog.PrintLogger(file=_CurrentStderr())  # type: ignore[arg-type]
     structlog.configure(
         processors=[
             tap_and_quiet,
@@ -69,6 +70,8 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
+        # one printer for every logger: each live session binds a few loggers, and a factory
+        # making a printer per bind would give every session its own
+        logger_factory=lambda *_args: printer,
         cache_logger_on_first_use=False,
     )

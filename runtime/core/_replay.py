@@ -45,7 +45,7 @@ __all__ = ["SessionState", "replay"]
 _CALIBRATION_CARRY = 1000
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per live session: no per-instance dict
 class SessionState:
     """What a session is after the records applied so far. Mutable; owned by one sampler."""
 

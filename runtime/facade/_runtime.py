@@ -19,7 +19,7 @@ stops that session alone, without another write: ``SessionLeaseLost`` for its as
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from types import TracebackType
 from typing import Any, Self
 
@@ -119,7 +119,10 @@ class Runtime:
 
     Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
     endpoint (rounds and summaries alike), ``max_compactions`` in flight (sessions crossing
-    the watermark together queue for them), ``max_tool_calls`` in flight. ``idle_timeout``
+    the watermark together queue for them), ``max_tool_calls`` in flight,
+    ``max_running_sessions`` sessions whose actors run at once (the others wait parked, first
+    come first served: a burst of thousands of turns then holds the working memory of that
+    many, and a live session between turns costs the same either way). ``idle_timeout``
     seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
     timeout that is not positive.
 
@@ -153,6 +156,7 @@ class Runtime:
         max_model_calls: int | None = None,
         max_compactions: int | None = None,
         max_tool_calls: int | None = None,
+        max_running_sessions: int | None = None,
         idle_timeout: float | None = None,
         mailbox_capacity: int = 256,
         overrides: Mapping[str, Any] | None = None,
@@ -167,6 +171,7 @@ class Runtime:
             ("max_model_calls", max_model_calls),
             ("max_compactions", max_compactions),
             ("max_tool_calls", max_tool_calls),
+            ("max_running_sessions", max_running_sessions),
         ):
             if limit is not None and limit < 1:
                 raise ConfigError(f"{name} must be >= 1 (or None for no limit), got {limit}")
@@ -219,6 +224,9 @@ class Runtime:
             "model": anyio.CapacityLimiter(max_model_calls) if max_model_calls else None,
             "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
             "tools": anyio.CapacityLimiter(max_tool_calls) if max_tool_calls else None,
+            "running": (
+                anyio.CapacityLimiter(max_running_sessions) if max_running_sessions else None
+            ),
         }
         model_limiter = self._limits["model"]
         # the sessions' view of the endpoint: every call through it takes a model-call token
@@ -733,6 +741,7 @@ class Runtime:
         plans: Slot[PlanOutcome] = Slot()
         sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
         kept = CompactorKept.for_session(ctx.settings, session.id)
+        runs = self._limits["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
         try:
@@ -745,16 +754,15 @@ class Runtime:
                     ended = False
                     while not ended:
                         try:
-                            first = await commands.receive()
+                            first = await _next_command(commands, doorbell)
                         except anyio.EndOfStream:
                             break
-                        # the executor's inbox is made anew for each run of the actors
-                        tools_box = mailbox(1, RunTools)
-                        committed.reopen()
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(_tool_executor, ctx, tools_box.receive)
-                            tg.start_soon(_compactor, ctx, committed, plans, kept)
-                            ended = await sampler.serve(commands, first, tools_box.send, doorbell)
+                        # with a bound on running sessions, wait parked for a turn to run
+                        async with runs or nullcontext():
+                            ended = await _run_actors(
+                                ctx, sampler, commands, first, committed, plans, kept, doorbell
+                            )
+                        del first  # answered: a parked session keeps no command (nor reply)
         except Exception as exc:
             raised = exc
         finally:
@@ -810,6 +818,41 @@ def _fencing_error(exc: BaseException) -> FencingError | None:
     if exc.__cause__ is not None:
         return _fencing_error(exc.__cause__)
     return None
+
+
+async def _next_command(
+    commands: MemoryObjectReceiveStream[SamplerCommand], doorbell: Doorbell
+) -> SamplerCommand:
+    """The next command, waited for on the doorbell (rung by every command and by the end of
+    input): a parked session then holds no waiter in its stream, only the doorbell's event
+    while it waits. Raises ``anyio.EndOfStream`` once the input ended and nothing is left."""
+    while True:
+        try:
+            return commands.receive_nowait()
+        except anyio.WouldBlock:
+            pass
+        await doorbell.wait()  # no await since the check: no ring is missed
+
+
+async def _run_actors(
+    ctx: SessionContext,
+    sampler: Sampler,
+    commands: MemoryObjectReceiveStream[SamplerCommand],
+    first: SamplerCommand,
+    committed: Slot[CommittedSnapshot],
+    plans: Slot[PlanOutcome],
+    kept: CompactorKept,
+    doorbell: Doorbell,
+) -> bool:
+    """One run of a session's actors, from ``first`` until the sampler parks (False) or the
+    input ends (True). The executor's inbox is made for the run and gone with it."""
+    tools_box = mailbox(1, RunTools)
+    committed.reopen()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_tool_executor, ctx, tools_box.receive)
+        tg.start_soon(_compactor, ctx, committed, plans, kept)
+        ended = await sampler.serve(commands, first, tools_box.send, doorbell)
+    return ended
 
 
 async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[RunTools]) -> None:

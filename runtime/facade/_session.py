@@ -21,6 +21,7 @@ from stowage.actors import (
     CompactNow,
     ContinueTurn,
     Decide,
+    Latch,
     Protect,
     Reply,
     SamplerCommand,
@@ -93,7 +94,7 @@ class Session:
         self._on_input = on_input
         self.state = state
         self._commands = commands
-        self._stopped = anyio.Event()
+        self._stopped = Latch()  # its event is made only when someone waits for the stop
         self._failure: BaseException | None = None
         self._waiting: set[Reply[Any]] = set()
         # event-loop time of the last ask or answer; hibernation measures idleness from it

@@ -97,6 +97,8 @@ class LoadConfig:
     max_model_calls: int | None = 100
     max_compactions: int | None = 8
     max_tool_calls: int | None = 256
+    #: sessions whose actors run at once (None: all that have work)
+    max_running_sessions: int | None = None
     idle_timeout: float | None = None
     seed: int | None = 1
     #: first-generation threshold of Python's cyclic GC during the run (None: leave it)
@@ -384,6 +386,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             max_model_calls=config.max_model_calls,
             max_compactions=config.max_compactions,
             max_tool_calls=config.max_tool_calls,
+            max_running_sessions=config.max_running_sessions,
             idle_timeout=config.idle_timeout,
         )
         runtime.subscribe(meter)
@@ -685,6 +688,12 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-model-calls", type=int, default=defaults.max_model_calls)
     add("--max-compactions", type=int, default=defaults.max_compactions)
     add("--max-tool-calls", type=int, default=defaults.max_tool_calls)
+    add(
+        "--max-running-sessions",
+        type=int,
+        default=None,
+        help="sessions whose turns run at once (default: all that have one)",
+    )
     add("--idle-timeout", type=float, default=None, help="hibernate sessions idle this long")
     add("--seed", type=int, default=defaults.seed, help="seed of the injected faults")
     add(
@@ -729,6 +738,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         max_model_calls=args.max_model_calls or None,
         max_compactions=args.max_compactions or None,
         max_tool_calls=args.max_tool_calls or None,
+        max_running_sessions=args.max_running_sessions or None,
         idle_timeout=args.idle_timeout,
         seed=args.seed,
         gc_threshold=args.gc_threshold or None,

@@ -71,6 +71,7 @@ class Worker:
         max_model_calls: int | None = None,
         max_compactions: int | None = None,
         max_tool_calls: int | None = None,
+        max_running_sessions: int | None = None,
     ) -> None:
         self.store = store
         self.options = options or WorkerOptions()
@@ -82,6 +83,7 @@ class Worker:
             max_model_calls=max_model_calls,
             max_compactions=max_compactions,
             max_tool_calls=max_tool_calls,
+            max_running_sessions=max_running_sessions,
         )
         self._serving: dict[str, Served] = {}
         self._serving_group: TaskGroup | None = None

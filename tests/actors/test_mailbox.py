@@ -2,7 +2,7 @@
 
 import anyio
 import pytest
-from stowage.actors import Reply, Slot, mailbox
+from stowage.actors import Latch, Reply, Slot, mailbox
 
 
 async def test_reply_delivers_the_first_answer_only() -> None:
@@ -65,3 +65,41 @@ async def test_mailbox_is_bounded() -> None:
             box.send.send_nowait(2)
             with pytest.raises(anyio.WouldBlock):
                 box.send.send_nowait(3)
+
+
+async def test_latch_wakes_every_waiter_and_stays_set() -> None:
+    with anyio.fail_after(5):
+        latch = Latch()
+        woke: list[int] = []
+
+        async def waiter(n: int) -> None:
+            await latch.wait()
+            woke.append(n)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(waiter, n)
+            await anyio.wait_all_tasks_blocked()
+            assert woke == [] and not latch.is_set()
+            latch.set()
+        assert sorted(woke) == [0, 1, 2] and latch.is_set()
+        await latch.wait()  # set: returns at once
+
+
+async def test_latch_and_slot_make_no_event_until_someone_waits() -> None:
+    with anyio.fail_after(5):
+        latch = Latch()
+        latch.set()
+        slot: Slot[int] = Slot()
+        slot.put(1)
+        slot.close()
+        # what a parked session holds costs no event (an event is its own waiter queue)
+        assert latch._event is None and slot._changed is None
+        assert await slot.get() == 1
+        slot.reopen()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slot.get)
+            await anyio.wait_all_tasks_blocked()
+            assert slot._changed is not None
+            slot.put(2)
+        assert slot._changed is None  # dropped once its getter woke

@@ -190,3 +190,65 @@ def test_limits_below_one_are_refused(tmp_path: Path) -> None:
         Runtime(settings, max_model_calls=0)
     with pytest.raises(ConfigError, match="idle_timeout"):
         Runtime(settings, idle_timeout=0)
+
+
+class TurnTracker(CountingGateway):
+    """Also records the most sessions in a turn at once: from a turn's first round request
+    to its answer (a response with no tool call), by the request's cache key (its session)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.in_turn: set[str | None] = set()
+        self.most_in_turn = 0
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "round":
+            self.in_turn.add(request.cache_key)
+            self.most_in_turn = max(self.most_in_turn, len(self.in_turn))
+        response = await super().create(request)
+        if request.purpose == "round" and not any(
+            getattr(item, "call_id", None) for item in response.items
+        ):
+            self.in_turn.discard(request.cache_key)
+        return response
+
+
+async def _most_sessions_in_a_turn(tmp_path: Path, max_running: int | None) -> tuple[int, int]:
+    gateway = TurnTracker(ScriptedModel(tool_rounds=2, latency=0.005))
+    settings = Settings(store=tmp_path, tools="none", stream=False, auto_compact=False)
+    answered = 0
+    async with (
+        Runtime(
+            settings,
+            gateway=gateway,
+            tools=counting_tools({}),
+            max_running_sessions=max_running,
+        ) as rt,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def drive(session_id: str) -> None:
+            nonlocal answered
+            for turn in range(2):
+                result = await rt.send(session_id, f"turn {turn}: fetch things")
+                answered += result.stopped == "answered"
+
+        for n in range(8):
+            tg.start_soon(drive, f"r{n}")
+    return gateway.most_in_turn, answered
+
+
+async def test_max_running_sessions_bounds_the_turns_running_at_once(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        bounded = await _most_sessions_in_a_turn(tmp_path / "bounded", 2)
+        free = await _most_sessions_in_a_turn(tmp_path / "free", None)
+    # every turn ran to its answer either way; with the bound no more than 2 sessions were
+    # ever in a turn, and the bound was reached; without it the same load ran more at once
+    assert bounded == (2, 16)
+    assert free[1] == 16
+    assert free[0] > 2
+
+
+async def test_max_running_sessions_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max_running_sessions must be >= 1"):
+        Runtime(Settings(store=tmp_path), max_running_sessions=0)

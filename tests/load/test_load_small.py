@@ -185,3 +185,18 @@ def test_stowage_load_still_runs_the_fixed_threshold_when_asked(tmp_path: Path) 
     report = json.loads(out.read_text())
     assert report["ok"] and report["config"]["policy"] == "threshold"
     assert report["compactions"] >= 3 and report["full_compactions_applied"] == 0
+
+
+def test_stowage_load_bounds_the_sessions_running_at_once_when_asked(tmp_path: Path) -> None:
+    from stowage.cli._main import main
+
+    out = tmp_path / "load.json"
+    status = main(
+        ["load", "--sessions", "8", "--turns", "2", "--in-process", "--no-progress",
+         "--max-running-sessions", "2", "--store", str(tmp_path / "logs"), "--json", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    report = json.loads(out.read_text())
+    # every turn still ran, and every check held, with at most 2 sessions running at once
+    assert report["ok"] and report["turns_answered"] == 8 * 2
+    assert report["config"]["max_running_sessions"] == 2

@@ -46,6 +46,20 @@ async def test_memory_without_tracemalloc_reports_resident_memory_only(tmp_path:
     assert isinstance(rss, float) and rss > 0
 
 
+async def test_memory_drives_sessions_a_few_at_a_time_or_under_a_running_bound(
+    tmp_path: Path,
+) -> None:
+    few = await _run(tmp_path, "memory", "--sessions", "4", "--turns", "1", "--no-trace",
+                     "--at-once", "2")  # fmt: skip
+    assert few["sessions_at_once"] == 2 and few["max_running_sessions"] is None
+    bounded = await _run(tmp_path, "memory", "--sessions", "4", "--turns", "1", "--no-trace",
+                         "--max-running", "2")  # fmt: skip
+    assert bounded["sessions_at_once"] == 4 and bounded["max_running_sessions"] == 2
+    # every session ran its turn (a user message, tool rounds and an answer) either way
+    items = few["history_items_per_session"]
+    assert isinstance(items, float) and items > 3 and bounded["history_items_per_session"] == items
+
+
 async def test_resume_times_a_long_log(tmp_path: Path) -> None:
     report = await _run(tmp_path, "resume", "--records", "400", "--repeat", "1")
     # resume reads from the newest compaction on and rebuilds the same history as a whole read

@@ -1,0 +1,76 @@
+"""A live session between turns is parked: one task, and nothing of the turn it answered."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections import Counter
+from pathlib import Path
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from stowage import Runtime, Settings
+from stowage.actors import Reply, UserTurn
+from stowage.model._scripted import ScriptedModel
+
+SESSIONS = 12
+
+
+def _held() -> Counter[str]:
+    """Objects alive now, by kind, of the kinds a parked session must not hold many of."""
+    gc.collect()
+    kinds: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        if isinstance(obj, UserTurn):
+            kinds["command"] += 1
+        elif isinstance(obj, Reply):
+            kinds["reply"] += 1
+        elif isinstance(obj, asyncio.Event):
+            kinds["event"] += 1
+        elif isinstance(obj, MemoryObjectSendStream):
+            kinds["stream"] += 1
+    kinds["task"] = len(asyncio.all_tasks())
+    return kinds
+
+
+async def _settled() -> Counter[str]:
+    """``_held()`` once it stopped changing: a turn is answered a little before its session
+    parks (the run ends when the sampler finds nothing to do and the compactor idle)."""
+    seen = _held()
+    stable = 0
+    while stable < 3:
+        await anyio.sleep(0.05)
+        now = _held()
+        stable = stable + 1 if now == seen else 0
+        seen = now
+    return seen
+
+
+async def test_parked_sessions_hold_one_task_and_nothing_of_their_last_turn(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        settings = Settings(store=tmp_path, tools="none", compact_threshold=1500)
+        async with Runtime(settings, gateway=ScriptedModel(tool_rounds=2)) as rt:
+            await rt.send("warm-up", "warm up")
+            await rt.hibernate("warm-up")
+            before = _held()
+            async with anyio.create_task_group() as tg:
+                for n in range(SESSIONS):
+
+                    async def drive(session_id: str = f"p{n}") -> None:
+                        for turn in range(2):
+                            await rt.send(session_id, f"turn {turn}: fetch things")
+
+                    tg.start_soon(drive)
+            assert len(rt.sessions) == SESSIONS
+            after = await _settled()
+        grown = {kind: after[kind] - before[kind] for kind in ("task", "command", "reply")}
+        # one waiting task each, no command answered and no reply kept
+        assert grown == {"task": SESSIONS, "command": 0, "reply": 0}
+        # the commands' stream (its two ends' send side here) and the runtime's own share of
+        # the store's inbox; no executor inbox survives its run
+        assert after["stream"] - before["stream"] <= 2 * SESSIONS
+        # the waiting task's own (anyio's) event and the doorbell it waits on: the slots and the
+        # "stopped" flag make theirs only while someone waits
+        assert after["event"] - before["event"] <= 2 * SESSIONS
