@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -155,16 +156,22 @@ def test_session_check_fails_on_an_acknowledged_round_missing_from_the_log() -> 
     assert any("turns acknowledged" in problem for problem in verdict.problems)
 
 
-def test_stowage_load_command_writes_its_report_and_exits_zero(tmp_path: Path) -> None:
+def _load_command(tmp_path: Path, *options: str) -> dict[str, Any]:
+    """Run ``stowage load`` in process with ``options``; it must exit 0. Its JSON report."""
     from stowage.cli._main import main
 
     out = tmp_path / "load.json"
     status = main(
-        ["load", "--sessions", "5", "--turns", "3", "--in-process", "--no-progress",
-         "--context-window", "4000", "--store", str(tmp_path / "logs"), "--json", str(out)]
+        ["load", "--in-process", "--no-progress", *options,
+         "--store", str(tmp_path / "logs"), "--json", str(out)]
     )  # fmt: skip
     assert status == 0
-    report = json.loads(out.read_text())
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def test_stowage_load_command_writes_its_report_and_exits_zero(tmp_path: Path) -> None:
+    report = _load_command(tmp_path, "--sessions", "5", "--turns", "3", "--context-window", "4000")
     assert report["ok"] and report["sessions"] == 5 and report["compactions"] >= 5
     # the default policy is the watermark one, and its figures are in the report
     assert report["config"]["policy"] == "watermarks"
@@ -174,29 +181,15 @@ def test_stowage_load_command_writes_its_report_and_exits_zero(tmp_path: Path) -
 
 
 def test_stowage_load_still_runs_the_fixed_threshold_when_asked(tmp_path: Path) -> None:
-    from stowage.cli._main import main
-
-    out = tmp_path / "load.json"
-    status = main(
-        ["load", "--sessions", "3", "--turns", "3", "--in-process", "--no-progress",
-         "--policy", "threshold", "--store", str(tmp_path / "logs"), "--json", str(out)]
-    )  # fmt: skip
-    assert status == 0
-    report = json.loads(out.read_text())
+    report = _load_command(tmp_path, "--sessions", "3", "--turns", "3", "--policy", "threshold")
     assert report["ok"] and report["config"]["policy"] == "threshold"
     assert report["compactions"] >= 3 and report["full_compactions_applied"] == 0
 
 
 def test_stowage_load_bounds_the_sessions_running_at_once_when_asked(tmp_path: Path) -> None:
-    from stowage.cli._main import main
-
-    out = tmp_path / "load.json"
-    status = main(
-        ["load", "--sessions", "8", "--turns", "2", "--in-process", "--no-progress",
-         "--max-running-sessions", "2", "--store", str(tmp_path / "logs"), "--json", str(out)]
-    )  # fmt: skip
-    assert status == 0
-    report = json.loads(out.read_text())
+    report = _load_command(
+        tmp_path, "--sessions", "8", "--turns", "2", "--max-running-sessions", "2"
+    )
     # every turn still ran, and every check held, with at most 2 sessions running at once
     assert report["ok"] and report["turns_answered"] == 8 * 2
     assert report["config"]["max_running_sessions"] == 2
