@@ -21,13 +21,16 @@ def _held() -> Counter[str]:
     gc.collect()
     kinds: Counter[str] = Counter()
     for obj in gc.get_objects():
-        if isinstance(obj, UserTurn):
+        # by type(), never isinstance(): a lazy proxy among them (openai's numpy one) would
+        # import what it stands for on its __class__ being read
+        cls = type(obj)
+        if issubclass(cls, UserTurn):
             kinds["command"] += 1
-        elif isinstance(obj, Reply):
+        elif issubclass(cls, Reply):
             kinds["reply"] += 1
-        elif isinstance(obj, asyncio.Event):
+        elif issubclass(cls, asyncio.Event):
             kinds["event"] += 1
-        elif isinstance(obj, MemoryObjectSendStream):
+        elif issubclass(cls, MemoryObjectSendStream):
             kinds["stream"] += 1
     kinds["task"] = len(asyncio.all_tasks())
     return kinds
