@@ -140,7 +140,10 @@ async def test_three_workers_killed_at_random_answer_every_message_exactly_once(
                 await anyio.sleep(1.5)
                 while True:
                     await workers.started()  # a worker killed while it imports proves nothing
-                    victim = rng.choice(workers.alive())
+                    alive = workers.alive()
+                    # one holding leases if any does: killing an idle one takes nothing over
+                    holding = [proc for proc in alive if await leases_held_by(schema, [proc.pid])]
+                    victim = rng.choice(holding or alive)
                     victim.send_signal(signal.SIGKILL)
                     kills += 1
                     workers.start()  # a replacement, as an orchestrator would
