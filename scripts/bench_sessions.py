@@ -13,9 +13,9 @@ the resident memory, and where the live memory goes (by source file); with ``--n
 only the resident memory. ``--at-once N`` runs the turns of at most N sessions at a time (all
 of them at once by default): the live figure is the same, the resident one is not, as the
 allocator keeps much of what the turns in flight together needed; ``--max-running N`` sends
-them all at once to a runtime that runs at most N at a time. ``resume`` writes a log of ``--records`` records whose newest
-compaction is near the end, then times ``Runtime.resume`` (read_tail + replay + start) against
-a whole-log read and replay.
+them all at once to a runtime that runs at most N at a time. ``resume`` writes a log of
+``--records`` records whose newest compaction is near the end, then times ``Runtime.resume``
+(read_tail + replay + start) against a whole-log read and replay.
 """
 
 from __future__ import annotations

@@ -827,10 +827,8 @@ async def _next_command(
     input): a parked session then holds no waiter in its stream, only the doorbell's event
     while it waits. Raises ``anyio.EndOfStream`` once the input ended and nothing is left."""
     while True:
-        try:
+        with suppress(anyio.WouldBlock):
             return commands.receive_nowait()
-        except anyio.WouldBlock:
-            pass
         await doorbell.wait()  # no await since the check: no ring is missed
 
 

@@ -188,6 +188,8 @@ def test_limits_below_one_are_refused(tmp_path: Path) -> None:
     settings = Settings(store=tmp_path, tools="none")
     with pytest.raises(ConfigError, match="max_model_calls"):
         Runtime(settings, max_model_calls=0)
+    with pytest.raises(ConfigError, match="max_running_sessions must be >= 1"):
+        Runtime(settings, max_running_sessions=0)
     with pytest.raises(ConfigError, match="idle_timeout"):
         Runtime(settings, idle_timeout=0)
 
@@ -247,8 +249,3 @@ async def test_max_running_sessions_bounds_the_turns_running_at_once(tmp_path: P
     assert bounded == (2, 16)
     assert free[1] == 16
     assert free[0] > 2
-
-
-async def test_max_running_sessions_below_one_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="max_running_sessions must be >= 1"):
-        Runtime(Settings(store=tmp_path), max_running_sessions=0)

@@ -190,6 +190,6 @@ def test_stowage_load_bounds_the_sessions_running_at_once_when_asked(tmp_path: P
     report = _load_command(
         tmp_path, "--sessions", "8", "--turns", "2", "--max-running-sessions", "2"
     )
-    # every turn still ran, and every check held, with at most 2 sessions running at once
+    # every turn still ran and every check held under a bound of 2 sessions running at once
     assert report["ok"] and report["turns_answered"] == 8 * 2
     assert report["config"]["max_running_sessions"] == 2
