@@ -59,6 +59,7 @@ from stowage.core import (
     redact_url,
 )
 
+from ._http1 import Http1Error, Http1Pool, Http1Response, Http1Timeout
 from ._openai_wire import (
     PURPOSE_HEADER,
     ChatStreamAccumulator,
@@ -85,6 +86,7 @@ __all__ = [
     "chat_messages",
     "chat_tools",
     "fast_wire_gaps",
+    "lean_http_gap",
     "map_openai_error",
     "parse_retry_after",
     "responses_body",
@@ -254,9 +256,10 @@ _BOUNDARY = (ModelError, openai.APIError, ValueError, TypeError, KeyError)
 
 class _Wire:
     """One endpoint of one SDK client, as the fast wire path sends to it: the request the SDK
-    builds for ``path`` (URL, auth, its headers, timeouts), copied per call with a body."""
+    builds for ``path`` (URL, auth, its headers, timeouts), copied per call with a body, and
+    sent through the lean HTTP client (``lean``) or the SDK's own."""
 
-    def __init__(self, client: openai.AsyncOpenAI, path: str, security: Any) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, path: str, security: Any, lean: bool) -> None:
         """Raises what the SDK raises for a client it cannot build a request for."""
         fields: dict[str, Any] = {"method": "post", "url": path, "json_data": {}, "headers": {}}
         if security is not None:
@@ -264,6 +267,7 @@ class _Wire:
         template: Any = client._build_request(
             openai._models.FinalRequestOptions.construct(**fields)
         )
+        self._template = template
         self._request_class = type(template)
         self._url = template.url
         self._headers: list[tuple[bytes, bytes]] = [
@@ -274,9 +278,27 @@ class _Wire:
         self._extensions = template.extensions
         self._http: Any = client._client
         self._status_error = client._make_status_error_from_response
-        # the HTTP library the SDK sends with (httpx, or httpx2 from openai 3): its timeout class
-        http_module = sys.modules[type(template).__module__.partition(".")[0]]
-        self._timeout_error: type[Exception] = http_module.TimeoutException
+        # the HTTP library the SDK sends with (httpx, or httpx2 from openai 3): its classes
+        self._http_module = sys.modules[type(template).__module__.partition(".")[0]]
+        self._timeout_error: type[Exception] = self._http_module.TimeoutException
+        #: the lean HTTP/1.1 client's connections, when it sends (else the SDK's client does)
+        self.pool: Http1Pool | None = None
+        if lean:
+            timeouts = template.extensions.get("timeout") or {}
+            self.pool = Http1Pool(
+                scheme=template.url.scheme,
+                host=template.url.host,
+                port=template.url.port,
+                ssl_context=_tls_context(client),
+                connect_timeout=timeouts.get("connect") or 30.0,
+                read_timeout=timeouts.get("read") or 120.0,
+            )
+            # the lean client decodes gzip and deflate, not what else the SDK's may accept
+            self._headers = [
+                (name, b"gzip, deflate" if name.lower() == b"accept-encoding" else value)
+                for name, value in self._headers
+            ]
+            self._target: bytes = template.url.raw_path
 
     async def send(self, body: bytes, purpose: str) -> Any:
         """POST ``body``; returns the response with its body unread (the caller closes it).
@@ -284,6 +306,8 @@ class _Wire:
         Raises the SDK's ``APIStatusError`` for an error status (its body read),
         ``APITimeoutError`` or ``APIConnectionError`` when the exchange fails.
         """
+        if self.pool is not None:
+            return await self._send_lean(self.pool, body, purpose)
         request = self._request_class(
             "POST",
             self._url,
@@ -307,6 +331,39 @@ class _Wire:
             raise self._status_error(response)
         return response
 
+    async def _send_lean(self, pool: Http1Pool, body: bytes, purpose: str) -> Http1Response:
+        request = self._template
+        try:
+            response = await pool.post(
+                self._target, [*self._headers, (_PURPOSE, purpose.encode())], body, request
+            )
+        except Http1Timeout as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except Http1Error as exc:
+            raise openai.APIConnectionError(
+                message=f"Connection error: {exc}", request=request
+            ) from exc
+        if response.status_code >= 400:
+            try:
+                content = await response.aread()
+            except Http1Error as exc:  # cut while the error body was read
+                raise openai.APIConnectionError(
+                    message=f"Connection error: {exc}", request=request
+                ) from exc
+            finally:
+                await response.aclose()
+            # the SDK's error class, made from a response of its HTTP library (the body is
+            # decoded already: no framing or encoding headers)
+            headers = [
+                (name, value) for name, value in response.headers if name.lower() not in _FRAMING
+            ]
+            raise self._status_error(
+                self._http_module.Response(
+                    response.status_code, headers=headers, content=content, request=request
+                )
+            )
+        return response
+
     async def read(self, response: Any) -> bytes:
         """The whole body of ``response``, which is closed after.
 
@@ -314,11 +371,25 @@ class _Wire:
         """
         try:
             body: bytes = await response.aread()
-        except Exception as exc:  # the transport's own error classes
+        except (self._timeout_error, Http1Timeout) as exc:
+            raise openai.APITimeoutError(request=response.request) from exc
+        except Http1Error as exc:
+            raise openai.APIConnectionError(
+                message=f"Connection error: {exc}", request=response.request
+            ) from exc
+        except Exception as exc:  # the SDK's HTTP library's own error classes
             raise openai.APIConnectionError(request=response.request) from exc
         finally:
             await response.aclose()
         return body
+
+    async def aclose(self) -> None:
+        """Close the lean client's idle connections."""
+        if self.pool is not None:
+            await self.pool.aclose()
+
+
+_FRAMING = (b"content-length", b"transfer-encoding", b"content-encoding")
 
 
 class OpenAIGateway:
@@ -335,12 +406,15 @@ class OpenAIGateway:
         stream_idle_timeout: float = 60.0,
         request_deadline: float = 600.0,
         max_retry_wait: float = 60.0,
+        lean_http: bool | None = None,
     ) -> None:
         """``fast_wire``: None takes the fast wire path when the SDK has its hooks (see
         ``fast_wire_gaps``) and the public API otherwise, False always the public API, True
         always the fast path. ``stream_idle_timeout``: seconds a stream may go without an
         event; ``request_deadline``: seconds a request may take in all; ``max_retry_wait``:
-        the most a wait the server asks for is taken at.
+        the most a wait the server asks for is taken at. ``lean_http``: whether the fast wire
+        path sends through the lean HTTP/1.1 client (``_http1``) rather than the SDK's HTTP
+        client; None: when ``lean_http_gap`` finds nothing against it.
 
         Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, ``wire_api`` is
         unknown, or ``fast_wire`` is True and the SDK lacks a hook of the fast path.
@@ -382,6 +456,14 @@ class OpenAIGateway:
         if gaps:
             _log_fallback(gaps)
         self._security = _SECURITY if self.fast_wire and _takes_security() else None
+        gap = lean_http_gap(self._client) if self.fast_wire and lean_http is not False else None
+        if gap is not None and lean_http:
+            raise ConfigError(f"the lean HTTP client cannot be used: {gap}")
+        #: whether the fast wire path sends through the lean HTTP client (one pool of
+        #: connections, no shards) rather than the SDK's HTTP client
+        self.lean_http = self.fast_wire and lean_http is not False and gap is None
+        if self.fast_wire and lean_http is None and gap is not None:
+            _log.info("lean_http_off", reason=gap, url=self.url, using="the SDK's HTTP client")
         self._wires: list[_Wire] = []
         if self.fast_wire:
             self._wires.append(self._wire(self._client))
@@ -391,13 +473,17 @@ class OpenAIGateway:
 
     def _wire(self, client: openai.AsyncOpenAI) -> _Wire:
         try:
-            return _Wire(client, self._path, self._security)
+            return _Wire(client, self._path, self._security, self.lean_http)
         except (openai.OpenAIError, TypeError, ValueError) as exc:
             raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
 
     def _take_shard(self) -> int:
-        """The least busy shard; a new one when every shard has ``SHARD_CALLS`` in flight."""
+        """The least busy shard; a new one when every shard has ``SHARD_CALLS`` in flight
+        (the lean HTTP client has one)."""
         in_flight = self._in_flight
+        if self.lean_http:  # one pool, which never scans its connections
+            in_flight[0] += 1
+            return 0
         index = min(range(len(in_flight)), key=in_flight.__getitem__)
         if in_flight[index] >= SHARD_CALLS:
             client = self._shard_client()
@@ -572,6 +658,8 @@ class OpenAIGateway:
 
     async def aclose(self) -> None:
         """Close the connections of every shard."""
+        for wire in self._wires:
+            await wire.aclose()
         for client in self._shards:
             await client.close()
 
@@ -588,6 +676,43 @@ def _log_fallback(gaps: tuple[str, ...]) -> None:
         missing=list(gaps),
         using="the public API (chat.completions.create / responses.create)",
     )
+
+
+def lean_http_gap(client: openai.AsyncOpenAI, environ: Any = None) -> str | None:
+    """Why the lean HTTP client cannot send for ``client``, or None when it can: the
+    ``STOWAGE_HTTP_CLIENT=sdk`` setting, a proxy in the environment for its endpoint (the SDK's
+    client honours ``HTTPS_PROXY`` and the like; the lean one speaks to the endpoint directly),
+    a scheme other than http(s), credentials in the URL, or an https endpoint whose TLS context (the SDK's, with its
+    CA store) cannot be found."""
+    env = os.environ if environ is None else environ
+    choice = env.get("STOWAGE_HTTP_CLIENT", "").strip().lower()
+    if choice == "sdk":
+        return "STOWAGE_HTTP_CLIENT=sdk"
+    if choice not in ("", "lean"):
+        raise ConfigError(f"STOWAGE_HTTP_CLIENT must be 'lean' or 'sdk', got {choice!r}")
+    url = client.base_url
+    if url.scheme not in ("http", "https"):
+        return f"the endpoint's scheme is {url.scheme!r}"
+    if url.userinfo:  # the SDK's HTTP client turns them into basic auth
+        return "the endpoint's URL carries credentials"
+    proxies = {k.lower(): v for k, v in env.items() if k.lower().endswith("_proxy") and v}
+    proxy = proxies.get(f"{url.scheme}_proxy") or proxies.get("all_proxy")
+    if proxy and not _bypassed(url.host, proxies.get("no_proxy", "")):
+        return f"a proxy is set for {url.scheme} ({url.scheme.upper()}_PROXY or ALL_PROXY)"
+    if url.scheme == "https" and _tls_context(client) is None:
+        return "the SDK's TLS context was not found"
+    return None
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether ``NO_PROXY`` (``no_proxy``) exempts ``host`` from the proxy."""
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        entry = entry.removeprefix(".")
+        if entry and (host.lower() == entry or host.lower().endswith("." + entry)):
+            return True
+    return False
 
 
 def _tls_context(client: openai.AsyncOpenAI) -> ssl.SSLContext | None:

@@ -1,4 +1,5 @@
-"""The OpenAI gateway spreads concurrent calls over small connection pools."""
+"""The OpenAI gateway spreads concurrent calls over small connection pools when the SDK's HTTP
+client sends them (the lean HTTP client has one pool: tests/model/test_http1.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from stowage.testing import FakeOpenAIServer
 async def test_concurrent_calls_open_a_shard_per_shard_calls_in_flight_and_release_them() -> None:
     with anyio.fail_after(30):
         async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=0), latency=0.05) as server:
-            gateway = OpenAIGateway(base_url=server.base_url, api_key="sk-test", wire_api="chat")
+            gateway = OpenAIGateway(
+                base_url=server.base_url, api_key="sk-test", wire_api="chat", lean_http=False
+            )
             request = ModelRequest(
                 model="m", input=(SystemMessage(text="s"), UserMessage(text="hi"))
             )
@@ -41,7 +44,9 @@ async def test_concurrent_calls_open_a_shard_per_shard_calls_in_flight_and_relea
 
 async def test_shards_share_the_first_clients_tls_context() -> None:
     # loading the CA store for each new pool costs ~20 ms of CPU: the shards reuse the first
-    gateway = OpenAIGateway(base_url="https://example.invalid/v1", api_key="k", wire_api="chat")
+    gateway = OpenAIGateway(
+        base_url="https://example.invalid/v1", api_key="k", wire_api="chat", lean_http=False
+    )
     try:
         for _ in range(SHARD_CALLS + 1):
             gateway._take_shard()

@@ -85,16 +85,27 @@ def gw_wire_api(request: pytest.FixtureRequest) -> WireApi:
     return api
 
 
-@pytest.fixture(params=[pytest.param(True, id="fast"), pytest.param(False, id="public")])
-def gw_fast(request: pytest.FixtureRequest) -> bool:
-    """The fast wire path, or the public API the gateway falls back to."""
-    fast: bool = request.param
-    return fast
+#: how a gateway sends: its ``fast_wire`` and ``lean_http`` arguments
+Sending = dict[str, bool]
+
+
+@pytest.fixture(
+    params=[
+        pytest.param({"fast_wire": True, "lean_http": True}, id="fast"),
+        pytest.param({"fast_wire": True, "lean_http": False}, id="fast-sdk-http"),
+        pytest.param({"fast_wire": False}, id="public"),
+    ]
+)
+def gw_fast(request: pytest.FixtureRequest) -> Sending:
+    """The fast wire path through the lean HTTP client or the SDK's, or the public API the
+    gateway falls back to."""
+    sending: Sending = request.param
+    return sending
 
 
 @asynccontextmanager
 async def _serving(
-    wire_api: WireApi, *, fast: bool | None = None
+    wire_api: WireApi, *, fast: bool | None = None, lean_http: bool | None = None
 ) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
     # Not a fixture: the server's task group must be entered and left by the test's own task.
     async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
@@ -103,12 +114,19 @@ async def _serving(
             api_key="sk-test",
             wire_api=wire_api,
             fast_wire=fast,
+            lean_http=lean_http,
         )
         assert fast is None or gateway.fast_wire is fast
+        assert lean_http is None or gateway.lean_http is lean_http
         try:
             yield server, gateway
         finally:
             await gateway.aclose()
+
+
+def _sending(sending: Sending) -> dict[str, bool]:
+    """``sending`` as the arguments of ``_serving``."""
+    return {"fast": sending["fast_wire"], "lean_http": sending.get("lean_http")}
 
 
 def _request(*items: object, tools: tuple[ToolSpec, ...] = TOOLS, **kw: object) -> ModelRequest:
@@ -229,10 +247,12 @@ def test_make_gateway_gives_the_scripted_model_for_model_scripted() -> None:
 
 
 async def test_stream_text_deltas_join_to_the_final_text(
-    gw_wire_api: WireApi, gw_fast: bool
+    gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
+            # events that arrive together are read together: these arrive one at a time
+            server.inject(Fault.drip(interval=0.01))
             # no tools: the brain answers at once (the purpose header says "round")
             events = [e async for e in gateway.stream(_request(tools=()))]
         deltas = [e.text for e in events if isinstance(e, TextDelta)]
@@ -242,11 +262,13 @@ async def test_stream_text_deltas_join_to_the_final_text(
         assert "".join(deltas) == done[0].response.text != ""
 
 
-async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi, gw_fast: bool) -> None:
+async def test_tool_calls_round_trip_streaming_and_not(
+    gw_wire_api: WireApi, gw_fast: Sending
+) -> None:
     with anyio.fail_after(15):
         request = _request()
         expected = ScriptedBrain(tool_rounds=1)(request)
-        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -258,7 +280,7 @@ async def test_tool_calls_round_trip_streaming_and_not(gw_wire_api: WireApi, gw_
 
 
 async def test_usage_and_answer_text_are_parsed_streaming_and_not(
-    gw_wire_api: WireApi, gw_fast: bool
+    gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
         request = _request(
@@ -267,7 +289,7 @@ async def test_usage_and_answer_text_are_parsed_streaming_and_not(
         )
         expected = ScriptedBrain(tool_rounds=1)(request)
         assert isinstance(expected.usage, Usage)
-        async with _serving(gw_wire_api, fast=gw_fast) as (_, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -277,10 +299,10 @@ async def test_usage_and_answer_text_are_parsed_streaming_and_not(
 
 
 async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
-    gw_wire_api: WireApi, gw_fast: bool
+    gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
             summary = _request(tools=(), tool_choice="none", purpose="summary")
             response = await gateway.create(summary)
             body = server.requests[-1]
@@ -302,10 +324,10 @@ async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
 )
 @pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
 async def test_injected_faults_map_to_model_errors(
-    gw_wire_api: WireApi, gw_fast: bool, fault: Fault, error: type[ModelError], streaming: bool
+    gw_wire_api: WireApi, gw_fast: Sending, fault: Fault, error: type[ModelError], streaming: bool
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
             server.inject(fault)
             with pytest.raises(error) as caught:
                 if streaming:
@@ -320,14 +342,14 @@ async def test_injected_faults_map_to_model_errors(
 
 
 async def test_unreachable_endpoint_raises_model_connection_error(
-    gw_wire_api: WireApi, gw_fast: bool
+    gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
         gateway = OpenAIGateway(
             base_url="http://127.0.0.1:9/v1",
             api_key="k",
             wire_api=gw_wire_api,
-            fast_wire=gw_fast,
+            **gw_fast,
         )
         try:
             with pytest.raises(ModelConnectionError):
@@ -338,18 +360,18 @@ async def test_unreachable_endpoint_raises_model_connection_error(
             await gateway.aclose()
 
 
-async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: bool) -> None:
+async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: Sending) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast=gw_fast) as (server, gateway):
+        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
             server.inject(Fault.server_error(), when="summary")
             assert (await gateway.create(_request())).calls
             with pytest.raises(ModelConnectionError):
                 await gateway.create(_request(tools=(), purpose="summary"))
 
 
-async def test_the_gateway_sends_once_and_leaves_retries_to_its_caller(gw_fast: bool) -> None:
+async def test_the_gateway_sends_once_and_leaves_retries_to_its_caller(gw_fast: Sending) -> None:
     with anyio.fail_after(15):
-        async with _serving("chat", fast=gw_fast) as (server, gateway):
+        async with _serving("chat", **_sending(gw_fast)) as (server, gateway):
             server.inject(Fault.rate_limit(retry_after=0))
             with pytest.raises(RateLimitError):
                 await gateway.create(_request())
@@ -542,14 +564,14 @@ async def test_both_paths_put_the_same_body_on_the_wire(
     )
     bodies = []
     with anyio.fail_after(15):
-        for fast in (True, False):
-            async with _serving(gw_wire_api, fast=fast) as (server, gateway):
+        for fast, lean_http in ((True, True), (True, False), (False, None)):
+            async with _serving(gw_wire_api, fast=fast, lean_http=lean_http) as (server, gateway):
                 if streaming:
                     [e async for e in gateway.stream(request)]
                 else:
                     await gateway.create(request)
                 bodies.append(server.requests[-1])
-    assert bodies[0] == bodies[1]
+    assert bodies[0] == bodies[1] == bodies[2]
 
 
 async def test_body_fields_the_public_create_does_not_take_go_as_extra_body(
