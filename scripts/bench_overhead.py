@@ -21,7 +21,8 @@ The plain loop posts JSON with one pooled ``httpx.AsyncClient`` per 2 concurrent
 sessions a client, at 200 sessions) and reads the SSE lines itself: no SDK, no validation, no
 store. Printed per row: each client's ms of CPU per call, stowage over the bare SDK and over the
 HTTP floor; with more than one concurrency, how much stowage's and the floor's cost grew from
-the fewest sessions at once to the most.
+the fewest sessions at once to the most. stowage sends through its lean HTTP client; run with
+``STOWAGE_HTTP_CLIENT=sdk`` to measure it sending through the SDK's HTTP client instead.
 """
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 Bodies are built by the pure functions of ``_openai_wire``. On the fast wire path the SDK
 builds one request per endpoint when the gateway starts (URL, auth and its own headers,
-timeouts: ``_Wire``); each call copies it with its body and purpose header and sends it through
-the SDK's own HTTP client, and an error status becomes the SDK's own error class
-(``_make_status_error_from_response``). The answer is parsed as plain JSON with orjson, a stream
-decoded by ``JsonEventStream``. That skips the SDK's per-call option handling, header merging,
-URL joining and typed model construction, which are most of its CPU cost; stowage retries
-itself, so the SDK's retry loop is never used. Every openai/httpx failure is mapped here to a
-``ModelError``.
+timeouts: ``_Wire``); each call sends its head with the call's body and purpose header through
+stowage's lean HTTP/1.1 client (``_http1``; the SDK's own HTTP client when ``lean_http_gap``
+finds a reason: a proxy, credentials in the URL, ``STOWAGE_HTTP_CLIENT=sdk``), and an error
+status becomes the SDK's own error class (``_make_status_error_from_response``). The answer
+is parsed as plain JSON with orjson, a stream decoded by ``JsonEventStream``. That skips the
+SDK's per-call option handling, header merging, URL joining and typed model construction,
+which are most of its CPU cost; stowage retries itself, so the SDK's retry loop is never used.
+Every openai/httpx/lean client failure is mapped here to a ``ModelError``.
 
 The fast path leans on private parts of the SDK (``_build_request``, ``_client``,
 ``_make_status_error_from_response``, ``FinalRequestOptions``). ``fast_wire_gaps`` checks them
@@ -22,10 +23,11 @@ an event (SSE comments and keep-alives do not count) and any request still unfin
 endpoint fails in bounded time and is retried. Every error names the endpoint (its URL
 redacted) and the HTTP status, and carries the longest wait the server asked for.
 
-Calls are spread over shards of at most ``SHARD_CALLS`` calls in flight, one client (and one
-connection pool) each, opened as concurrency grows: the HTTP pool checks every idle connection
-of its pool on each request, so one pool serving hundreds of sessions costs more CPU per call
-the more sessions there are, and small pools keep that cost flat.
+When the SDK's HTTP client sends, calls are spread over shards of at most ``SHARD_CALLS``
+calls in flight, one client (and one connection pool) each, opened as concurrency grows: that
+pool checks every idle connection on each request, so one pool serving hundreds of sessions
+costs more CPU per call the more sessions there are, and small pools keep that cost flat. The
+lean client's one pool takes and gives back a connection in constant time.
 """
 
 from __future__ import annotations
@@ -682,8 +684,11 @@ def lean_http_gap(client: openai.AsyncOpenAI, environ: Any = None) -> str | None
     """Why the lean HTTP client cannot send for ``client``, or None when it can: the
     ``STOWAGE_HTTP_CLIENT=sdk`` setting, a proxy in the environment for its endpoint (the SDK's
     client honours ``HTTPS_PROXY`` and the like; the lean one speaks to the endpoint directly),
-    a scheme other than http(s), credentials in the URL, or an https endpoint whose TLS context (the SDK's, with its
-    CA store) cannot be found."""
+    a scheme other than http(s), credentials in the URL, or an https endpoint whose TLS context
+    (the SDK's, with its CA store) cannot be found.
+
+    Raises ``ConfigError`` if ``STOWAGE_HTTP_CLIENT`` is neither ``lean`` nor ``sdk``.
+    """
     env = os.environ if environ is None else environ
     choice = env.get("STOWAGE_HTTP_CLIENT", "").strip().lower()
     if choice == "sdk":
