@@ -105,7 +105,7 @@ def gw_fast(request: pytest.FixtureRequest) -> Sending:
 
 @asynccontextmanager
 async def _serving(
-    wire_api: WireApi, *, fast: bool | None = None, lean_http: bool | None = None
+    wire_api: WireApi, *, fast_wire: bool | None = None, lean_http: bool | None = None
 ) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
     # Not a fixture: the server's task group must be entered and left by the test's own task.
     async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
@@ -113,20 +113,15 @@ async def _serving(
             base_url=server.base_url,
             api_key="sk-test",
             wire_api=wire_api,
-            fast_wire=fast,
+            fast_wire=fast_wire,
             lean_http=lean_http,
         )
-        assert fast is None or gateway.fast_wire is fast
+        assert fast_wire is None or gateway.fast_wire is fast_wire
         assert lean_http is None or gateway.lean_http is lean_http
         try:
             yield server, gateway
         finally:
             await gateway.aclose()
-
-
-def _sending(sending: Sending) -> dict[str, bool]:
-    """``sending`` as the arguments of ``_serving``."""
-    return {"fast": sending["fast_wire"], "lean_http": sending.get("lean_http")}
 
 
 def _request(*items: object, tools: tuple[ToolSpec, ...] = TOOLS, **kw: object) -> ModelRequest:
@@ -250,7 +245,7 @@ async def test_stream_text_deltas_join_to_the_final_text(
     gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (server, gateway):
             # events that arrive together are read together: these arrive one at a time
             server.inject(Fault.drip(interval=0.01))
             # no tools: the brain answers at once (the purpose header says "round")
@@ -268,7 +263,7 @@ async def test_tool_calls_round_trip_streaming_and_not(
     with anyio.fail_after(15):
         request = _request()
         expected = ScriptedBrain(tool_rounds=1)(request)
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (_, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -289,7 +284,7 @@ async def test_usage_and_answer_text_are_parsed_streaming_and_not(
         )
         expected = ScriptedBrain(tool_rounds=1)(request)
         assert isinstance(expected.usage, Usage)
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (_, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (_, gateway):
             created = await gateway.create(request)
             streamed = [e async for e in gateway.stream(request)][-1]
         assert isinstance(streamed, ResponseDone)
@@ -302,7 +297,7 @@ async def test_summary_request_on_the_wire_has_no_tools_and_no_tool_choice(
     gw_wire_api: WireApi, gw_fast: Sending
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (server, gateway):
             summary = _request(tools=(), tool_choice="none", purpose="summary")
             response = await gateway.create(summary)
             body = server.requests[-1]
@@ -327,7 +322,7 @@ async def test_injected_faults_map_to_model_errors(
     gw_wire_api: WireApi, gw_fast: Sending, fault: Fault, error: type[ModelError], streaming: bool
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (server, gateway):
             server.inject(fault)
             with pytest.raises(error) as caught:
                 if streaming:
@@ -362,7 +357,7 @@ async def test_unreachable_endpoint_raises_model_connection_error(
 
 async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: Sending) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, **_sending(gw_fast)) as (server, gateway):
+        async with _serving(gw_wire_api, **gw_fast) as (server, gateway):
             server.inject(Fault.server_error(), when="summary")
             assert (await gateway.create(_request())).calls
             with pytest.raises(ModelConnectionError):
@@ -371,7 +366,7 @@ async def test_a_fault_can_target_summaries_only(gw_wire_api: WireApi, gw_fast: 
 
 async def test_the_gateway_sends_once_and_leaves_retries_to_its_caller(gw_fast: Sending) -> None:
     with anyio.fail_after(15):
-        async with _serving("chat", **_sending(gw_fast)) as (server, gateway):
+        async with _serving("chat", **gw_fast) as (server, gateway):
             server.inject(Fault.rate_limit(retry_after=0))
             with pytest.raises(RateLimitError):
                 await gateway.create(_request())
@@ -565,7 +560,10 @@ async def test_both_paths_put_the_same_body_on_the_wire(
     bodies = []
     with anyio.fail_after(15):
         for fast, lean_http in ((True, True), (True, False), (False, None)):
-            async with _serving(gw_wire_api, fast=fast, lean_http=lean_http) as (server, gateway):
+            async with _serving(gw_wire_api, fast_wire=fast, lean_http=lean_http) as (
+                server,
+                gateway,
+            ):
                 if streaming:
                     [e async for e in gateway.stream(request)]
                 else:
@@ -578,7 +576,7 @@ async def test_body_fields_the_public_create_does_not_take_go_as_extra_body(
     gw_wire_api: WireApi,
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast=False) as (server, gateway):
+        async with _serving(gw_wire_api, fast_wire=False) as (server, gateway):
             assert gateway._public_parameters is not None
             limit = "max_tokens" if gw_wire_api == "chat" else "max_output_tokens"
             gateway._public_parameters -= {limit}
