@@ -28,13 +28,20 @@ from typing import Any
 
 import anyio
 
-__all__ = ["Http1Error", "Http1Pool", "Http1Response", "Http1Timeout"]
+__all__ = ["Http1Error", "Http1Pool", "Http1Response", "Http1Timeout", "request_head"]
 
 #: seconds an idle connection is kept for reuse (as httpx's pool keeps them)
 KEEPALIVE_EXPIRY = 5.0
 #: the largest status line and header block accepted
 MAX_HEAD = 64 * 1024
 _NO_BODY = frozenset({204, 304})
+
+
+def request_head(target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The request line of a POST to ``target`` (path and query) and ``headers`` (Host among
+    them), as ``Http1Pool.post`` takes it; a caller sending many requests builds it once."""
+    lines = [b"%s: %s\r\n" % pair for pair in headers]
+    return b"".join([b"POST ", target, b" HTTP/1.1\r\n", *lines])
 
 
 class Http1Error(Exception):
@@ -306,23 +313,13 @@ class Http1Pool:
         self.read_timeout = read_timeout
         self._idle: list[_Connection] = []
 
-    async def post(
-        self, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes, request: Any
-    ) -> Http1Response:
-        """POST ``body`` to ``target`` (path and query) with ``headers`` (Host and
-        Content-Length are added); returns the answer with its body unread.
+    async def post(self, head: bytes, body: bytes, request: Any) -> Http1Response:
+        """POST ``body`` with ``head`` (``request_head``: the request line and headers; its
+        Content-Length is added); returns the answer with its body unread.
 
         Raises ``Http1Timeout`` or ``Http1Error``.
         """
-        head = b"".join(
-            [
-                b"POST ",
-                target,
-                b" HTTP/1.1\r\n",
-                *[b"%s: %s\r\n" % pair for pair in headers],
-                b"Content-Length: %d\r\n\r\n" % len(body),
-            ]
-        )
+        head += b"Content-Length: %d\r\n\r\n" % len(body)
         while True:
             connection, reused = await self._connection()
             try:

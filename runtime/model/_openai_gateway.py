@@ -61,7 +61,7 @@ from stowage.core import (
     redact_url,
 )
 
-from ._http1 import Http1Error, Http1Pool, Http1Response, Http1Timeout
+from ._http1 import Http1Error, Http1Pool, Http1Response, Http1Timeout, request_head
 from ._openai_wire import (
     PURPOSE_HEADER,
     ChatStreamAccumulator,
@@ -301,6 +301,8 @@ class _Wire:
                 for name, value in self._headers
             ]
             self._target: bytes = template.url.raw_path
+            #: the request head of each purpose, built once
+            self._heads: dict[str, bytes] = {}
 
     async def send(self, body: bytes, purpose: str) -> Any:
         """POST ``body``; returns the response with its body unread (the caller closes it).
@@ -335,10 +337,12 @@ class _Wire:
 
     async def _send_lean(self, pool: Http1Pool, body: bytes, purpose: str) -> Http1Response:
         request = self._template
+        head = self._heads.get(purpose)
+        if head is None:
+            head = request_head(self._target, [*self._headers, (_PURPOSE, purpose.encode())])
+            self._heads[purpose] = head
         try:
-            response = await pool.post(
-                self._target, [*self._headers, (_PURPOSE, purpose.encode())], body, request
-            )
+            response = await pool.post(head, body, request)
         except Http1Timeout as exc:
             raise openai.APITimeoutError(request=request) from exc
         except Http1Error as exc:

@@ -4,6 +4,7 @@ only explicitly (a ``settings_changed`` record), never holding a secret."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -156,17 +157,22 @@ def test_logs_written_before_identity_read_their_watermarks() -> None:
     assert merged.tools == "none" and identity.window_source is None
 
 
-async def _round_trip(store: LogStore) -> None:
-    records = [
-        SessionRecord(seq=1, model="m", settings=Settings().public()),
-        SettingsChangedRecord(seq=2, changes={"context_window": [None, 9000]}, source="user"),
-    ]
+_WRITTEN = [
+    SessionRecord(seq=1, model="m", settings=Settings().public()),
+    SettingsChangedRecord(seq=2, changes={"context_window": [None, 9000]}, source="user"),
+]
+
+
+async def _round_trip(store: LogStore) -> tuple[list[Any], list[Any]]:
+    """Write ``_WRITTEN`` as a session's log in ``store``; returns it read whole and read as
+    resume reads it (its tail)."""
     try:
-        await store.create("s1", records)
-        assert list((await store.read("s1", repair=False)).records) == records
-        assert list((await store.read_tail("s1", repair=False)).records) == records
+        await store.create("s1", _WRITTEN)
+        whole = list((await store.read("s1", repair=False)).records)
+        tail = list((await store.read_tail("s1", repair=False)).records)
     finally:
         await store.aclose()
+    return whole, tail
 
 
 def test_the_codec_round_trips_a_settings_changed_record() -> None:
@@ -180,6 +186,9 @@ def test_the_codec_round_trips_a_settings_changed_record() -> None:
 
 async def test_every_store_keeps_a_settings_changed_record(tmp_path: Path, pg_schema: str) -> None:
     with anyio.fail_after(30):
-        await _round_trip(JsonlStore(tmp_path / "jsonl"))
-        await _round_trip(SqliteStore(tmp_path / "s.db"))
-        await _round_trip(PostgresStore(PG_DSN, schema=pg_schema, max_size=2))
+        for store in (
+            JsonlStore(tmp_path / "jsonl"),
+            SqliteStore(tmp_path / "s.db"),
+            PostgresStore(PG_DSN, schema=pg_schema, max_size=2),
+        ):
+            assert await _round_trip(store) == (_WRITTEN, _WRITTEN)

@@ -25,6 +25,7 @@ from stowage.model._http1 import (
     Http1Timeout,
     _Connection,
     _read_head,
+    request_head,
 )
 from stowage.model._openai_gateway import OpenAIGateway, _tls_context, lean_http_gap
 from stowage.testing import FakeOpenAIServer
@@ -111,7 +112,9 @@ def _pool(port: int, **kw: float) -> Http1Pool:
 
 
 async def _post(pool: Http1Pool, body: bytes = b"{}") -> tuple[int, bytes]:
-    response = await pool.post(b"/v1/chat", [(b"Host", b"h"), (b"X-Test", b"1")], body, None)
+    response = await pool.post(
+        request_head(b"/v1/chat", [(b"Host", b"h"), (b"X-Test", b"1")]), body, None
+    )
     try:
         return response.status_code, await response.aread()
     finally:
@@ -157,7 +160,7 @@ async def test_a_connection_idle_past_its_expiry_is_closed_not_reused() -> None:
             await _post(pool)
             assert first.ended and len(pool._idle) == 1 and pool._idle[0] is not first
             # two in use at once, then idle; the older one expires while the newer is reused
-            answers = [await pool.post(b"/", [], b"{}", None) for _ in range(2)]
+            answers = [await pool.post(request_head(b"/", []), b"{}", None) for _ in range(2)]
             for response in answers:
                 await response.aread()
                 await response.aclose()
@@ -262,7 +265,7 @@ async def test_a_response_closed_before_its_body_is_read_does_not_keep_the_conne
     with anyio.fail_after(10):
         async with _server(_keeps_answering(b"x" * 1000)) as (port, served):
             pool = _pool(port)
-            response = await pool.post(b"/", [], b"{}", None)
+            response = await pool.post(request_head(b"/", []), b"{}", None)
             await response.aclose()
             assert pool._idle == []
             assert await _post(pool) == (200, b"x" * 1000)
@@ -277,7 +280,7 @@ async def test_streamed_chunks_that_arrive_together_are_read_together() -> None:
     with anyio.fail_after(10):
         async with _server(_answers_once(answer)) as (port, _):
             pool = _pool(port)
-            response = await pool.post(b"/", [], b"{}", None)
+            response = await pool.post(request_head(b"/", []), b"{}", None)
             await anyio.sleep(0.05)  # every chunk has arrived
             reads = [piece async for piece in response.aiter_bytes()]
             await response.aclose()
