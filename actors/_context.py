@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from stowage.core import BeforeCompaction, Event, ModelGateway, Settings
+from stowage.core import BeforeCompaction, CallLimiter, Event, ModelGateway, Settings
 from stowage.tools import ToolRegistry
 
 from ._messages import Append
@@ -25,7 +25,8 @@ class SessionContext:
     tools: ToolRegistry
     publish: Callable[[Event], None]
     persistence: MemoryObjectSendStream[Append]
-    model_limiter: anyio.CapacityLimiter | None = None
+    #: model calls in flight to the endpoint: each round and each summary takes a place
+    model_limiter: CallLimiter | None = None
     compaction_limiter: anyio.CapacityLimiter | None = None
     #: ``CompactionHooks.before`` of the runtime, run by the compactor
     before_compaction: BeforeCompaction | None = None

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import anyio
 from stowage.core import (
+    CallLimiter,
     CompactionFailed,
     CompactionSummary,
     ContextLengthExceeded,
@@ -110,11 +111,14 @@ async def summarize(
     session_id: str,
     log: Any,
     limiter: anyio.CapacityLimiter | None = None,
+    call_limiter: CallLimiter | None = None,
     max_wait: float = 60.0,
 ) -> SummaryOutcome:
     """Ask for a summary of ``history`` (``build`` makes the request from items); never raises
     a ``ModelError``: failures become a fallback or a ``failed`` outcome, as described above.
-    ``max_wait`` caps each wait between retries (the server's ask included).
+    ``max_wait`` caps each wait between retries (the server's ask included). Each attempt
+    takes a ``limiter`` place (compactions in flight), then a ``call_limiter`` one (model
+    calls in flight, where a summary goes before waiting rounds).
     """
     items = [e.item for e in history]
     if breaker.open:
@@ -122,11 +126,20 @@ async def summarize(
         log.warning("compaction_fallback", reason=reason)
         return SummaryOutcome(kind="fallback", text=fallback_summary(items, reason=reason))
 
+    async def call(request: ModelRequest) -> ModelResponse:
+        if call_limiter is None:
+            return await gateway.create(request)
+        await call_limiter.acquire("summary")
+        try:
+            return await gateway.create(request)
+        finally:
+            call_limiter.release()
+
     async def create(request: ModelRequest) -> ModelResponse:
         if limiter is None:
-            return await gateway.create(request)
+            return await call(request)
         async with limiter:
-            return await gateway.create(request)
+            return await call(request)
 
     groups = len(round_groups(history))
     dropped = _rounds_to_fit(history, build, input_budget) if input_budget else 0

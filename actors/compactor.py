@@ -17,6 +17,7 @@ import anyio
 import structlog
 from stowage.core import (
     BeforeCompaction,
+    CallLimiter,
     CompactionAbout,
     CompactionSkipped,
     CompactionVetoed,
@@ -132,6 +133,7 @@ async def run_compactor(
     publish: Callable[[Event], None],
     *,
     limiter: anyio.CapacityLimiter | None = None,
+    call_limiter: CallLimiter | None = None,
     before: BeforeCompaction | None = None,
     kept: CompactorKept | None = None,
 ) -> None:
@@ -202,6 +204,7 @@ async def run_compactor(
             session_id=session_id,
             log=log.bind(round=snapshot.round),
             limiter=limiter,
+            call_limiter=call_limiter,
         )
         if outcome.kind == "failed":
             plans.put(PlanFailed(round=snapshot.round, error=outcome.note))

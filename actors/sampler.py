@@ -147,6 +147,8 @@ class Sampler:
         self._checks = ResponseChecks(self.ctx, self._journal, self._pressure, self._log)
         # the running turn's interrupt, if its asker can stop it
         self._interrupt: TurnInterrupt | None = None
+        # the round's request as it is sent (rebuilt if a plan lands while it waits)
+        self._sending: ModelRequest | None = None
 
     @property
     def settings(self) -> Settings:
@@ -307,17 +309,19 @@ class Sampler:
         )
         return TurnResult(text="", rounds=rounds, stopped="interrupted")
 
-    async def _sample_unless_interrupted(self, request: ModelRequest, round_: int) -> ModelResponse:
+    async def _sample_unless_interrupted(
+        self, request: ModelRequest, round_: int
+    ) -> tuple[ModelRequest, ModelResponse]:
         """``_sample`` under the turn's interrupt; raises ``_TurnInterrupted`` if it fired
         (nothing of the round is written yet)."""
         if self._interrupt is None:
             return await self._sample(request, round_)
-        response: ModelResponse | None = None
+        sampled: tuple[ModelRequest, ModelResponse] | None = None
         with self._interrupt.guard():
-            response = await self._sample(request, round_)
-        if response is None:
+            sampled = await self._sample(request, round_)
+        if sampled is None:
             raise _TurnInterrupted
-        return response
+        return sampled
 
     async def _round(self, turn: int) -> ModelResponse | None:
         """One round; returns the response when the model made no tool calls (the answer).
@@ -346,12 +350,15 @@ class Sampler:
             )
         )
         try:
-            response = await self._sample_unless_interrupted(request, round_)
-        except ContextLengthExceeded as exc:
-            # nothing of the round was written: compact, blocking, and send it once more
-            await self._pressure.recover_overflow(exc, request)
-            request = replace(request, input=self._projection())
-            response = await self._sample_unless_interrupted(request, round_)
+            try:
+                request, response = await self._sample_unless_interrupted(request, round_)
+            except ContextLengthExceeded as exc:
+                # nothing of the round was written: compact, blocking, and send it once more
+                await self._pressure.recover_overflow(exc, self._sending or request)
+                request = replace(request, input=self._projection())
+                request, response = await self._sample_unless_interrupted(request, round_)
+        finally:
+            self._sending = None  # nothing of a round outlives it
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         await self._checks.stop_a_loop(turn, response)
@@ -504,8 +511,17 @@ class Sampler:
             ran = await reply.wait()
         return merge_outputs(calls, refused, ran)
 
-    async def _sample(self, request: ModelRequest, round_: int) -> ModelResponse:
+    async def _sample(
+        self, request: ModelRequest, round_: int
+    ) -> tuple[ModelRequest, ModelResponse]:
+        """The response to ``request``, and the request as sent: a plan that came back while
+        the round waited for its model-call place is applied first, and the request is
+        built again from the compacted history (``_sending`` holds it until the round ends)."""
+        self._sending = request
+
         async def attempt() -> ModelResponse:
+            request = self._sending
+            assert request is not None
             if not self.settings.stream:
                 return await self.ctx.gateway.create(request)
             done: ModelResponse | None = None
@@ -523,10 +539,16 @@ class Sampler:
             return done
 
         async def limited() -> ModelResponse:
-            if self.ctx.model_limiter is None:
+            limiter = self.ctx.model_limiter
+            if limiter is None:
                 return await attempt()
-            async with self.ctx.model_limiter:
+            waited = await limiter.acquire("round")
+            try:
+                if waited:
+                    await self._apply_plan_while_placed()
                 return await attempt()
+            finally:
+                limiter.release()
 
         def waiting(attempt: int, delay: float, rate_limited: bool, error: ModelError) -> None:
             self.ctx.publish(
@@ -540,7 +562,7 @@ class Sampler:
                 )
             )
 
-        return await call_with_retries(
+        response = await call_with_retries(
             limited,
             attempts=self.settings.max_retries + 1,
             log=self._log,
@@ -548,6 +570,19 @@ class Sampler:
             max_wait=self.settings.max_retry_wait,
             on_wait=waiting,
         )
+        return self._sending, response
+
+    async def _apply_plan_while_placed(self) -> None:
+        """Apply a plan that came back while the round waited for its place, and build the
+        request again from what it left (only the input changes). Shielded: its writes are
+        not abandoned halfway by an interrupt."""
+        request = self._sending
+        assert request is not None
+        last_seq = self.state.last_seq
+        with anyio.CancelScope(shield=True):
+            await self._pressure.apply_ready_plan()
+        if self.state.last_seq != last_seq:
+            self._sending = replace(request, input=self._projection())
 
     def _commit_record(
         self,

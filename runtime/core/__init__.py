@@ -89,6 +89,7 @@ from ._items import (
     item_from_dict,
     item_to_dict,
 )
+from ._limits import CallLimiter, CallPurpose
 from ._logging import configure_logging
 from ._projection import PREVIEW_MIN_CHARS, build_projection, default_stub
 from ._protected import ProtectedEntry, ProtectedState, prepare_all, render, user_ops, verify
@@ -125,6 +126,8 @@ from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool
 __all__ = [
     "AfterCompaction",
     "BeforeCompaction",
+    "CallLimiter",
+    "CallPurpose",
     "CompactionAbout",
     "CompactionHooks",
     "CompactionVetoed",

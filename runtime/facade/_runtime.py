@@ -47,6 +47,7 @@ from stowage.actors import (
 from stowage.core import (
     IDENTITY_FIELDS,
     AfterCompaction,
+    CallLimiter,
     CompactionHooks,
     ConfigError,
     Event,
@@ -88,7 +89,7 @@ from stowage.core import (
     user_ops,
     validate_session_id,
 )
-from stowage.model import LimitedGateway, make_gateway
+from stowage.model import make_gateway
 from stowage.policy import check_window, fixed_request_tokens
 from stowage.storage import open_store
 from stowage.tools import (
@@ -118,12 +119,12 @@ class Runtime:
     tools when ``settings.tools == "workspace"``.
 
     Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
-    endpoint (rounds and summaries alike), ``max_compactions`` in flight (sessions crossing
-    the watermark together queue for them), ``max_tool_calls`` in flight,
-    ``max_running_sessions`` sessions whose actors run at once (the others wait parked, first
-    come first served: a burst of thousands of turns then holds the working memory of that
-    many, and a live session between turns costs the same either way). ``idle_timeout``
-    seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
+    endpoint (rounds and summaries alike; a waiting summary goes before waiting rounds),
+    ``max_compactions`` in flight (sessions crossing the watermark together queue for them),
+    ``max_tool_calls`` in flight, ``max_running_sessions`` sessions whose actors run at once
+    (the others wait parked, first come first served: a burst of thousands of turns then holds
+    the working memory of that many, and a live session between turns costs the same either
+    way). ``idle_timeout`` seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
     timeout that is not positive.
 
     Identity: a new session records what it runs with (``core.identity_of``: model, redacted
@@ -220,19 +221,15 @@ class Runtime:
         self.events = EventBus()
         if self._hooks.after is not None:
             self.events.subscribe(_after_hook(self._hooks.after))
+        # summaries are let in before waiting rounds (see ``CallLimiter``)
+        self._model_limiter = CallLimiter(max_model_calls) if max_model_calls else None
         self._limits = {
-            "model": anyio.CapacityLimiter(max_model_calls) if max_model_calls else None,
             "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
             "tools": anyio.CapacityLimiter(max_tool_calls) if max_tool_calls else None,
             "running": (
                 anyio.CapacityLimiter(max_running_sessions) if max_running_sessions else None
             ),
         }
-        model_limiter = self._limits["model"]
-        # the sessions' view of the endpoint: every call through it takes a model-call token
-        self._endpoint: ModelGateway = (
-            LimitedGateway(self.gateway, model_limiter) if model_limiter else self.gateway
-        )
         self.idle_timeout = idle_timeout
         self._capacity = mailbox_capacity
         self._sessions: dict[str, Session] = {}
@@ -253,9 +250,10 @@ class Runtime:
         self._persistence: MemoryObjectSendStream[Append] | None = None
 
     @property
-    def limits(self) -> dict[str, anyio.CapacityLimiter | None]:
-        """The shared limiters by name (``model``, ``compaction``, ``tools``); None: unlimited."""
-        return dict(self._limits)
+    def limits(self) -> dict[str, CallLimiter | anyio.CapacityLimiter | None]:
+        """The shared limiters by name (``model``, ``compaction``, ``tools``, ``running``);
+        None: unlimited."""
+        return {"model": self._model_limiter, **self._limits}
 
     def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event of every session; returns the unsubscribe function."""
@@ -728,11 +726,12 @@ class Runtime:
         ctx = SessionContext(
             session_id=session.id,
             settings=self._session_settings.get(session.id, self.settings),
-            gateway=self._endpoint,
+            gateway=self.gateway,
             tools=self._session_tools(session),
             publish=self.events.publish,
             persistence=self._persistence.clone(),
-            model_limiter=None,  # the endpoint gateway takes the model-call tokens
+            # every round and summary takes a place: a round before its request is built
+            model_limiter=self._model_limiter,
             compaction_limiter=self._limits["compaction"],
             tool_limiter=self._limits["tools"],
             before_compaction=self._hooks.before,
@@ -878,6 +877,7 @@ async def _compactor(
         plans,
         ctx.publish,
         limiter=ctx.compaction_limiter,
+        call_limiter=ctx.model_limiter,
         before=ctx.before_compaction,
         kept=kept,
     )

@@ -1,5 +1,5 @@
-"""Model endpoints: the OpenAI gateway and its wire formats, shared call limits, and the
-offline scripted model (a product feature: the demo and the default model run on it).
+"""Model endpoints: the OpenAI gateway and its wire formats, and the offline scripted model (a
+product feature: the demo and the default model run on it).
 """
 
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage
@@ -10,13 +10,11 @@ from ._discovery import (
     window_from_model_info,
 )
 from ._factory import make_gateway
-from ._limits import LimitedGateway
 from ._openai_wire import PURPOSE_HEADER, SUMMARY_PREFIX, chat_messages, responses_input
 from ._scripted import Brain, ScriptedModel
 
 __all__ = [
     "Brain",
-    "LimitedGateway",
     "PURPOSE_HEADER",
     "SUMMARY_PREFIX",
     "WINDOW_FIELDS",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pydantic
@@ -22,8 +23,8 @@ from stowage import (
     ToolRegistry,
 )
 from stowage.actors._retry import backoff_delay, call_with_retries
+from stowage.core import CallLimiter
 from stowage.core._gateway import StreamEvent
-from stowage.model._limits import LimitedGateway
 from stowage.model._scripted import ScriptedModel
 
 
@@ -171,17 +172,91 @@ def test_retry_after_is_honoured_with_jitter_and_never_zero() -> None:
     assert all(backoff_delay(1, retry_after=0) > 0 for _ in range(50))
 
 
-async def test_a_streamed_call_holds_its_token_until_the_stream_ends() -> None:
+class TokenWatcher(ScriptedModel):
+    """Records, at every streamed event of a round, how many model-call places are taken."""
+
+    def __init__(self) -> None:
+        super().__init__(tool_rounds=1, answer_chars=64)
+        self.limiter: CallLimiter | None = None
+        self.seen: list[int] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        assert self.limiter is not None
+        async for event in super().stream(request):
+            self.seen.append(self.limiter.borrowed_tokens)
+            yield event
+
+
+async def test_a_streamed_round_holds_its_place_until_the_stream_ends(tmp_path: Path) -> None:
     with anyio.fail_after(10):
-        limiter = anyio.CapacityLimiter(1)
-        gateway = LimitedGateway(ScriptedModel(tool_rounds=0, answer_chars=64), limiter)
-        request = ModelRequest(model="m", input=())
-        stream = gateway.stream(request)
-        await anext(stream)
-        assert limiter.borrowed_tokens == 1
-        async for _ in stream:
-            pass
+        gateway = TokenWatcher()
+        settings = Settings(store=tmp_path, tools="none", stream=True, auto_compact=False)
+        async with Runtime(
+            settings, gateway=gateway, tools=counting_tools({}), max_model_calls=1
+        ) as rt:
+            limiter = rt.limits["model"]
+            assert isinstance(limiter, CallLimiter)
+            gateway.limiter = limiter
+            assert (await rt.send("streamed", "hello")).stopped == "answered"
+            assert limiter.borrowed_tokens == 0  # given back when each stream ended
+        assert len(gateway.seen) > 2 and set(gateway.seen) == {1}
+
+
+async def test_a_waiting_summary_is_let_in_before_the_rounds_queued_ahead_of_it() -> None:
+    with anyio.fail_after(10):
+        limiter = CallLimiter(1)
+        await limiter.acquire("round")  # the only place is taken
+        entered: list[str] = []
+
+        async def call(name: str, purpose: Literal["round", "summary"]) -> None:
+            assert await limiter.acquire(purpose)  # it had to wait
+            entered.append(name)
+            limiter.release()
+
+        async with anyio.create_task_group() as tg:
+            for name, purpose in [
+                ("round-2", "round"),
+                ("round-3", "round"),
+                ("summary-1", "summary"),
+                ("round-4", "round"),
+                ("summary-2", "summary"),
+            ]:
+                tg.start_soon(call, name, purpose)
+                await anyio.wait_all_tasks_blocked()
+            assert (limiter.waiting("round"), limiter.waiting("summary")) == (3, 2)
+            limiter.release()
+        # the summaries went ahead of the rounds that waited longer; each purpose in order
+        assert entered == ["summary-1", "summary-2", "round-2", "round-3", "round-4"]
         assert limiter.borrowed_tokens == 0
+        assert not await limiter.acquire("round")  # a free place: taken without waiting
+
+
+async def test_a_cancelled_wait_gives_up_its_place_and_a_token_handed_to_it_goes_on() -> None:
+    with anyio.fail_after(10):
+        limiter = CallLimiter(1)
+        await limiter.acquire("round")
+        got: list[str] = []
+
+        async def take(name: str) -> None:
+            await limiter.acquire("round")
+            got.append(name)
+            limiter.release()
+
+        # asyncio's own tasks: a cancel can land after the token was handed over but before
+        # the waiter ran (anyio's scopes wait for the next checkpoint instead)
+        tasks = {}
+        for name in ("gone", "handed", "last"):
+            tasks[name] = asyncio.create_task(take(name))
+            await anyio.wait_all_tasks_blocked()
+        tasks["gone"].cancel()  # cancelled while waiting: it leaves the queue
+        await anyio.wait_all_tasks_blocked()
+        assert limiter.waiting("round") == 2
+        limiter.release()  # handed to "handed", which is cancelled before it runs
+        tasks["handed"].cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        assert got == ["last"]
+        assert tasks["handed"].cancelled() and tasks["gone"].cancelled()
+        assert limiter.borrowed_tokens == 0 and limiter.waiting("round") == 0
 
 
 def test_limits_below_one_are_refused(tmp_path: Path) -> None:

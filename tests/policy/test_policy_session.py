@@ -11,6 +11,7 @@ import pydantic
 from stowage import (
     AssistantMessage,
     CompactionDecided,
+    CompactionSummary,
     Event,
     FunctionCall,
     FunctionCallOutput,
@@ -27,6 +28,7 @@ from stowage import (
     UserMessage,
     replay,
 )
+from stowage.core import CallLimiter
 from stowage.model._brain import is_summary_request, scripted_usage
 from stowage.model._scripted import ScriptedModel
 from stowage.policy._budget import resolve_budget
@@ -247,6 +249,51 @@ async def test_background_compaction_splices_while_rounds_go_on_and_replay_equal
         after = replay("s1", [r for r in records if r.seq <= splice.seq]).history
         kept = {e.item.call_id for e in after if isinstance(e.item, FunctionCall)}
         assert set(later_calls) <= kept
+
+
+async def test_a_plan_back_while_the_round_waits_for_a_model_call_place_is_in_its_request(
+    tmp_path: Path,
+) -> None:
+    """One model-call place, held by the gated summary: the session's next round waits for it
+    with its request already built; when the place comes, the plan is applied first and the
+    request is built again, so the history it sends is the compacted one."""
+    with anyio.fail_after(30):
+        model = GatedSummaries(agent_brain(rounds_per_turn=6))
+        config = settings(
+            tmp_path, soft_mark=0.5, compact_mark=0.55, hard_mark=0.95, keep_rounds=50
+        )
+        events: list[Event] = []
+        async with (
+            Runtime(config, gateway=model, tools=big_tools(300), max_model_calls=1) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            rt.subscribe(events.append)
+            limiter = rt.limits["model"]
+            assert isinstance(limiter, CallLimiter)
+
+            async def open_the_gate_once_a_round_waits() -> None:
+                # nothing announces a waiting round: the test looks at the queue
+                while not (model.summaries_started and limiter.waiting("round")):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+                sent_before.append(len(model.requests))
+                model.gate.set()
+
+            sent_before: list[int] = []
+            tg.start_soon(open_the_gate_once_a_round_waits)
+            session = await rt.create("s1", system="sys")
+            for n in range(4):
+                await session.send(f"task {n}")
+        [cut] = sent_before
+        assert not any(
+            isinstance(item, CompactionSummary)
+            for request in model.requests[:cut]
+            for item in request.input
+        )
+        summary, waiting_round = model.requests[cut : cut + 2]
+        assert is_summary_request(summary) and waiting_round.purpose == "round"
+        assert any(isinstance(item, CompactionSummary) for item in waiting_round.input)
+        landed = [e for e in events if isinstance(e, HistoryCompacted)]
+        assert landed and landed[0].summary == "SUMMARY of the work"
 
 
 async def test_recall_artifact_returns_the_exact_original_from_history_and_from_the_log(
