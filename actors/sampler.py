@@ -570,7 +570,9 @@ class Sampler:
             max_wait=self.settings.max_retry_wait,
             on_wait=waiting,
         )
-        return self._sending, response
+        sent = self._sending
+        assert sent is not None
+        return sent, response
 
     async def _apply_plan_while_placed(self) -> None:
         """Apply a plan that came back while the round waited for its place, and build the

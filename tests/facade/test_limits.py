@@ -1,4 +1,5 @@
-"""Shared limits: never more in flight than configured; a 429 storm is ridden out."""
+"""Shared limits: never more in flight than configured, waiting summaries before waiting
+rounds; a 429 storm is ridden out."""
 
 from __future__ import annotations
 
