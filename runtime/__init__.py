@@ -82,7 +82,7 @@ from stowage.core import (
     replay,
     validate_session_id,
 )
-from stowage.facade import Runtime, Session, TurnResult
+from stowage.facade import Runtime, Session, TurnResult, tune_gc
 from stowage.tools import FunctionTool, ToolError, ToolRegistry, tool
 from stowage.worker import Client
 
@@ -173,5 +173,6 @@ __all__ = [
     "new_session_id",
     "replay",
     "tool",
+    "tune_gc",
     "validate_session_id",
 ]

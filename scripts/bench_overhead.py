@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import gc
 import json
 import subprocess
 import sys
@@ -40,6 +39,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from stowage.facade import GC_YOUNG_THRESHOLD, tune_gc
 
 _TOOLS_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 _TOOL_NAMES = ("fetch_blob", "fetch_log")
@@ -377,7 +378,7 @@ async def _measured(args: argparse.Namespace) -> dict[str, float]:
 
 def _child(args: argparse.Namespace) -> None:
     if args.gc_threshold:  # as `stowage worker` and `stowage load` run; the same for every client
-        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
+        tune_gc(args.gc_threshold)
     print(json.dumps(asyncio.run(_measured(args))))
 
 
@@ -498,9 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gc-threshold",
         type=int,
-        default=50_000,
-        help="first-generation GC threshold of every client process, as `stowage worker` sets "
-        "it (0: Python's default)",
+        default=GC_YOUNG_THRESHOLD,
+        help="young-generation GC threshold of every client process, set with stowage.tune_gc "
+        "as `stowage worker` does (0: Python's thresholds)",
     )
     parser.add_argument(
         "--no-bare", action="store_true", help="leave out the bare openai loop (the slowest)"

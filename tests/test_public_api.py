@@ -1,8 +1,9 @@
 """The public surface of each package is pinned: adding or removing a name is a decision.
 
 ``stowage`` is the facade (Runtime, Session, TurnResult), Settings, the items, the events, the
-errors, the tool types and ``__version__``; ``stowage.storage`` the store protocol, the stores,
-the codec and ``open_store``; ``stowage.testing`` the doubles shipped for users' tests.
+errors, the tool types, ``tune_gc`` and ``__version__``; ``stowage.storage`` the store
+protocol, the stores, the codec and ``open_store``; ``stowage.testing`` the doubles shipped for
+users' tests.
 ``stowage.storage.contract``, the checks a third-party store runs, is still growing: only its
 core is pinned.
 """
@@ -34,7 +35,7 @@ SURFACE = {
         "ToolContext", "ToolError", "ToolFinished",
         "ToolRegistry", "ToolSpec", "ToolStarted", "TurnFinished", "TurnResult", "Usage",
         "UserMessage", "__version__", "configure_logging", "new_session_id", "replay",
-        "tool", "validate_session_id",
+        "tool", "tune_gc", "validate_session_id",
     ],
     "stowage.storage": [
         "JsonlStore", "LogRead", "LogStore", "PostgresStore", "SqliteStore", "TornTail",

@@ -2,11 +2,13 @@
 
 from stowage.actors import TurnResult
 
+from ._gc import GC_YOUNG_THRESHOLD, tune_gc
 from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
 from ._runtime import Runtime
 from ._session import Session
 
 __all__ = [
+    "GC_YOUNG_THRESHOLD",
     "RecordedBudget",
     "Runtime",
     "Session",
@@ -14,4 +16,5 @@ __all__ = [
     "recorded_budget",
     "recorded_usable",
     "session_identity",
+    "tune_gc",
 ]
