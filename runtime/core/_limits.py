@@ -5,8 +5,8 @@ queue made a background summary wait as long as a round (seconds), so its plan c
 its session had grown on; a summary waits only for the summaries ahead of it, and the compaction
 limit (``max_compactions``) keeps them from ever holding more than that many calls.
 
-A round takes its place before its request is built (see the sampler), so a plan that came back
-while the round waited is in the request it sends.
+A round that had to wait for its place applies a plan that came back meanwhile and builds its
+request again before sending it (see the sampler), so the plan is in the request it sends.
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ class Runtime:
     ``max_tool_calls`` in flight, ``max_running_sessions`` sessions whose actors run at once
     (the others wait parked, first come first served: a burst of thousands of turns then holds
     the working memory of that many, and a live session between turns costs the same either
-    way). ``idle_timeout`` seconds without work hibernate a session. Raises ``ConfigError`` for a limit below 1 or a
-    timeout that is not positive.
+    way). ``idle_timeout`` seconds without work hibernate a session. Raises ``ConfigError``
+    for a limit below 1 or a timeout that is not positive.
 
     Identity: a new session records what it runs with (``core.identity_of``: model, redacted
     endpoint, wire API, window, compaction settings, tool set, system prompt; never a key). A
