@@ -60,6 +60,7 @@ from stowage.policy import (
     token_status,
     tokens_after_compaction,
     turn_round_cuts,
+    turn_rounds,
 )
 
 from ._context import SessionContext
@@ -619,10 +620,12 @@ class Pressure:
 
     async def _after_compaction(self, plan: Plan) -> None:
         """The target: a compaction that leaves more than ``target_after`` of the budget is
-        followed by stubs of what it kept (the prefix changed anyway: they cost the prompt
-        cache nothing more), and, when that still leaves the context at or above the soft
-        mark, by the no-model fallback, which says why. Between the target and the soft mark
-        the lossy digest is not worth it: the next compaction will be a summary again."""
+        followed by stubs of what it kept but the newest ``keep_rounds`` (the prefix changed
+        anyway: they cost the prompt cache nothing more); at or above the soft mark, by stubs
+        of every round but the open turn's; and, when that still leaves the context at or
+        above the soft mark, by the no-model fallback, which says why. Between the target and
+        the soft mark the lossy digest is not worth it: the next compaction will be a summary
+        again."""
         self.turn_compactions += 1
         if not self.active or plan.kind != "full":
             return
@@ -635,6 +638,18 @@ class Pressure:
         fraction = decision.fraction or 0.0
         if fraction <= self.marks.target:
             return
+        if fraction >= self.marks.soft:
+            # before a lossy digest, stub what finished turns read as well (a stub can be
+            # recalled; a digest cannot): only the open turn's own rounds stay whole. A plan
+            # made before this turn's rounds (it came back late) cannot keep them verbatim, so
+            # a digest now would take what the model just asked for, and it would ask again.
+            state = self.journal.state
+            keep = min(self.marks.keep_rounds, turn_rounds(state.history) if state.turn_open else 0)
+            if keep < self.marks.keep_rounds:
+                decision = await self._microcompact(decision, keep) or decision
+                fraction = decision.fraction or 0.0
+                if fraction <= self.marks.target:
+                    return
         reason = (
             f"after compaction {decision.tokens} tokens are {fraction:.0%} of the usable "
             f"{self.budget.usable}, above the target {self.marks.target:.0%}"

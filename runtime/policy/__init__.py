@@ -47,6 +47,7 @@ from ._watermarks import (
     rounds_to_hard_mark,
     tokens_after_compaction,
     turn_round_cuts,
+    turn_rounds,
 )
 from ._window import (
     MIN_HISTORY_TOKENS,
@@ -97,4 +98,5 @@ __all__ = [
     "token_status",
     "tokens_after_compaction",
     "turn_round_cuts",
+    "turn_rounds",
 ]

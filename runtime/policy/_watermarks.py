@@ -44,6 +44,7 @@ __all__ = [
     "rounds_to_hard_mark",
     "tokens_after_compaction",
     "turn_round_cuts",
+    "turn_rounds",
 ]
 
 Action: TypeAlias = Literal["none", "microcompact", "compact", "block"]
@@ -260,6 +261,15 @@ def tokens_after_compaction(
     )
     chars = history_chars(result.history, stubbed) + summary_chars
     return fixed_tokens + math.ceil(chars / chars_per_token)
+
+
+def turn_rounds(history: Sequence[HistoryEntry]) -> int:
+    """How many tool rounds the current turn has in ``history`` (those after the newest user
+    message; 0 when there is none). Raises nothing."""
+    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
+    if not users:
+        return 0
+    return sum(1 for g in round_groups(history) if g[0] > users[-1])
 
 
 def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:

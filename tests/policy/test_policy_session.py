@@ -21,10 +21,12 @@ from stowage import (
     ModelRequest,
     ModelResponse,
     RoundCommitted,
+    RoundStarted,
     Runtime,
     Session,
     Settings,
     ToolRegistry,
+    TurnFinished,
     UserMessage,
     replay,
 )
@@ -294,6 +296,76 @@ async def test_a_plan_back_while_the_round_waits_for_a_model_call_place_is_in_it
         assert any(isinstance(item, CompactionSummary) for item in waiting_round.input)
         landed = [e for e in events if isinstance(e, HistoryCompacted)]
         assert landed and landed[0].summary == "SUMMARY of the work"
+
+
+class LatePlan(GatedSummaries):
+    """The first summary waits for ``gate``; once it is open, a round's request waits until
+    that summary is back (and a moment more, for the compactor to hand the plan over), so the
+    plan is applied at the next round boundary, not in a later turn."""
+
+    def __init__(self, brain: Callable[[ModelRequest], ModelResponse]) -> None:
+        super().__init__(brain)
+        self.summary_back = anyio.Event()
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request):
+            if self.summary_back.is_set():
+                return await ScriptedModel.create(self, request)
+            response = await super().create(request)
+            self.summary_back.set()
+            return response
+        if self.gate.is_set() and not self.summary_back.is_set():
+            await self.summary_back.wait()
+            await anyio.sleep(0.05)
+        return await super().create(request)
+
+
+async def test_a_plan_back_after_the_next_turn_began_stubs_finished_turns_not_the_open_one(
+    tmp_path: Path,
+) -> None:
+    """A plan asked for in turn 2 comes back in turn 3, after its first tool round: it cannot
+    keep turn 2's last tool round or turn 3's round out of its summary's way, and what it
+    leaves is at the soft mark. Stubbing turn 2's output (recallable) brings it below; a
+    no-model digest would have absorbed turn 3's own round, which the model just asked for."""
+    with anyio.fail_after(30):
+        model = LatePlan(agent_brain(rounds_per_turn=2))
+        events: list[Event] = []
+        turn = {"number": 1, "asked_in": 0}
+
+        def on_event(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, TurnFinished):
+                turn["number"] += 1
+            elif isinstance(event, RoundStarted) and model.summaries_started:
+                turn["asked_in"] = turn["asked_in"] or turn["number"]
+                if turn["number"] > turn["asked_in"]:
+                    model.gate.set()  # the plan comes back during the next turn's first round
+
+        # the plan is asked for at turn 2's first tool round (the compaction mark at 50%)
+        config = settings(tmp_path, soft_mark=0.5, compact_mark=0.5, target_after=0.3)
+        async with Runtime(config, gateway=model, tools=big_tools(1500)) as rt:
+            rt.subscribe(on_event)
+            session = await rt.create("s1", system="sys")
+            for n in range(3):
+                await session.send(f"task {n}: " + "details " * 150)
+        assert turn["asked_in"] == 2
+        landed = next(e for e in events if isinstance(e, HistoryCompacted))
+        at = events.index(landed)
+        committed = [e for e in events[:at] if isinstance(e, RoundCommitted)]
+        # turn 3 (rounds 7-9) had committed its first tool round when the plan landed
+        assert landed.kind == "full" and committed[-1].round == 7 and committed[-1].calls == 1
+        assert not [e for e in events if isinstance(e, HistoryCompacted) and e.kind == "fallback"]
+        stubbed = next(e for e in events[at:] if isinstance(e, Microcompacted))
+        assert stubbed.stubbed == 1 and stubbed.tokens_after is not None
+        usable = next(e for e in events if isinstance(e, CompactionDecided)).usable
+        assert stubbed.tokens_after < 0.5 * usable
+        # the next request carries turn 3's tool output verbatim
+        request = next(
+            r for r in model.requests
+            if r.purpose == "round" and any(isinstance(i, CompactionSummary) for i in r.input)
+        )  # fmt: skip
+        outputs = [i for i in request.input if isinstance(i, FunctionCallOutput)]
+        assert outputs[-1].output.startswith("output ") and len(outputs[-1].output) > 1000
 
 
 async def test_recall_artifact_returns_the_exact_original_from_history_and_from_the_log(

@@ -23,6 +23,7 @@ from stowage.policy import (
     ratio_from_stated,
     request_chars,
     turn_round_cuts,
+    turn_rounds,
 )
 
 
@@ -94,6 +95,24 @@ def test_a_summary_newer_than_the_rounds_after_it_blocks_keeping_them() -> None:
         *entries(*round_of(1, 10), start=21),
     ]
     assert turn_round_cuts(history) == [20]
+
+
+def test_the_turns_rounds_are_counted_after_the_newest_user_message_summary_or_not() -> None:
+    items: list[Item] = [SystemMessage(text="sys"), UserMessage(text="old"), *round_of(0, 10)]
+    assert turn_rounds(entries(*items)) == 1
+    items += [AssistantMessage(text="done"), UserMessage(text="new")]
+    assert turn_rounds(entries(*items)) == 0
+    items += [*round_of(1, 10), *round_of(2, 10)]
+    assert turn_rounds(entries(*items)) == 2
+    # rounds behind a newer summary still count (no compaction can keep them, stubs can)
+    history = [
+        HistoryEntry(seq=1, item=SystemMessage(text="sys")),
+        HistoryEntry(seq=20, item=CompactionSummary(text="s")),
+        HistoryEntry(seq=2, item=UserMessage(text="go")),
+        *entries(*round_of(0, 10), start=3),
+    ]
+    assert turn_rounds(history) == 1
+    assert turn_rounds(entries(SystemMessage(text="sys"), *round_of(0, 10))) == 0
 
 
 def test_a_compaction_keeps_the_newest_rounds_that_fit_the_target() -> None:
