@@ -110,14 +110,17 @@ class FdCache:
     def _evict(self) -> None:
         # Called with the lock held. Pinned entries are skipped, so the cache may stay over
         # capacity while more than ``capacity`` writes are in flight at once.
+        # The oldest entries are looked at first and only until enough are found: with
+        # thousands of sessions every append evicts one, so a copy of all keys per eviction
+        # was most of an append's cost in the cache.
         excess = len(self._entries) - self._capacity
         if excess <= 0:
             return
-        for key in list(self._entries):
-            entry = self._entries[key]
+        victims = []
+        for key, entry in self._entries.items():
             if entry.pins == 0:
-                del self._entries[key]
-                os.close(entry.fd)
-                excess -= 1
-                if excess == 0:
-                    return
+                victims.append(key)
+                if len(victims) == excess:
+                    break
+        for key in victims:
+            os.close(self._entries.pop(key).fd)
