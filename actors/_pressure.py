@@ -640,9 +640,10 @@ class Pressure:
             return
         if fraction >= self.marks.soft:
             # before a lossy digest, stub what finished turns read as well (a stub can be
-            # recalled; a digest cannot): only the open turn's own rounds stay whole. A plan
-            # made before this turn's rounds (it came back late) cannot keep them verbatim, so
-            # a digest now would take what the model just asked for, and it would ask again.
+            # recalled; a digest cannot): only the open turn's own rounds stay whole. After a
+            # plan made before this turn's rounds (one that came back late) no compaction can
+            # keep them verbatim (its summary is newer than they are), so a digest now would
+            # take what the model just asked for, and it would ask again.
             state = self.journal.state
             keep = min(self.marks.keep_rounds, turn_rounds(state.history) if state.turn_open else 0)
             if keep < self.marks.keep_rounds:
