@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             return row
 
         def smalls() -> list[dict[str, Any]]:
-            done = sum(r["sessions"] == args.small for r in runs)
+            done = sum(r["run"].startswith("small") for r in runs)
             return [run(f"small {done + i + 1}", args.small) for i in range(args.small_runs)]
 
         before = smalls()

@@ -109,10 +109,9 @@ class FdCache:
 
     def _evict(self) -> None:
         # Called with the lock held. Pinned entries are skipped, so the cache may stay over
-        # capacity while more than ``capacity`` writes are in flight at once.
-        # The oldest entries are looked at first and only until enough are found: with
-        # thousands of sessions every append evicts one, so a copy of all keys per eviction
-        # was most of an append's cost in the cache.
+        # capacity while more than ``capacity`` writes are in flight at once. The oldest
+        # entries are looked at only until enough are found: with thousands of sessions every
+        # append evicts one, and a copy of all keys each time was most of an append's cost.
         excess = len(self._entries) - self._capacity
         if excess <= 0:
             return

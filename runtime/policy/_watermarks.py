@@ -263,13 +263,19 @@ def tokens_after_compaction(
     return fixed_tokens + math.ceil(chars / chars_per_token)
 
 
+def _turn_groups(history: Sequence[HistoryEntry]) -> list[list[int]]:
+    """The ``round_groups`` of the current turn: those after the newest user message (none
+    when there is no user message)."""
+    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
+    if not users:
+        return []
+    return [g for g in round_groups(history) if g[0] > users[-1]]
+
+
 def turn_rounds(history: Sequence[HistoryEntry]) -> int:
     """How many tool rounds the current turn has in ``history`` (those after the newest user
     message; 0 when there is none). Raises nothing."""
-    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
-    if not users:
-        return 0
-    return sum(1 for g in round_groups(history) if g[0] > users[-1])
+    return len(_turn_groups(history))
 
 
 def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:
@@ -277,10 +283,7 @@ def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:
     after the newest user message) verbatim: element k-1 is the ``covers_through`` that keeps
     the newest k. Stops at a round no ``covers_through`` can keep (an older summary's seq
     after it). Raises nothing."""
-    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
-    if not users:
-        return []
-    groups = [g for g in round_groups(history) if g[0] > users[-1]]
+    groups = _turn_groups(history)
     cuts: list[int] = []
     for group in reversed(groups):
         index = group[0]
