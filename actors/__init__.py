@@ -5,18 +5,24 @@ through the typed messages of ``_messages``, over mailboxes and coalescing slots
 """
 
 from ._context import SessionContext
+from ._inbox import CompactorInbox
 from ._interrupt import TurnInterrupt
 from ._mailbox import Doorbell, Latch, Reply, Slot, mailbox
 from ._messages import (
+    Advice,
     Append,
+    Ask,
     CommittedSnapshot,
     CompactNow,
     ContinueTurn,
     Decide,
+    Plan,
+    PlanFailed,
     PlanOutcome,
     Protect,
     RunTools,
     SamplerCommand,
+    Stubs,
     TurnResult,
     UserTurn,
 )
@@ -26,14 +32,19 @@ from .sampler import Sampler
 from .tool_executor import run_tool_executor
 
 __all__ = [
+    "Advice",
     "Append",
+    "Ask",
     "CommittedSnapshot",
     "CompactNow",
+    "CompactorInbox",
     "CompactorKept",
     "ContinueTurn",
     "Decide",
     "Doorbell",
     "Latch",
+    "Plan",
+    "PlanFailed",
     "PlanOutcome",
     "Protect",
     "Reply",
@@ -42,6 +53,7 @@ __all__ = [
     "SamplerCommand",
     "SessionContext",
     "Slot",
+    "Stubs",
     "TurnInterrupt",
     "TurnResult",
     "UserTurn",

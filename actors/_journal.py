@@ -1,6 +1,6 @@
 """One session's state and the only way it changes: batches of records, folded in and made durable.
 
-The sampler and its helpers (``Pressure``, ``PlanApplier``) share one ``Journal``. They read
+The sampler and its helpers (``Gate``, ``PlanApplier``) share one ``Journal``. They read
 ``state`` freely but change it only through ``write``, which folds records exactly as replay
 does, so live and replayed history cannot drift apart. The journal also hands the compactor
 its snapshots, since persistence delivers them on the same edge once a batch is durable.
@@ -15,9 +15,10 @@ import anyio
 from stowage.core import Record, SessionState
 from stowage.core import render as render_protected
 
+from ._accounting import Accounting
 from ._context import SessionContext
-from ._mailbox import Reply, Slot
-from ._messages import Append, CommittedSnapshot, PlanRequest
+from ._mailbox import Reply
+from ._messages import Append, CommittedSnapshot, SnapshotCause, SnapshotSink
 
 __all__ = ["Journal"]
 
@@ -28,57 +29,67 @@ class Journal:
 
     ctx: SessionContext
     state: SessionState
-    #: the compactor's inbox: one coalescing slot, so a write never waits on a plan
-    compactor: Slot[CommittedSnapshot]
+    #: the compactor's inbox: a coalescing slot, so a write never waits on a plan
+    compactor: SnapshotSink
+    accounting: Accounting
+    #: the last seq of the newest batch that ended at a boundary (the compactor's verdicts
+    #: are on such seqs)
+    boundary_seq: int = 0
 
     def protected_text(self) -> str | None:
         """The protected state as every projection renders it; None when there is none."""
         return render_protected(self.state.protected) or None
 
-    def snapshot(
-        self,
-        *,
-        manual: bool = False,
-        focus: str | None = None,
-        request: PlanRequest | None = None,
-    ) -> CommittedSnapshot:
-        """The history as of the last folded record, for the compactor."""
+    def snapshot(self, cause: SnapshotCause) -> CommittedSnapshot:
+        """The session as of the last folded record, for the compactor."""
         state = self.state
+        protected = self.protected_text()
+        ledger = state.ledger
         return CommittedSnapshot(
             session_id=self.ctx.session_id,
+            cause=cause,
             round=state.round,
+            turn=state.turn,
+            turn_open=state.turn_open,
             history=tuple(state.history),
             usage=state.round_usage,
             last_seq=state.last_seq,
             last_compaction_seq=state.last_compaction_seq,
             usage_after_compaction=state.usage_after_compaction,
-            manual=manual,
-            focus=focus,
-            protected_text=self.protected_text(),
-            request=request,
+            protected_text=protected,
             stubbed=frozenset(state.stubbed),
+            open_calls=frozenset(state.open_calls),
+            status=self.accounting.status(state, protected),
+            looping=(ledger.looping(self.ctx.settings.compaction_loop_repeats) if ledger else None),
+            turn_compactions=ledger.compactions if ledger else 0,
         )
 
-    def send_to_compactor(self, snapshot: CommittedSnapshot) -> None:
-        """Ask the compactor for a plan on ``snapshot`` (replacing any it has not read yet)."""
+    def seed(self) -> None:
+        """Hand the compactor the state the session starts from: replayed from the log, so
+        durable like any boundary (a resumed turn goes on without writing first)."""
+        snapshot = self.snapshot("recovered")
+        self.boundary_seq = snapshot.last_seq
         self.compactor.put(snapshot)
 
     async def write(
-        self, records: Sequence[Record], *, notify_compactor: bool = False
-    ) -> CommittedSnapshot | None:
+        self, records: Sequence[Record], *, boundary: SnapshotCause | None = None
+    ) -> None:
         """Fold one batch into the state and wait until it is durable.
 
         Folding first lets the committed snapshot include the batch; if the write fails the
-        session fails with it, so no caller ever sees state that is not on disk. With
-        ``notify_compactor``, persistence hands the compactor that snapshot once the batch is
-        durable, and it is returned. Raises the store's error when the write fails, and
-        ``TimeoutError`` when it is not answered within the context's ``write_timeout``.
+        session fails with it, so no caller ever sees state that is not on disk. A batch that
+        ends at a ``boundary`` (a committed round, a turn's input, an applied plan) is handed
+        to the compactor as a snapshot by persistence once it is durable. Raises the store's
+        error when the write fails, and ``TimeoutError`` when it is not answered within the
+        context's ``write_timeout``.
         """
         if not records:
-            return None
+            return
         for record in records:
             self.state.apply(record)
-        committed = self.snapshot() if notify_compactor else None
+        committed = self.snapshot(boundary) if boundary is not None else None
+        if committed is not None:
+            self.boundary_seq = committed.last_seq
         reply: Reply[None] = Reply()
         await self.ctx.persistence.send(
             Append(
@@ -86,10 +97,9 @@ class Journal:
                 records=tuple(records),
                 reply=reply,
                 committed=committed,
-                notify=self.compactor if notify_compactor else None,
+                notify=self.compactor if committed is not None else None,
             )
         )
         with anyio.fail_after(self.ctx.write_timeout, shield=True):
             # a write already sent must be answered before this task may be cancelled
             await reply.wait()
-        return committed

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, TypeAlias
 
-from stowage.core import FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
+from stowage.core import Cycle, FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
+from stowage.policy import TokenStatus
 
 from ._interrupt import TurnInterrupt
-from ._mailbox import Reply, Slot
+from ._mailbox import Reply
 
 __all__ = [
+    "Advice",
     "Append",
+    "Ask",
     "CommittedSnapshot",
     "CompactNow",
     "ContinueTurn",
@@ -19,51 +22,76 @@ __all__ = [
     "Plan",
     "PlanFailed",
     "PlanOutcome",
-    "PlanRequest",
     "Protect",
     "RunTools",
     "SamplerCommand",
+    "SnapshotCause",
+    "SnapshotSink",
+    "Stubs",
     "TurnResult",
     "UserTurn",
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanRequest:
-    """The sampler's watermark policy asks for a plan: why, on which figures, and whether it is
-    blocked waiting for it (``urgent``: a failed summary must fall back at once)."""
-
-    reason: str
-    tokens: int | None
-    estimated: bool
-    urgent: bool = False
+SnapshotCause: TypeAlias = Literal["round", "turn", "applied", "approval", "recovered"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommittedSnapshot:
-    """The history as of the last committed round: the compactor's only input. Sent by
-    persistence once the round is durable (not the ``RoundCommitted`` event subscribers get).
+    """The session as of a durable boundary: the compactor's only input, put in its slot by
+    persistence once the batch that ends there is durable (not the ``RoundCommitted`` event
+    subscribers get). A boundary is a committed round, a new turn's input, an applied plan, a
+    round stopped for approval or closed on recovery: never half a tool step.
 
-    ``manual`` marks a snapshot the sampler re-sent because the user asked to compact now;
-    it still describes the last committed round, never a half one.
+    ``status`` is the token figure of the next request built from it (None in threshold mode
+    or without a budget: the seed's rule reads ``usage``); ``open_calls`` are calls with no
+    output yet (waiting for approval), which no compaction may cover.
     """
 
     session_id: str
+    cause: SnapshotCause
     round: int
+    turn: int
+    turn_open: bool
     history: tuple[HistoryEntry, ...]
     usage: Usage | None
     last_seq: int
     last_compaction_seq: int
     #: reported usage of the first round after the newest compaction (threshold mode's base)
     usage_after_compaction: int | None = None
-    manual: bool = False
-    focus: str | None = None
     #: the rendered protected state, shown to the summarizer (None when there is none)
     protected_text: str | None = None
-    #: set when the sampler re-sent this snapshot because its watermark policy wants a plan
-    request: PlanRequest | None = None
     #: seqs of the tool outputs the model sees as stubs (the summarizer sees them so too)
     stubbed: frozenset[int] = frozenset()
+    open_calls: frozenset[str] = frozenset()
+    status: TokenStatus | None = None
+    #: the open turn's compaction cycles when they make a loop (``TurnLedger.looping``)
+    looping: tuple[Cycle, ...] | None = None
+    #: compactions of the open turn so far
+    turn_compactions: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ask:
+    """The sampler asks the compactor to decide now on the last committed snapshot: a manual
+    compaction (``focus`` for its summary), or a request the provider refused as too long
+    (``fit``: tokens it may carry; ``level``: how far to go, 1 to 4). Answered by the
+    ``Advice`` whose ``answers`` is ``ask_id``."""
+
+    ask_id: int
+    kind: Literal["manual", "overflow"]
+    focus: str | None = None
+    fit: int | None = None
+    level: int = 1
+    #: chars per token the provider's own count gave (overflow), used in place of the
+    #: session's calibrated ratio
+    chars_per_token: float | None = None
+
+
+class SnapshotSink(Protocol):
+    """Where persistence puts a committed snapshot once its batch is durable."""
+
+    def put(self, snapshot: CommittedSnapshot, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +105,7 @@ class Append:
     records: tuple[Record, ...]
     reply: Reply[None]
     committed: CommittedSnapshot | None = None
-    notify: Slot[CommittedSnapshot] | None = None
+    notify: SnapshotSink | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +138,10 @@ class Plan:
     protected_ops: tuple[dict[str, Any], ...] = ()
     #: what was wrong with the summarizer's updates block (its ops were then dropped whole)
     protected_problems: tuple[str, ...] = ()
+    #: the current turn's tool steps (seqs) kept verbatim although covered
+    reattach: tuple[int, ...] = ()
+    #: the figure it was planned at as a fraction of usable (for ``CompactionLanded``)
+    fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +155,55 @@ class PlanFailed:
 
 
 PlanOutcome: TypeAlias = Plan | PlanFailed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stubs:
+    """Tool outputs at ``seqs`` to show as stubs from now on (a microcompaction, or outputs
+    above the cap shown as head and tail), with the figures for its record."""
+
+    seqs: tuple[int, ...]
+    reason: str
+    tokens_before: int | None
+    tokens_after: int | None
+    estimated: bool
+    #: "micro": old outputs past the soft mark; "cap": new outputs above the cap
+    kind: Literal["micro", "cap"] = "micro"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advice:
+    """The compactor's verdict on the snapshot at ``basis_seq``, for the sampler to apply at
+    its next round boundary: stubs to write, a plan to apply, whether the next request must
+    wait for a later verdict (``block``: at the hard mark with a plan in flight), and a reason
+    to stop the turn (``stop``: a real loop, or a turn that cannot fit). One coalescing slot
+    carries it: an unread advice is merged into the next one (``merged_with``), never lost."""
+
+    basis_seq: int
+    stubs: tuple[Stubs, ...] = ()
+    outcome: PlanOutcome | None = None
+    block: bool = False
+    stop: str | None = None
+    stop_kind: Literal["loop", "overflow"] = "loop"
+    #: the ``Ask.ask_id`` this answers (0: none)
+    answers: int = 0
+    #: why nothing was done for an ask (a manual compaction with nothing to compact)
+    note: str = ""
+
+    def merged_with(self, older: Advice | None) -> Advice:
+        """This advice with what an unread ``older`` one still carries: its stubs, its plan
+        when this one has none, its stop, the newest ask answered."""
+        if older is None:
+            return self
+        return replace(
+            self,
+            stubs=(*older.stubs, *self.stubs),
+            outcome=self.outcome if self.outcome is not None else older.outcome,
+            stop=self.stop or older.stop,
+            stop_kind=self.stop_kind if self.stop else older.stop_kind,
+            answers=max(self.answers, older.answers),
+            note=self.note or older.note,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import structlog
 from stowage.core import (
+    CompactionError,
     CompactionRecord,
     CompactionSkipped,
     ErrorRecord,
@@ -61,13 +62,13 @@ class PlanApplier:
         *,
         user_budget_chars: int,
         chars_per_token: float,
-        tool_tokens: int,
         waited: float | None = None,
     ) -> bool:
         """Apply ``plan`` at a round boundary; False when it was stale or refused.
 
-        ``user_budget_chars`` is what recent user words may keep; ``chars_per_token`` and
-        ``tool_tokens`` turn the new projection into the token figure the record carries;
+        ``user_budget_chars`` is what recent user words may keep; ``chars_per_token`` turns
+        the new projection into the token figure the record carries (history only: tool
+        schemas are outside the usable budget, as in every other figure);
         ``waited`` (seconds a request was held back for it) goes into the record.
         Raises what ``Journal.write`` raises.
         """
@@ -79,13 +80,25 @@ class PlanApplier:
         review = review_updates(state.protected, plan.protected_ops)
         protected_records = self._protected_records(plan, review)
         seq = state.last_seq + 1 + len(protected_records)
-        result = apply_compaction(
-            state.history,
-            summary=plan.summary,
-            summary_seq=seq,
-            covers_through=plan.covers_through,
-            user_budget_chars=user_budget_chars,
-        )
+        try:
+            result = apply_compaction(
+                state.history,
+                summary=plan.summary,
+                summary_seq=seq,
+                covers_through=plan.covers_through,
+                user_budget_chars=user_budget_chars,
+                reattach=plan.reattach,
+            )
+        except CompactionError as exc:
+            # a plan that does not fit the history it meets is a bug, not a reason to fail
+            # the session: it is logged and not applied, the history stays as it is
+            reason = f"compaction for round {plan.round} not applied: {exc}"
+            self._log.error("compaction_invalid", round=plan.round, error=str(exc))
+            await self.journal.write(
+                [ErrorRecord(seq=state.last_seq + 1, kind="compaction_invalid", message=reason)]
+            )
+            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
+            return False
         projection = build_projection(
             result.history,
             stubbed=state.stubbed,
@@ -96,7 +109,17 @@ class PlanApplier:
         if lost:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
-        tokens_after = tool_tokens + estimate_tokens(projection, chars_per_token)
+        tokens_after = estimate_tokens(projection, chars_per_token)
+        # what the projection holds now, on the same estimate (the plan's figure is from when
+        # it was asked for; rounds may have gone on since)
+        before_projection = build_projection(
+            state.history,
+            stubbed=state.stubbed,
+            protected_text=render_protected(state.protected) or None,
+        )
+        tokens_before = max(
+            plan.tokens_before or 0, estimate_tokens(before_projection, chars_per_token)
+        )
         kept = {entry.seq for entry in result.retained}
         replaced = [
             e
@@ -116,6 +139,17 @@ class PlanApplier:
                 chars_per_token=chars_per_token,
             )
         )
+        # a compaction never leaves more history than it found (protected state the
+        # summarizer added is the point of it, so it is not counted), unless the user asked
+        # for this one whatever it leaves (``compact_only_if_smaller`` off)
+        history_before = estimate_tokens(build_projection(state.history, stubbed=state.stubbed))
+        history_after = estimate_tokens(build_projection(result.history, stubbed=state.stubbed))
+        exempt = manual and not self.ctx.settings.compact_only_if_smaller
+        if no_gain is None and not exempt and history_after >= history_before:
+            no_gain = (
+                f"skipped: the compacted history (~{history_after} tokens) would be no smaller "
+                f"than the history it replaces (~{history_before} tokens)"
+            )
         if no_gain is not None:
             # a compaction that grows history is how a too-small window loops: never write it
             self._log.info("compaction_skipped", reason=no_gain)
@@ -128,7 +162,7 @@ class PlanApplier:
             covers_through=plan.covers_through,
             retained=result.retained,
             reason=plan.reason,
-            tokens_before=plan.tokens_before,
+            tokens_before=tokens_before,
             tokens_after=tokens_after,
             removed=result.removed,
             round=state.round,
@@ -138,12 +172,13 @@ class PlanApplier:
             estimated=plan.estimated,
             chars_per_token=chars_per_token,
             waited=waited,
+            reattached=plan.reattach,
         )
-        await self.journal.write([*protected_records, record])
+        await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)
         self._log.info(
             "history_compacted",
-            tokens_before=plan.tokens_before,
+            tokens_before=tokens_before,
             tokens_after=tokens_after,
             removed=result.removed,
             retained=len(result.retained),
@@ -153,7 +188,7 @@ class PlanApplier:
             HistoryCompacted(
                 session_id=self.ctx.session_id,
                 kind=record.kind,
-                tokens_before=plan.tokens_before,
+                tokens_before=tokens_before,
                 tokens_after=tokens_after,
                 estimated=plan.estimated,
                 removed=result.removed,
@@ -175,7 +210,8 @@ class PlanApplier:
         if not canonical:
             return  # every op repeats what is already there
         await self.journal.write(
-            [ProtectedRecord(seq=self.journal.state.last_seq + 1, ops=canonical, source="user")]
+            [ProtectedRecord(seq=self.journal.state.last_seq + 1, ops=canonical, source="user")],
+            boundary="applied",
         )
         self._log.info("protected_changed", source="user", ops=len(canonical))
         self.ctx.publish(

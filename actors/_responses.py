@@ -1,11 +1,14 @@
-"""What the sampler checks in a complete response before any of it is written: usage that
-cannot be true, and tool calls the output limit cut off.
+"""What the sampler checks in a complete response before any of it is written: an answer
+larger than ``max_answer_chars``, usage that cannot be true, and tool calls the output limit
+cut off.
 
 Pure functions: the sampler writes what they decide. A reported usage that cannot describe
 the request (zero, or far below what its characters allow) is kept for audit only, and the
 estimate stands, as for a provider that reports none. A call whose arguments the output
 limit cut off (the response's ``finish_reason`` is ``length`` and they are not JSON) is
 never run: it gets an error output naming the cause, so the model can ask again for less.
+An answer past the cap is refused whole, like any other response that cannot be used: the
+OpenAI gateway already stops reading at the cap, and this check holds for every gateway.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import json
 from dataclasses import dataclass
 
 from stowage.core import FunctionCall, FunctionCallOutput, ModelRequest, ModelResponse, Usage
-from stowage.policy import implausible_usage, request_chars
+from stowage.policy import answer_chars, implausible_usage, oversized_answer, request_chars
 
-__all__ = ["VettedUsage", "cut_call_outputs", "merge_outputs", "vet_usage"]
+__all__ = ["VettedUsage", "answer_too_large", "cut_call_outputs", "merge_outputs", "vet_usage"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +29,13 @@ class VettedUsage:
     usage: Usage | None
     rejected: Usage | None = None
     reason: str | None = None
+
+
+def answer_too_large(response: ModelResponse, max_chars: int) -> str | None:
+    """Why ``response`` is refused as larger than ``max_chars`` (``max_answer_chars``: its
+    assistant text plus its call arguments), or None when it is within the cap. The caller
+    raises ``ResponseTooLarge`` with the reason. Raises nothing."""
+    return oversized_answer(answer_chars(response), max_chars)
 
 
 def vet_usage(response: ModelResponse, request: ModelRequest) -> VettedUsage:

@@ -1,16 +1,23 @@
-"""The compactor actor: turns committed snapshots into compaction plans.
+"""The compactor actor: where every compaction of a session is decided.
 
-Its only input is a ``CommittedSnapshot``, put in its slot by persistence after the round is
-durable (or re-sent by the sampler for a manual compaction), so it never sees a half round and
-can never interrupt a tool call. It never touches history: it hands a ``Plan`` back through a
-one-slot edge and the sampler applies it at a round boundary.
+Its only input is a ``CommittedSnapshot``, put in its inbox by persistence once the batch that
+ends at a boundary is durable (a committed round, a new turn's input, an applied plan), so it
+never sees a half round and can never interrupt a tool call; the sampler may also ask it to
+decide now on the last such snapshot (a manual compaction, a request the provider refused).
+It answers each with an ``Advice`` in one coalescing slot: what to stub, which plan to apply,
+whether the next request must wait, whether the turn must stop. The sampler only applies it at
+a round boundary; the compactor never touches history.
+
+Decisions are quick and pure (``Control``); a summary is a model call, so it runs as a job of
+its own beside the decision loop: rounds go on while it is made, and the loop keeps answering
+every new snapshot meanwhile.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -27,70 +34,23 @@ from stowage.core import (
     ModelGateway,
     ModelRequest,
     Settings,
+    SystemMessage,
+    ToolSpec,
     parse_summary_updates,
 )
-from stowage.policy import (
-    CompactionDecision,
-    build_summary_request,
-    cache_key_for,
-    decide_compaction,
-    effective_threshold,
-    summary_input_budget,
-    summary_view,
-)
+from stowage.policy import build_summary_request, cache_key_for, summary_input_budget, summary_view
 
+from ._accounting import Accounting
+from ._control import Control, SummaryJob
+from ._inbox import CompactorInbox
 from ._mailbox import Slot
-from ._messages import CommittedSnapshot, Plan, PlanFailed, PlanOutcome
+from ._messages import Advice, Plan, PlanFailed
+from ._planner import MIN_GROWTH, decide_for
 from ._summarizer import Breaker, summarize
 
-__all__ = ["MIN_GROWTH", "CompactorKept", "decide_for", "run_compactor"]
-
-#: in threshold mode, usage must grow by this share of the threshold after a compaction
-#: before another one is worth its summary request
-MIN_GROWTH = 0.25
+__all__ = ["MIN_GROWTH", "CompactorKept", "advise", "decide_for", "run_compactor"]
 
 _log = structlog.get_logger("stowage.compactor")
-
-
-def decide_for(snapshot: CommittedSnapshot, settings: Settings) -> CompactionDecision:
-    """The compaction decision for a committed snapshot; the sampler runs the same function
-    to know whether it must wait for the plan before its next request."""
-    tokens = snapshot.usage.total_tokens if snapshot.usage is not None else None
-    if snapshot.manual:
-        if len(snapshot.history) < 2:
-            return CompactionDecision(compact=False, reason="nothing to compact", tokens=tokens)
-        return CompactionDecision(compact=True, reason="manual compaction requested", tokens=tokens)
-    if snapshot.request is not None:
-        # the sampler's watermark policy (or a context overflow) asked for this plan
-        request = snapshot.request
-        return CompactionDecision(compact=True, reason=request.reason, tokens=request.tokens)
-    if not settings.auto_compact:
-        return CompactionDecision(compact=False, reason="auto compaction is off", tokens=tokens)
-    threshold = effective_threshold(settings)
-    if threshold is None:
-        # watermark mode: only the sampler knows stubs and calibration, so it asks explicitly
-        return CompactionDecision(compact=False, reason="no plan requested", tokens=tokens)
-    decision = decide_compaction(
-        tokens=tokens, threshold=threshold, history_length=len(snapshot.history)
-    )
-    base = snapshot.usage_after_compaction
-    if decision.compact and tokens is not None and base is not None:
-        grown = tokens - base
-        if grown < threshold * MIN_GROWTH:
-            # what a compaction keeps (summary, recent user words) is itself over the
-            # threshold: compacting again now would free almost nothing, round after round
-            return CompactionDecision(
-                compact=False,
-                reason=(
-                    f"Reported token usage {tokens} reached the compaction threshold "
-                    f"{threshold}, but only {grown} tokens were added since the last compaction "
-                    f"(which left {base}); not compacting again until {int(threshold * MIN_GROWTH)} "
-                    "more. Lower user_budget_chars or raise the threshold."
-                ),
-                tokens=tokens,
-                skipped=True,
-            )
-    return decision
 
 
 def _compact_prompt(settings: Settings, log: structlog.stdlib.BoundLogger) -> str | None:
@@ -112,127 +72,210 @@ def _compact_prompt(settings: Settings, log: structlog.stdlib.BoundLogger) -> st
 
 @dataclass(eq=False)
 class CompactorKept:
-    """What one session's compactor keeps from one run to the next: its circuit breaker and
-    the compaction instructions (``compact_prompt_file`` is read once per session)."""
+    """What one session's compactor keeps from one run to the next (a parked session's actors
+    stop and start again): its circuit breaker, the compaction instructions
+    (``compact_prompt_file`` is read once per session) and its policy state."""
 
     breaker: Breaker
     instructions: str | None
+    control: Control
 
     @classmethod
-    def for_session(cls, settings: Settings, session_id: str) -> CompactorKept:
+    def for_session(
+        cls,
+        settings: Settings,
+        session_id: str,
+        specs: Sequence[ToolSpec],
+        publish: Callable[[Event], None],
+    ) -> CompactorKept:
+        """Raises ``ConfigError`` when the settings' window leaves no usable budget."""
         log = _log.bind(session=session_id, actor="compactor")
-        return cls(Breaker(threshold=settings.breaker_failures), _compact_prompt(settings, log))
+        control = Control(Accounting(settings, specs), publish, log)
+        return cls(
+            Breaker(threshold=settings.breaker_failures), _compact_prompt(settings, log), control
+        )
+
+
+def advise(slot: Slot[Advice], advice: Advice) -> None:
+    """Put ``advice`` in the sampler's slot, merged with an unread one (nothing is lost)."""
+    slot.put(advice.merged_with(slot.take()))
 
 
 async def run_compactor(
     session_id: str,
     settings: Settings,
     gateway: ModelGateway,
-    inbox: Slot[CommittedSnapshot],
-    plans: Slot[PlanOutcome],
+    inbox: CompactorInbox,
+    advice: Slot[Advice],
     publish: Callable[[Event], None],
     *,
+    kept: CompactorKept,
+    specs: Sequence[ToolSpec] = (),
     limiter: anyio.CapacityLimiter | None = None,
     call_limiter: CallLimiter | None = None,
     before: BeforeCompaction | None = None,
-    kept: CompactorKept | None = None,
 ) -> None:
-    """Plan compactions for committed snapshots until ``inbox`` is closed; ``before`` (a
-    ``CompactionHooks.before``) sees each full compaction before its summary is asked for;
-    ``kept`` carries the breaker and instructions over from an earlier run of this session's
-    compactor (a parked session's actors stop and start again)."""
+    """Decide on every snapshot and ask until ``inbox`` is closed (a summary job still being
+    made is finished first); ``before`` (a ``CompactionHooks.before``) sees each full
+    compaction before its summary is asked for; ``specs`` are the session's tool specs, sent
+    with each summary request so that it shares the rounds' cached prefix."""
     log = _log.bind(session=session_id, actor="compactor")
-    if kept is None:
-        kept = CompactorKept.for_session(settings, session_id)
-    breaker, instructions = kept.breaker, kept.instructions
-    input_budget = summary_input_budget(settings)
-    while True:
+    control = kept.control
+    summarizer = _Summarizer(
+        session_id=session_id,
+        settings=settings,
+        gateway=gateway,
+        specs=tuple(specs),
+        kept=kept,
+        publish=publish,
+        log=log,
+        limiter=limiter,
+        call_limiter=call_limiter,
+        before=before,
+    )
+
+    async def job(work: SummaryJob) -> None:
         try:
-            snapshot = await inbox.get()
-        except anyio.EndOfStream:
-            return
-        decision = decide_for(snapshot, settings)
-        if not decision.compact:
-            continue
-        log.info("compaction_planning", round=snapshot.round, reason=decision.reason)
-        focus = snapshot.focus
-        if before is not None:
+            outcome = await summarizer.plan(work)
+            advise(advice, control.landed(work, outcome, anyio.current_time()))
+        finally:
+            inbox.job_ended()
+
+    async with anyio.create_task_group() as tg:
+        while True:
+            try:
+                snapshot, ask = await inbox.next()
+            except anyio.EndOfStream:
+                break
+            now = anyio.current_time()
+            started: SummaryJob | None = None
+            if snapshot is not None:
+                unread = advice.peek()
+                control.seen(snapshot, unread=unread is not None and unread.outcome is not None)
+                verdict, started = control.decide(snapshot, now)
+                advise(advice, verdict)
+            if ask is not None:
+                latest = control.latest
+                if latest is None:  # pragma: no cover - the journal seeds one on start
+                    advise(advice, Advice(basis_seq=0, answers=ask.ask_id, note="no snapshot"))
+                    continue
+                verdict, asked = control.ask(latest, ask, now)
+                advise(advice, verdict)
+                started = started or asked
+            if started is not None:
+                inbox.jobs += 1
+                tg.start_soon(job, started)
+
+
+@dataclass(eq=False, kw_only=True)
+class _Summarizer:
+    """Turns a ``SummaryJob`` into a ``Plan``: the before hook, the summary request, its
+    retries and fallbacks (``summarize``), the protected-updates block cut out."""
+
+    session_id: str
+    settings: Settings
+    gateway: ModelGateway
+    specs: tuple[ToolSpec, ...]
+    kept: CompactorKept
+    publish: Callable[[Event], None]
+    log: structlog.typing.FilteringBoundLogger
+    limiter: anyio.CapacityLimiter | None
+    call_limiter: CallLimiter | None
+    before: BeforeCompaction | None
+
+    def _input_budget(self) -> int | None:
+        """Tokens the summary request's input may carry: the summary model's window less
+        its output reserve, less the tool schemas it carries (for the prompt cache)."""
+        budget = summary_input_budget(self.settings)
+        if budget is None:
+            return None
+        return max(1, budget - self.kept.control.accounting.tool_tokens)
+
+    async def plan(self, job: SummaryJob) -> Plan | PlanFailed:
+        snapshot = job.snapshot
+        log = self.log.bind(round=snapshot.round)
+        log.info("compaction_planning", reason=job.reason, covers_through=job.covers_through)
+        focus = job.focus
+        if self.before is not None:
             about = CompactionAbout(
-                session_id=session_id,
+                session_id=self.session_id,
                 round=snapshot.round,
-                manual=snapshot.manual,
-                reason=decision.reason,
-                tokens=decision.tokens,
+                manual=job.kind == "manual",
+                reason=job.reason,
+                tokens=job.tokens,
                 focus=focus,
             )
             try:
-                focus = await _before(before, about, log)
+                focus = await _before(self.before, about, log)
             except CompactionVetoed as veto:
                 reason = f"vetoed by the before-compaction hook: {veto}"
-                log.info("compaction_vetoed", round=snapshot.round, reason=reason)
-                publish(CompactionSkipped(session_id=session_id, reason=reason))
-                plans.put(PlanFailed(round=snapshot.round, error=reason, vetoed=True))
-                continue
+                log.info("compaction_vetoed", reason=reason)
+                self.publish(CompactionSkipped(session_id=self.session_id, reason=reason))
+                return PlanFailed(round=snapshot.round, error=reason, vetoed=True)
+        covered = tuple(e for e in snapshot.history if e.seq <= job.covers_through)
+        refs = {e.item.call_id: e.seq for e in covered if isinstance(e.item, FunctionCallOutput)}
+        settings = self.settings
+        specs = self.specs
 
-        def build(
-            items: list[Item], snapshot: CommittedSnapshot = snapshot, focus: str | None = focus
-        ) -> ModelRequest:
-            request = build_summary_request(
-                items,
+        def build(items: list[Item]) -> ModelRequest:
+            # the round request's own shape, so that the provider's prefix cache serves it
+            projection = list(items)
+            if snapshot.protected_text:
+                at = 1 if projection and isinstance(projection[0], SystemMessage) else 0
+                projection.insert(at, SystemMessage(text=snapshot.protected_text))
+            return build_summary_request(
+                projection,
                 model=settings.compact_model or settings.model,
+                tools=specs,
+                cache_key=cache_key_for(settings, self.session_id),
                 focus=focus,
-                protected_text=snapshot.protected_text,
                 protected_updates=True,
-                instructions=instructions,
-                refs={
-                    e.item.call_id: e.seq
-                    for e in snapshot.history
-                    if isinstance(e.item, FunctionCallOutput)
-                },
+                refs=refs,
+                instructions=self.kept.instructions,
             )
-            return replace(request, cache_key=cache_key_for(settings, session_id))
 
         outcome = await summarize(
-            summary_view(snapshot.history, snapshot.stubbed),
+            summary_view(covered, snapshot.stubbed),
             build=build,
-            gateway=gateway,
-            breaker=breaker,
-            urgent=snapshot.request is not None and snapshot.request.urgent,
+            gateway=self.gateway,
+            breaker=self.kept.breaker,
+            urgent=job.urgent,
             attempts=settings.max_retries + 1,
-            input_budget=input_budget,
-            publish=publish,
-            session_id=session_id,
-            log=log.bind(round=snapshot.round),
-            limiter=limiter,
-            call_limiter=call_limiter,
+            input_budget=self._input_budget(),
+            publish=self.publish,
+            session_id=self.session_id,
+            log=log,
+            limiter=self.limiter,
+            call_limiter=self.call_limiter,
         )
         if outcome.kind == "failed":
-            plans.put(PlanFailed(round=snapshot.round, error=outcome.note))
-            continue
+            return PlanFailed(round=snapshot.round, error=outcome.note)
         # the updates block is cut out here; whether its ops may apply is the sampler's call
         summary, protected_ops, problems = (
             parse_summary_updates(outcome.text)
             if outcome.kind == "full"
             else (outcome.text, (), ())  # a digest proposes no protected updates
         )
-        plans.put(
-            Plan(
-                round=snapshot.round,
-                summary=summary,
-                covers_through=snapshot.last_seq,
-                reason=decision.reason + outcome.note,
-                tokens_before=decision.tokens,
-                estimated=snapshot.request is not None and snapshot.request.estimated,
-                based_on_compaction_seq=snapshot.last_compaction_seq,
-                kind=outcome.kind,
-                protected_ops=protected_ops,
-                protected_problems=problems,
-            )
+        status = snapshot.status
+        return Plan(
+            round=snapshot.round,
+            summary=summary,
+            covers_through=job.covers_through,
+            reason=job.reason + outcome.note,
+            tokens_before=job.tokens,
+            estimated=job.estimated,
+            based_on_compaction_seq=snapshot.last_compaction_seq,
+            kind=outcome.kind,
+            protected_ops=protected_ops,
+            protected_problems=problems,
+            fraction=None
+            if status is None
+            else self.kept.control.accounting.fraction(status.tokens),
         )
 
 
 async def _before(
-    hook: BeforeCompaction, about: CompactionAbout, log: structlog.stdlib.BoundLogger
+    hook: BeforeCompaction, about: CompactionAbout, log: structlog.typing.FilteringBoundLogger
 ) -> str | None:
     """Run the before hook: the focus to summarize with (the hook's text added to the one
     asked for). Raises ``CompactionVetoed`` for a manual compaction the hook refuses; any other

@@ -6,14 +6,16 @@ before any tool runs), have the tool executor run the calls, write the outputs w
 
 A response is used only whole (the gateway raises on one that never said it was done) and
 checked before anything of it is written (``ResponseChecks``): duplicate call ids are made
-unique, usage that cannot be true is set aside, a turn that keeps re-reading what its
-compactions absorbed stops; then calls the output limit cut off get an error output instead
-of running.
+unique, usage that cannot be true is set aside, an answer larger than ``max_answer_chars``
+is refused like any other bad response; then calls the output limit cut off get an error
+output instead of running.
 
 Three named helpers share the work, each on its own small interface: the ``Journal`` (every
-state change is a batch of records it folds in, as replay does, and makes durable), the
-``PlanApplier`` (compaction and protected-state writes) and ``Pressure`` (the watermark
-policy's actions and the plans the compactor sends back). None of them knows the sampler.
+state change is a batch of records it folds in, as replay does, and makes durable; a batch
+that ends at a boundary goes to the compactor as a snapshot), the ``PlanApplier`` (compaction
+and protected-state writes) and the ``Gate`` (applies what the compactor advised, and holds a
+request back while it says so). None of them knows the sampler. The sampler decides nothing
+about compaction: the compactor does, on committed snapshots.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from stowage.core import (
     ApprovalRecord,
     AssistantDelta,
     AssistantMessage,
-    CompactionSkipped,
     ContextLengthExceeded,
     FunctionCall,
     FunctionCallOutput,
@@ -44,6 +45,7 @@ from stowage.core import (
     ProtectedStateViolation,
     Record,
     ResponseDone,
+    ResponseTooLarge,
     RoundCommitted,
     RoundCommittedRecord,
     RoundStarted,
@@ -57,18 +59,21 @@ from stowage.core import (
     build_projection,
     estimate_tokens,
 )
+from stowage.policy import cache_key_for
 
+from ._accounting import Accounting
 from ._checks import ResponseChecks
 from ._context import SessionContext
+from ._gate import Gate
+from ._inbox import CompactorInbox
 from ._interrupt import TurnInterrupt
 from ._journal import Journal
 from ._mailbox import Doorbell, Reply, Slot
 from ._messages import (
-    CommittedSnapshot,
+    Advice,
     CompactNow,
     ContinueTurn,
     Decide,
-    PlanOutcome,
     Protect,
     RunTools,
     SamplerCommand,
@@ -76,10 +81,8 @@ from ._messages import (
     UserTurn,
 )
 from ._plans import PlanApplier
-from ._pressure import Pressure
-from ._responses import VettedUsage, cut_call_outputs, merge_outputs
+from ._responses import VettedUsage, answer_too_large, cut_call_outputs, merge_outputs
 from ._retry import call_with_retries
-from .compactor import decide_for
 
 __all__ = ["Sampler", "interrupted_output", "unique_call_ids"]
 
@@ -130,21 +133,30 @@ class Sampler:
 
     ctx: SessionContext
     state: SessionState
-    committed: Slot[CommittedSnapshot]
-    plans: Slot[PlanOutcome]
+    #: the compactor's inbox (persistence puts committed snapshots in it, the gate asks)
+    committed: CompactorInbox
+    #: the compactor's advice
+    plans: Slot[Advice]
     #: the executor's inbox of the current run of the actors (``serve`` sets it)
     tools: MemoryObjectSendStream[RunTools] | None = None
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
         # every change of state goes through the journal, the helpers' one way to write
-        self._journal = Journal(ctx=self.ctx, state=self.state, compactor=self.committed)
+        accounting = Accounting(self.ctx.settings, self.ctx.tools.specs())
+        self._journal = Journal(
+            ctx=self.ctx, state=self.state, compactor=self.committed, accounting=accounting
+        )
         # the helpers log through this actor's logger (one bound logger per live session)
         self._applier = PlanApplier(self.ctx, self._journal, self._log)
-        # the watermark policy's side of this actor (stowage.policy decides, this acts)
-        self._pressure = Pressure(self.ctx, self._journal, self._applier, self.plans, self._log)
-        # usage vetting and the loop guard, before anything of a response is written
-        self._checks = ResponseChecks(self.ctx, self._journal, self._pressure, self._log)
+        # the compactor decides; the gate applies what it advised, at round boundaries
+        self._gate = Gate(
+            self.ctx, self._journal, self._applier, self.plans, self.committed, self._log
+        )
+        # usage vetting, before anything of a response is written
+        self._checks = ResponseChecks(self.ctx, self._journal, self._log)
+        #: the ``prompt_cache_key`` the session's round requests carry
+        self._cache_key = cache_key_for(self.ctx.settings, self.ctx.session_id)
         # the running turn's interrupt, if its asker can stop it
         self._interrupt: TurnInterrupt | None = None
         # the round's request as it is sent (rebuilt if a plan lands while it waits)
@@ -153,6 +165,11 @@ class Sampler:
     @property
     def settings(self) -> Settings:
         return self.ctx.settings
+
+    @property
+    def waited(self) -> float:
+        """Seconds this session's requests were held back for compaction, in all."""
+        return self._gate.waited
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -166,24 +183,32 @@ class Sampler:
         """Serve ``first``, then every command that comes while there is work. Returns False
         when the session parks (no command waiting and the compactor idle: this run of the
         session's actors ends and its supervisor waits for the next command with one task),
-        True when the input ended. ``doorbell`` is rung by a new command, the end of input and
-        the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
-        ends the other actors."""
+        True when the input ended; then it first waits for the compactor to be idle and
+        applies what it advised last (a plan made after the turn's last round is not lost).
+        ``doorbell`` is rung by a new command, the end of input and the compactor going idle.
+        Closing ``tools`` and the compactor's inbox on the way out ends the other actors."""
         self.tools = tools
         try:
             async with tools:
                 command = first
+                ended = False
                 while True:
                     await self._serve(command)
                     while True:
-                        try:
-                            command = commands.receive_nowait()
-                            break
-                        except anyio.EndOfStream:
-                            return True
-                        except anyio.WouldBlock:
-                            if self.committed.idle:
-                                return False
+                        if not ended:
+                            try:
+                                command = commands.receive_nowait()
+                                break
+                            except anyio.EndOfStream:
+                                ended = True
+                            except anyio.WouldBlock:
+                                pass
+                        if self.committed.idle:
+                            if not ended or self.plans.peek() is None:
+                                # parked, an advice waits in its slot for the next command
+                                return ended
+                            await self._gate.apply_ready()  # the last plan is not lost
+                            continue
                         await doorbell.wait()  # no await since the checks: no ring is missed
         finally:
             self.committed.close()
@@ -191,9 +216,12 @@ class Sampler:
 
     async def recover(self) -> None:
         """Close a round the log left open: every logged call without an output gets the
-        synthetic "interrupted" output, so no orphan call ever reaches a model."""
+        synthetic "interrupted" output, so no orphan call ever reaches a model. The compactor
+        is handed the state the session starts from either way."""
         if not self.state.open_calls or self.state.awaiting_approval:
-            return  # a round that waits for approval stays open until the answer comes
+            # a round that waits for approval stays open until the answer comes
+            self._journal.seed()
+            return
         round_ = self.state.open_round or self.state.round + 1
         first = self.state.last_seq + 1
         records: list[Record] = [
@@ -204,7 +232,7 @@ class Sampler:
             self._commit_record(round_, None, first, interrupted=True, offset=len(records))
         )
         self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
-        await self._journal.write(records)
+        await self._journal.write(records, boundary="recovered")
 
     async def _serve(self, command: SamplerCommand) -> None:
         match command:
@@ -261,7 +289,8 @@ class Sampler:
             [
                 ItemRecord(seq=seq + 1, item=user),
                 TurnRecord(seq=seq + 2, turn=turn, phase="started"),
-            ]
+            ],
+            boundary="turn",
         )
         return await self._rounds(turn, interrupt)
 
@@ -275,8 +304,7 @@ class Sampler:
         return await self._rounds(self.state.turn)
 
     async def _rounds(self, turn: int, interrupt: TurnInterrupt | None = None) -> TurnResult:
-        self._pressure.turn_started()
-        self._checks.turn_started()
+        self._gate.turn_started()
         self._interrupt = interrupt
         try:
             return await self._rounds_until_done(turn, interrupt)
@@ -287,7 +315,7 @@ class Sampler:
         for rounds in range(1, self.settings.max_rounds_per_turn + 1):
             if interrupt is not None and interrupt.requested:
                 return await self._interrupted(turn, rounds - 1)
-            await self._pressure.apply_ready_plan()
+            await self._gate.apply_ready()
             try:
                 answer = await self._round(turn)
             except _TurnInterrupted:
@@ -295,6 +323,10 @@ class Sampler:
             except _AwaitingApproval:
                 return TurnResult(text="", rounds=rounds, stopped="pending_approval")
             if answer is not None:
+                # the verdict on the turn's last round is applied before the answer is given
+                # (the seed's rule waits for a due compaction here), so a reader of the
+                # session after the answer sees what the log holds
+                await self._gate.settle()
                 stopped = "truncated" if answer.truncated else "answered"
                 return TurnResult(text=answer.text, rounds=rounds, stopped=stopped)
         self._log.warning("turn_round_limit", turn=turn, rounds=self.settings.max_rounds_per_turn)
@@ -305,7 +337,8 @@ class Sampler:
         stream wrote nothing, stopped calls got interrupted outputs); the turn is closed."""
         self._log.info("turn_interrupted", turn=turn, rounds=rounds)
         await self._journal.write(
-            [TurnRecord(seq=self.state.last_seq + 1, turn=turn, phase="interrupted")]
+            [TurnRecord(seq=self.state.last_seq + 1, turn=turn, phase="interrupted")],
+            boundary="turn",
         )
         return TurnResult(text="", rounds=rounds, stopped="interrupted")
 
@@ -326,19 +359,21 @@ class Sampler:
     async def _round(self, turn: int) -> ModelResponse | None:
         """One round; returns the response when the model made no tool calls (the answer).
 
-        Raises ``CompactionLoop`` (after logging an ``error`` record) when the response
-        re-issues, once too often, a call whose output this turn's compactions absorbed.
+        Raises ``CompactionLoop`` (after an ``error`` record) when the compactor found the turn
+        in a real compaction loop, and ``ContextLengthExceeded`` when the request cannot be
+        brought under the hard mark.
         """
         round_ = self.state.round + 1
         log = self._log.bind(round=round_)
-        await self._pressure.before_request()  # pre-turn and mid-turn: never over the hard mark
+        # pre-turn and mid-turn: the compactor's verdict on the newest boundary, applied
+        await self._gate.settle()
         projection = self._projection()
         request = ModelRequest(
             model=self.settings.model,
             input=projection,
             tools=self.ctx.tools.specs(),
             max_output_tokens=self.settings.max_output_tokens,
-            cache_key=self._pressure.cache_key,
+            cache_key=self._cache_key,
         )
         self.ctx.publish(
             RoundStarted(
@@ -354,14 +389,13 @@ class Sampler:
                 request, response = await self._sample_unless_interrupted(request, round_)
             except ContextLengthExceeded as exc:
                 # nothing of the round was written: compact, blocking, and send it once more
-                await self._pressure.recover_overflow(exc, self._sending or request)
+                await self._gate.recover_overflow(exc, self._sending or request)
                 request = replace(request, input=self._projection())
                 request, response = await self._sample_unless_interrupted(request, round_)
         finally:
             self._sending = None  # nothing of a round outlives it
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
-        await self._checks.stop_a_loop(turn, response)
         usage = await self._checks.usage(response, request)
         seq = self.state.last_seq
         sampled: list[Record] = [
@@ -386,7 +420,6 @@ class Sampler:
         await self._request_approvals(round_, calls)
         outputs = await self._run_tools(round_, response)
         await self._commit_outputs(round_, outputs, response, usage=usage)
-        self._checks.written(calls, outputs)
         return None
 
     # -- approvals -------------------------------------------------------------------------
@@ -414,7 +447,8 @@ class Sampler:
             [
                 ApprovalRecord(seq=seq + 1 + i, call_id=c.call_id, decision="requested")
                 for i, c in enumerate(needing)
-            ]
+            ],
+            boundary="approval",
         )
         self._log.info("approval_requested", round=round_, calls=[c.call_id for c in needing])
         raise _AwaitingApproval
@@ -523,7 +557,7 @@ class Sampler:
             request = self._sending
             assert request is not None
             if not self.settings.stream:
-                return await self.ctx.gateway.create(request)
+                return self._whole(await self.ctx.gateway.create(request))
             done: ModelResponse | None = None
             async for event in self.ctx.gateway.stream(request):
                 if isinstance(event, TextDelta):
@@ -536,7 +570,7 @@ class Sampler:
                     done = event.response
             if done is None:
                 raise IncompleteResponse("the model stream ended without a final response")
-            return done
+            return self._whole(done)
 
         async def limited() -> ModelResponse:
             limiter = self.ctx.model_limiter
@@ -582,7 +616,7 @@ class Sampler:
         assert request is not None
         last_seq = self.state.last_seq
         with anyio.CancelScope(shield=True):
-            await self._pressure.apply_ready_plan()
+            await self._gate.apply_ready()
         if self.state.last_seq != last_seq:
             self._sending = replace(request, input=self._projection())
 
@@ -614,14 +648,9 @@ class Sampler:
     async def _commit(
         self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
     ) -> None:
-        """Write the committed batch; persistence hands the snapshot to the compactor once it
-        is durable. In threshold mode a due compaction is waited for before the next round."""
-        # in watermark mode the sampler itself hands the compactor the snapshots it asks plans
-        # for; in threshold mode persistence hands over this one, and the seed's rule is decided
-        # here on the very same snapshot (one copy of the history per commit, not two)
-        snapshot = await self._journal.write(
-            records, notify_compactor=self._pressure.threshold is not None
-        )
+        """Write the committed batch; persistence hands the compactor its snapshot once it
+        is durable, and the compactor's verdict is applied before the next request."""
+        await self._journal.write(records, boundary="round")
         commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
         self.ctx.publish(
             RoundCommitted(
@@ -632,37 +661,26 @@ class Sampler:
                 truncated=commit.truncated,
             )
         )
-        if snapshot is not None:
-            await self._threshold_rule(snapshot)
-        await self._pressure.after_commit()
 
     # -- compaction ----------------------------------------------------------------------
 
-    async def _threshold_rule(self, snapshot: CommittedSnapshot) -> None:
-        """The seed's rule, decided on the snapshot the compactor got: a due compaction is
-        waited for before the next round; one that would free nothing is skipped, and said."""
-        decision = decide_for(snapshot, self.settings)
-        if decision.compact:
-            await self._pressure.apply_plan_for(snapshot.round)
-        elif decision.skipped:
-            self._log.info("compaction_skipped", tokens=decision.tokens, reason=decision.reason)
-            self.ctx.publish(
-                CompactionSkipped(session_id=self.ctx.session_id, reason=decision.reason)
-            )
-
     async def _compact_now(self, focus: str | None) -> bool:
-        """Manual compaction on the last committed snapshot; True when history was compacted."""
-        await self._pressure.apply_ready_plan()
-        snapshot = self._journal.snapshot(manual=True, focus=focus)
-        if not decide_for(snapshot, self.settings).compact:
-            return False
-        self._journal.send_to_compactor(snapshot)
-        return await self._pressure.apply_plan_for(snapshot.round)
+        """Manual compaction, decided by the compactor on the last committed snapshot; True
+        when history was compacted."""
+        return await self._gate.compact_now(focus)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
         await self._applier.protect(ops)
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _whole(self, response: ModelResponse) -> ModelResponse:
+        """``response``, unless its answer is larger than ``max_answer_chars``. Raises
+        ``ResponseTooLarge`` (a bad response: retried, then the turn fails, nothing written)."""
+        too_large = answer_too_large(response, self.settings.max_answer_chars)
+        if too_large is not None:
+            raise ResponseTooLarge(too_large)
+        return response
 
     def _taken_call_ids(self) -> set[str]:
         return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}

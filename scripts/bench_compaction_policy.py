@@ -14,8 +14,9 @@ window can then reuse more than ~82% of its input, whatever it does). The polici
 * ``unlimited`` — no compaction and a window large enough for everything.
 
 Per policy it prints: uncached input tokens (the cost proxy, summary requests included),
-prefix reuse (cached share of the round requests' input), prefix breaks, compactions (micro and
-full), the largest share of the window a request used, rounds held back for compaction and how
+prefix reuse (cached share of the round requests' input), the cached share of the summary
+requests' input (a summary request is the session's round request plus one instruction
+message, so the cache serves most of it), prefix breaks, compactions (micro and full), the largest share of the window a request used, rounds held back for compaction and how
 long, and recall of the planted facts (``scripts/drift_eval.py``'s) in the last request. The
 summarizer is the scripted one (lossy with ``--loss``), and it is the same for every policy.
 
@@ -131,6 +132,7 @@ class Metered:
         await self._before(request)
         response = await self.inner.create(request)
         self._seen(request, response)
+        await self._after(request)
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -138,14 +140,19 @@ class Metered:
         async for event in self.inner.stream(request):
             if isinstance(event, ResponseDone):
                 self._seen(request, event.response)
+                await self._after(request)
             yield event
 
     async def _before(self, request: ModelRequest) -> None:
-        if is_summary_request(request):
-            await anyio.sleep(self.summary_latency)
-        else:
+        if not is_summary_request(request):
             self.rounds.append(request)
             await anyio.sleep(self.round_latency)
+
+    async def _after(self, request: ModelRequest) -> None:
+        # a summary's time is the model writing it: the provider has the request (and its
+        # cache serves it) at once, not after the rounds that go on meanwhile
+        if is_summary_request(request):
+            await anyio.sleep(self.summary_latency)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -161,6 +168,8 @@ class Figures:
     uncached_tokens: int = 0
     round_input_tokens: int = 0
     round_cached_tokens: int = 0
+    summary_input_tokens: int = 0
+    summary_cached_tokens: int = 0
     prefix_breaks: int = 0
     full: int = 0
     fallbacks: int = 0
@@ -177,6 +186,12 @@ class Figures:
     @property
     def reuse(self) -> float:
         return self.round_cached_tokens / self.round_input_tokens if self.round_input_tokens else 0
+
+    @property
+    def summary_reuse(self) -> float | None:
+        if not self.summary_input_tokens:
+            return None
+        return self.summary_cached_tokens / self.summary_input_tokens
 
 
 def settings_for(policy: str, args: argparse.Namespace, store: Path, base_url: str) -> Settings:
@@ -259,6 +274,8 @@ async def run(policy: str, args: argparse.Namespace, store: Path, output_chars: 
             figures.max_fraction = max(figures.max_fraction, input_tokens / args.window)
         else:
             figures.summaries += 1
+            figures.summary_input_tokens += input_tokens
+            figures.summary_cached_tokens += cached
     last = drift_eval.observe(facts, drift_eval.request_text(gateway.rounds[-1]))
     figures.recall = len(last.recalled) / len(facts)
     disk = JsonlStore(store)
@@ -279,7 +296,10 @@ async def main(args: argparse.Namespace) -> list[Figures]:
         _print_table(args, output_chars, workload)
         results += workload
     if args.json is not None:
-        rows = [asdict(f) | {"prefix_reuse": f.reuse} for f in results]
+        rows = [
+            asdict(f) | {"prefix_reuse": f.reuse, "summary_cached_share": f.summary_reuse}
+            for f in results
+        ]
         args.json.write_text(json.dumps({"args": _plain(vars(args)), "results": rows}, indent=2))
     return results
 
@@ -291,7 +311,8 @@ def _print_table(args: argparse.Namespace, output_chars: int, results: list[Figu
         f"summary loss {args.loss}"
     )
     for column in (
-        "policy", "round reqs", "summary reqs", "uncached input", "prefix reuse", "breaks",
+        "policy", "round reqs", "summary reqs", "uncached input", "prefix reuse",
+        "summary cached", "breaks",
         "compactions micro/full(fallback)", "below hard", "max window used", "rounds waited",
         "recall", "replay = live",
     ):  # fmt: skip
@@ -299,7 +320,7 @@ def _print_table(args: argparse.Namespace, output_chars: int, results: list[Figu
     for f in results:
         table.add_row(
             f.policy, str(f.rounds), str(f.summaries), f"{f.uncached_tokens:,}", f"{f.reuse:.1%}",
-            str(f.prefix_breaks), f"{f.micro}/{f.full}({f.fallbacks})",
+            "-" if f.summary_reuse is None else f"{f.summary_reuse:.1%}", str(f.prefix_breaks), f"{f.micro}/{f.full}({f.fallbacks})",
             f"{f.landed_below_hard}/{f.landed}" if f.landed else "-",
             f"{f.max_fraction:.1%}" if f.policy != "unlimited" else "-",
             f"{f.rounds_waited} ({f.waited:.2f}s)", f"{f.recall:.0%}", "yes" if f.replay_ok else "NO",

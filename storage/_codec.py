@@ -88,6 +88,7 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         "removed": r.removed, "round": r.round, "turn": r.turn,
         "user_budget_chars": r.user_budget_chars, "protected": r.protected,
         "estimated": r.estimated, "chars_per_token": r.chars_per_token, "waited": r.waited,
+        "reattached": list(r.reattached),
     }  # fmt: skip
 
 
@@ -319,6 +320,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         estimated=_bool(d, "estimated"),
         chars_per_token=_opt_float(d, "chars_per_token"),
         waited=_opt_float(d, "waited"),
+        reattached=_ints(d.get("reattached") or [], "reattached"),
     )
 
 

@@ -27,7 +27,7 @@ SURFACE = {
         "ModelAuthError", "ModelConnectionError", "ModelError", "ModelGateway", "ModelRequest",
         "ModelResponse", "ModelResponseError", "ProtectedChanged", "ProtectedEntry",
         "ProtectedRefused", "ProtectedState", "ProtectedStateViolation", "RateLimitError",
-        "Record", "ResponseDone", "RoundCommitted", "RoundStarted", "Runtime", "Session",
+        "Record", "ResponseDone", "ResponseTooLarge", "RoundCommitted", "RoundStarted", "Runtime", "Session",
         "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",
         "SessionFailedEvent", "SessionHibernated", "SessionLeaseLost", "SessionLeaseLostEvent",
         "SessionNotFound", "SessionRehydrated", "SessionState", "Settings",
@@ -47,7 +47,12 @@ SURFACE = {
     ],
     "stowage.testing": [
         "Brain", "FakeOpenAIServer", "Fault", "FaultWhen", "ScriptedBrain", "ScriptedModel",
-        "call_ids", "is_summary_request", "orphan_calls", "scripted_usage",
+        "USAGE_MODES", "UsageMode", "VIOLATION_KINDS", "Violation", "ViolationKind",
+        "ZOO_MEMBERS", "ZooBehaviour", "ZooFigures", "ZooFile", "ZooHarness", "ZooModel",
+        "ZooRequest", "breaks_prefix", "call_ids", "irreducible_tokens", "is_summary_request",
+        "orphan_calls", "orphan_outputs", "request_orphan_calls", "request_orphan_outputs",
+        "request_tokens", "scripted_usage", "write_zoo_file", "zoo_behaviour", "zoo_member",
+        "zoo_settings", "zoo_tools",
     ],
 }  # fmt: skip
 

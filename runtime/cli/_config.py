@@ -68,6 +68,8 @@ class StowageConfig(BaseSettings):
     target_after: float | None = None
     keep_rounds: int | None = None
     micro_min_free: float | None = None
+    reattach_share: float | None = None
+    max_answer_chars: int | None = None
     prompt_cache_key: str | None = None
     compact_prompt_file: str | None = None
     auto_compact: bool | None = None

@@ -40,7 +40,7 @@ _PROMPTS = (
 
 
 async def run_demo(
-    *, store: str, turns: int, threshold: int | None, context_window: int | None = 8000
+    *, store: str, turns: int, threshold: int | None, context_window: int | None = 6000
 ) -> int:
     """Run ``turns`` turns of the scripted model over the current directory, in the store
     ``store`` names (a directory or a database URL); print every compaction, then a table of

@@ -234,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--context-window",
         type=int,
-        default=8000,
-        help="the model window the demo compacts in (default 8000)",
+        default=6000,
+        help="the model window the demo compacts in (default 6000)",
     )
     _common(demo)
 

@@ -68,8 +68,25 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "--micro-min-free",
         type=_share,
         default=None,
-        help="microcompaction stubs old outputs only in batches that free at least this share "
-        f"of the usable budget, once per crossing of the soft mark (default {d.micro_min_free})",
+        help="a compaction must free at least this share of the usable budget: "
+        "microcompaction stubs old outputs only in batches that free that much, once per "
+        "crossing of the soft mark, and below the hard mark a compaction that would free less "
+        f"is not applied (default {d.micro_min_free})",
+    )
+    parser.add_argument(
+        "--reattach-share",
+        type=_share,
+        default=None,
+        help="share of the usable budget the outputs the current turn read most recently may "
+        f"take when re-attached after a compaction (default {d.reattach_share})",
+    )
+    parser.add_argument(
+        "--max-answer-chars",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="the most characters of one answer (text plus call arguments); a response past "
+        f"it is not read further and is refused, then retried (default {d.max_answer_chars:,})",
     )
     parser.add_argument(
         "--compact-prompt-file",
@@ -108,6 +125,16 @@ def _share(text: str) -> float:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text}")
+    return value
+
+
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The ``Settings`` fields the policy options give (None: not typed)."""
     return {
@@ -122,6 +149,8 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         "target_after": args.target_after,
         "keep_rounds": args.keep_rounds,
         "micro_min_free": args.micro_min_free,
+        "reattach_share": args.reattach_share,
+        "max_answer_chars": args.max_answer_chars,
         "prompt_cache_key": args.prompt_cache_key,
         "compact_prompt_file": args.compact_prompt_file,
     }

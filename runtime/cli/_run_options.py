@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stowage.core import (
+    IDENTITY_FIELDS,
     ConfigError,
     LogStore,
     SessionIdentity,
@@ -224,9 +225,14 @@ async def continued_settings(
             "message it was created with"
         )
     overrides.pop("system", None)
+    # typed options that are not part of a session's identity (``micro_min_free``,
+    # ``reattach_share``, ``max_answer_chars``) apply to this run and are not recorded
+    local = {name: overrides.pop(name) for name in list(overrides) if name not in IDENTITY_FIELDS}
     profile = overrides.get("profile", identity.fields.get("profile"))
     # the configuration gives what is not identity, and the secrets of the session's endpoint
-    base = settings_from_options(args, continuing_profile=profile, typed=False, **extra)
+    base = settings_from_options(
+        args, continuing_profile=profile, typed=False, **{**extra, **local}
+    )
     settings, _ = continue_settings(base, identity, overrides)
     return settings, overrides, identity
 

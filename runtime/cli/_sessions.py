@@ -69,6 +69,7 @@ class SessionSummary:
     created: str
     last_activity: str
     turns: int
+    #: tokens of history in the next request (tool schemas are outside usable and not in it)
     tokens: int | None
     usable: int | None
     percent_of_usable: float | None
@@ -77,6 +78,8 @@ class SessionSummary:
     state: str
     #: who holds the writer lease when ``state`` is leased: "pid N on HOST"
     holder: str | None = None
+    #: tokens of the tool schemas every request carries, outside ``usable`` (0 when unknown)
+    tool_schemas: int = 0
 
 
 def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHolder | None) -> str:
@@ -90,13 +93,14 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _usage(state: SessionState, records: Sequence[Record]) -> tuple[int | None, int | None]:
-    """Tokens of the next request and the usable budget (the threshold in threshold mode)."""
+def _usage(state: SessionState, records: Sequence[Record]) -> tuple[int | None, int | None, int]:
+    """Tokens of history in the next request, the usable budget (the threshold in threshold
+    mode) and the tool schema tokens, which are outside both."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    return status.tokens, recorded.usable
+    return status.tokens, recorded.usable, tool_tokens
 
 
 def summarize(
@@ -105,7 +109,7 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable = _usage(state, records)
+    tokens, usable, tool_tokens = _usage(state, records)
     percent = round(100 * tokens / usable, 1) if tokens is not None and usable else None
     return SessionSummary(
         id=session_id,
@@ -119,6 +123,7 @@ def summarize(
         compactions=state.compactions,
         state=_state_word(state, records, holder),
         holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
+        tool_schemas=tool_tokens,
     )
 
 
@@ -170,7 +175,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         print("no sessions in this store; start one with: stowage run MESSAGE", file=sys.stderr)
         return 0
     header = f"{'ID':<24} {'MODEL':<18} {'CREATED':<19}  {'LAST ACTIVITY':<19} {'TURNS':>5}  "
-    header += f"{'TOKENS':>15} {'COMPACT':>7}  STATE"
+    # TOKENS: history against usable; SCHEMAS: the tool schemas, outside usable
+    header += f"{'TOKENS':>15} {'SCHEMAS':>8} {'COMPACT':>7}  STATE"
     lines = [header]
     for row in rows:
         if isinstance(row, tuple):
@@ -182,7 +188,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         state = f"{row.state} ({row.holder})" if row.holder else row.state
         lines.append(
             f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
-            f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.compactions:>7}  "
+            f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.tool_schemas:>8,} "
+            f"{row.compactions:>7}  "
             f"{state}"
         )
     sys.stdout.write("\n".join(lines) + "\n")
@@ -236,7 +243,6 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
         part = _category(item, entry.seq, state, first_system=index == 0)
         chars[part] = chars.get(part, 0) + item_chars(item)
     parts = {name: math.ceil(n / ratio) for name, n in chars.items()}
-    parts["tool schemas"] = tool_tokens
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
     usable = recorded.usable
     if budget is not None:
@@ -266,14 +272,26 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
         "context_window": budget.context_window if budget is not None else None,
         "output_reserve": budget.output_reserve if budget is not None else None,
         "usable": usable,
+        # history only: the tool schemas are outside usable, so they are not in use of it
         "tokens": status.tokens,
         "estimated": status.estimated,
+        "reported": status.reported,
+        "floored": status.floored,
+        "tool_schemas": tool_tokens,
         "parts": {
-            name: {
-                "tokens": tokens,
-                "percent_of_usable": round(100 * tokens / usable, 1) if usable else None,
-            }
-            for name, tokens in parts.items()
+            **{
+                name: {
+                    "tokens": tokens,
+                    "percent_of_usable": round(100 * tokens / usable, 1) if usable else None,
+                    "outside_usable": False,
+                }
+                for name, tokens in parts.items()
+            },
+            "tool schemas": {
+                "tokens": tool_tokens,
+                "percent_of_usable": None,
+                "outside_usable": True,
+            },
         },
         "next_action": next_action,
     }
@@ -295,10 +313,23 @@ async def context_main(args: argparse.Namespace, store: LogStore) -> int:
         )
     tokens = report["tokens"]
     if tokens is not None and usable:
-        lines.append(f"in use {tokens:,} of {usable:,} tokens{est}: {100 * tokens / usable:.0f}%")
+        lines.append(
+            f"in use {tokens:,} of {usable:,} tokens{est}: {100 * tokens / usable:.0f}% "
+            f"(history; the {report['tool_schemas']:,} tokens of tool schemas are outside usable)"
+        )
+    if report["reported"] is not None:
+        how = (
+            "below what its characters imply, so the estimate is used"
+            if report["floored"]
+            else f"less {report['tool_schemas']:,} of tool schemas, plus what came since"
+        )
+        lines.append(f"reported {report['reported']:,} tokens for the last round: {how}")
     for name, part in report["parts"].items():
         pct = part["percent_of_usable"]
-        shown = f"{pct:5.1f}%" if pct is not None else "     -"
+        if part["outside_usable"]:
+            shown = "outside usable"
+        else:
+            shown = f"{pct:5.1f}%" if pct is not None else "     -"
         lines.append(f"  {name:<14} {part['tokens']:>9,}  {shown}")
     lines.append(f"next: {report['next_action']}")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -32,8 +32,9 @@ from stowage.core import (
     SystemMessage,
     TurnRecord,
     UserMessage,
+    render,
 )
-from stowage.facade import recorded_usable
+from stowage.facade import recorded_budget
 from stowage.policy import token_status
 
 __all__ = [
@@ -122,6 +123,7 @@ class SessionRow:
     model: str
     turns: int
     rounds: int
+    #: tokens of history in the next request; the tool schemas are outside usable and not in it
     tokens: int | None
     usable: int | None
     percent: float | None
@@ -129,6 +131,8 @@ class SessionRow:
     microcompactions: int
     last_activity: str
     last_seq: int
+    #: tokens of the tool schemas every request carries, outside ``usable`` (0 when unknown)
+    tool_schemas: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,8 +174,28 @@ def _state(records: Sequence[Record], folded: SessionState, holder: str) -> str:
     return "open" if folded.turn_open else "idle"
 
 
-def _tokens(folded: SessionState) -> int | None:
-    return token_status(folded).tokens
+def _budget(records: Sequence[Record], *, has_stubs: bool) -> tuple[int | None, int]:
+    """The usable budget (None when the log cannot say) and the tool schema tokens outside
+    it (0 when unknown)."""
+    try:
+        recorded = recorded_budget(records, has_stubs=has_stubs)
+    except Exception:  # a log another version wrote, or no session record first
+        return None, 0
+    return recorded.usable, recorded.budget.tool_tokens if recorded.budget is not None else 0
+
+
+def _tokens(folded: SessionState, tool_tokens: int) -> int | None:
+    """Tokens of history in the next request: the provider's reported count less the tool
+    schemas it included (they are outside usable), never below what the characters imply."""
+    protected = _protected_chars(folded)
+    return token_status(folded, tool_tokens=tool_tokens, extra_chars=protected).tokens
+
+
+def _protected_chars(folded: SessionState) -> int:
+    try:
+        return len(render(folded.protected))
+    except CorruptLogError:  # protected ops that do not apply: the page lists the error
+        return 0
 
 
 def _fold(session_id: str, records: Sequence[Record]) -> tuple[SessionState, list[str]]:
@@ -196,8 +220,8 @@ def session_row(session_id: str, records: Sequence[Record], *, holder: str = "")
 def _row(
     session_id: str, records: Sequence[Record], folded: SessionState, holder: str
 ) -> SessionRow:
-    usable = recorded_usable(records, has_stubs=bool(folded.stubbed))
-    tokens = _tokens(folded)
+    usable, tool_tokens = _budget(records, has_stubs=bool(folded.stubbed))
+    tokens = _tokens(folded, tool_tokens)
     return SessionRow(
         session_id=session_id,
         state=_state(records, folded, holder),
@@ -212,6 +236,7 @@ def _row(
         microcompactions=folded.microcompactions,
         last_activity=records[-1].ts if records else "",
         last_seq=records[-1].seq if records else 0,
+        tool_schemas=tool_tokens,
     )
 
 
@@ -296,6 +321,7 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
     cards: list[CompactionCard] = []
     cached_total: int | None = None
     usable: int | None = None
+    tool_tokens = 0
     for index, record in enumerate(records):
         try:
             folded.apply(record)
@@ -304,12 +330,14 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
             continue
         if isinstance(record, SessionRecord | SettingsChangedRecord):
             # the budget from here on: a window or model override changes it
-            usable = recorded_usable(records[: index + 1], has_stubs=bool(stubbed))
+            usable, tool_tokens = _budget(records[: index + 1], has_stubs=bool(stubbed))
         match record:
             case ItemRecord():
                 timeline.append(_item_entry(record, stubbed, names))
             case RoundCommittedRecord(round=round_, usage=usage):
-                status = token_status(folded)
+                status = token_status(
+                    folded, tool_tokens=tool_tokens, extra_chars=_protected_chars(folded)
+                )
                 if status.tokens is not None:
                     chart.append(
                         ChartPoint(

@@ -17,6 +17,7 @@ from ._errors import (
     ModelResponseError,
     ProtectedStateViolation,
     RateLimitError,
+    ResponseTooLarge,
     SessionBusy,
     SessionClosed,
     SessionError,
@@ -89,6 +90,7 @@ from ._items import (
     item_from_dict,
     item_to_dict,
 )
+from ._ledger import CallKey, Cycle, TurnLedger
 from ._limits import CallLimiter, CallPurpose
 from ._logging import configure_logging
 from ._projection import PREVIEW_MIN_CHARS, build_projection, default_stub
@@ -124,6 +126,9 @@ from ._store import LeaseHolder, LogRead, LogStore, TornTail, WriterLease
 from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool_context
 
 __all__ = [
+    "CallKey",
+    "Cycle",
+    "TurnLedger",
     "AfterCompaction",
     "BeforeCompaction",
     "CallLimiter",
@@ -190,6 +195,7 @@ __all__ = [
     "ProtectedState",
     "ProtectedStateViolation",
     "RateLimitError",
+    "ResponseTooLarge",
     "Record",
     "ResponseDone",
     "RoundCommitted",

@@ -19,7 +19,8 @@ Exceptions from openai, httpx, aiofiles and database drivers are mapped at the b
     │   │   └── CompactionLoop       a turn re-reads what its compactions absorbed
     │   ├── ModelAuthError
     │   └── ModelResponseError       the provider answered something we cannot use
-    │       └── IncompleteResponse   transient: no finish marker, no choices, a cut body
+    │       ├── IncompleteResponse   transient: no finish marker, no choices, a cut body
+    │       └── ResponseTooLarge     transient: an answer past ``max_answer_chars``
     ├── CompactionError
     │   └── ProtectedStateViolation  a plan would lose a protected entry
     └── SessionError
@@ -47,6 +48,7 @@ __all__ = [
     "ModelResponseError",
     "ProtectedStateViolation",
     "RateLimitError",
+    "ResponseTooLarge",
     "SessionBusy",
     "SessionClosed",
     "SessionError",
@@ -167,6 +169,13 @@ class IncompleteResponse(ModelResponseError):
     """Raised when a response ended before it said it was done (no finish marker, no choices,
     a cut or unreadable body); nothing of it is used, and it is retried like a 5xx."""
 
+    transient = True
+
+
+class ResponseTooLarge(ModelResponseError):
+    """Raised when an answer's text and call arguments pass ``max_answer_chars``."""
+
+    # nothing of it was written, and a model that ran away once may not the next time
     transient = True
 
 

@@ -9,7 +9,7 @@ summarizer's paraphrase. Since a tool step is either absorbed whole or kept whol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ._errors import CompactionError
@@ -41,19 +41,23 @@ def apply_compaction(
     summary_seq: int,
     covers_through: int,
     user_budget_chars: int = 20_000,
+    reattach: Collection[int] = (),
 ) -> CompactionResult:
     """Replace the entries with ``seq <= covers_through`` by a summary; keep later ones verbatim.
 
     From the compacted part the leading system message (if ``history[0]`` is one) and the most
     recent user messages within ``user_budget_chars`` (the newest always, pinned ones always)
-    are retained; everything else is absorbed by the summary.
+    are retained; so are the entries at ``reattach`` seqs (whole tool rounds the current turn
+    read: a model that still needs them need not read them again); everything else is
+    absorbed by the summary.
 
     Raises ``CompactionError`` if ``covers_through`` is negative, if the seqs of the non-summary
     entries are not strictly increasing, if ``covers_through`` falls before an older summary
-    that precedes kept entries, or if it splits a function call from its output.
+    that precedes kept entries, if it splits a function call from its output, or if
+    ``reattach`` keeps a call without its output or an output without its call.
     """
     compacted, tail = _split(history, covers_through)
-    retained = _retain(compacted, history, user_budget_chars)
+    retained = _retain(compacted, history, user_budget_chars, reattach)
     summary_entry = HistoryEntry(seq=summary_seq, item=CompactionSummary(text=summary))
     return CompactionResult(
         history=compose_history(retained, summary_entry, tail),
@@ -113,9 +117,14 @@ def _split(
 
 
 def _retain(
-    compacted: Sequence[HistoryEntry], history: Sequence[HistoryEntry], user_budget_chars: int
+    compacted: Sequence[HistoryEntry],
+    history: Sequence[HistoryEntry],
+    user_budget_chars: int,
+    reattach: Collection[int] = (),
 ) -> tuple[HistoryEntry, ...]:
     keep: set[int] = set()
+    if reattach:
+        keep.update(_reattached(compacted, reattach))
     if compacted and isinstance(history[0].item, SystemMessage):
         keep.add(0)
     used = 0
@@ -135,3 +144,28 @@ def _retain(
             budget_open = False
         newest = False
     return tuple(compacted[i] for i in sorted(keep))
+
+
+def _reattached(compacted: Sequence[HistoryEntry], reattach: Collection[int]) -> list[int]:
+    """Indexes of ``compacted`` at ``reattach`` seqs, checked to be whole tool steps.
+
+    Raises ``CompactionError`` when a reattached call's output, or an output's call, is not
+    reattached with it."""
+    wanted = set(reattach)
+    indexes = [i for i, e in enumerate(compacted) if e.seq in wanted]
+    calls = {
+        compacted[i].item.call_id  # type: ignore[union-attr]
+        for i in indexes
+        if isinstance(compacted[i].item, FunctionCall)
+    }
+    outputs = {
+        compacted[i].item.call_id  # type: ignore[union-attr]
+        for i in indexes
+        if isinstance(compacted[i].item, FunctionCallOutput)
+    }
+    if calls != outputs:
+        odd = sorted(calls ^ outputs)
+        raise CompactionError(
+            f"reattached entries must be whole tool steps; {', '.join(odd)} lack a call or output"
+        )
+    return indexes

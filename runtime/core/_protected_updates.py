@@ -32,7 +32,7 @@ UPDATES_KEY = "protected_updates"
 
 UPDATES_INSTRUCTIONS = f"""\
 After the summary, add exactly one fenced JSON block that proposes updates to the protected \
-state (shown at the end of the transcript, if any), in this form:
+state (its own system message near the start, if any), in this form:
 
 ```json
 {{"{UPDATES_KEY}": [

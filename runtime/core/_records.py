@@ -121,6 +121,9 @@ class CompactionRecord:
     #: seconds a request was held back for this compaction (0: it landed in the background;
     #: None in logs written before it was recorded)
     waited: float | None = None
+    #: seqs of the current turn's tool steps kept among ``retained`` although the compaction
+    #: covers them (what the turn most recently read; see ``apply_compaction``)
+    reattached: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,7 @@ from ._items import (
     HistoryEntry,
     Item,
 )
+from ._ledger import TurnLedger
 from ._protected import ProtectedState
 from ._records import (
     ApprovalRecord,
@@ -92,6 +93,9 @@ class SessionState:
     _sampled_round: int | None = None
     _sampled_last_seq: int = 0
     _request_chars: int = 0
+    #: what the open turn called and what its compactions absorbed (the loop detector's
+    #: input); None outside a turn, so a parked session keeps none
+    ledger: TurnLedger | None = None
 
     @property
     def awaiting_approval(self) -> tuple[FunctionCall, ...]:
@@ -147,6 +151,8 @@ class SessionState:
                     self.protected_ops = []
                     self._protected_cache = None
                 self.last_compaction_seq = record.seq
+                if self.ledger is not None:
+                    self.ledger.compacted(record.covers_through, {e.seq for e in record.retained})
                 self.usage_after_compaction = None
                 self._awaiting_usage_base = True
                 self.compactions += 1
@@ -159,6 +165,7 @@ class SessionState:
             case TurnRecord():
                 self.turn = max(self.turn, record.turn)
                 self.turn_open = record.phase == "started"
+                self.ledger = TurnLedger() if self.turn_open else None
             case SessionRecord():
                 self.meta = record
             case ErrorRecord():
@@ -203,6 +210,8 @@ class SessionState:
                 if self.last_usage is not None and entry.seq <= self.usage_covers_seq:
                     self.usage_discount_chars += saved
         self.stubbed.update(fresh)
+        if self.ledger is not None:
+            self.ledger.stubbed(fresh)
 
     def _apply_item(self, record: ItemRecord, item: Item) -> None:
         if record.round is not None and isinstance(item, AssistantMessage | FunctionCall):
@@ -215,10 +224,13 @@ class SessionState:
         if isinstance(item, FunctionCall):
             self.open_calls[item.call_id] = item
             self.open_round = record.round
-        elif (
-            isinstance(item, FunctionCallOutput) and self.open_calls.pop(item.call_id, None) is None
-        ):
-            raise self._corrupt(record, f"output for unknown call {item.call_id!r}")
+            if self.ledger is not None:
+                self.ledger.call(item, record.seq)
+        elif isinstance(item, FunctionCallOutput):
+            if self.open_calls.pop(item.call_id, None) is None:
+                raise self._corrupt(record, f"output for unknown call {item.call_id!r}")
+            if self.ledger is not None:
+                self.ledger.output(item, record.seq)
         self.history.append(HistoryEntry(seq=record.seq, item=item))
 
     @property

@@ -72,11 +72,18 @@ class Settings:
     target_after: float = 0.50
     #: tool outputs of the newest ``keep_rounds`` rounds are never microcompacted
     keep_rounds: int = 3
-    max_compactions_per_turn: int = 3
-    #: microcompaction acts in batches: when it acts it stubs enough old outputs to free at
-    #: least this share of the usable budget (or nothing), then leaves the prefix alone until
-    #: the soft mark is crossed again (the provider's prompt cache stays warm in between)
+    #: a safety cap on compactions in one turn; what stops a turn that keeps compacting is
+    #: the loop rule of ``compaction_loop_repeats``
+    max_compactions_per_turn: int = 8
+    #: a compaction must free at least this share of the usable budget to be worth its
+    #: prompt-cache break: microcompaction acts in batches that free this much (or nothing),
+    #: then leaves the prefix alone until the soft mark is crossed again; and below the hard
+    #: mark a compaction that would free less is not applied
     micro_min_free: float = 0.20
+    #: the share of the usable budget that the outputs the current turn read most recently
+    #: may take when they are re-attached after a compaction, so the model need not read them
+    #: again
+    reattach_share: float = 0.20
     #: ``prompt_cache_key`` sent with every request: "session" derives it from the session
     #: id, "" (or None) sends none, anything else is sent as is
     prompt_cache_key: str | None = "session"
@@ -107,9 +114,13 @@ class Settings:
     max_retries: int = 2
     #: the most seconds one retry waits, whatever the server asks for (Retry-After and kin)
     max_retry_wait: float = 60.0
-    #: times in one turn the model may re-issue a tool call (same name and arguments) whose
-    #: output a compaction of that turn absorbed before the turn stops with ``CompactionLoop``
-    compaction_loop_repeats: int = 2
+    #: compactions in one turn, each followed by re-issuing calls (same name and arguments)
+    #: whose outputs it absorbed with no new distinct call in between, before the turn stops
+    #: as a loop (``CompactionLoop``)
+    compaction_loop_repeats: int = 3
+    #: the most characters of one answer (assistant text plus call arguments) accepted; a
+    #: response past it is not read further and fails as ``ResponseTooLarge`` (retried)
+    max_answer_chars: int = 1_000_000
     stream: bool = True
     #: workspace tools: the most bytes one read_file call returns (it never reads more)
     read_max_bytes: int = 256 * 1024
@@ -163,6 +174,11 @@ class Settings:
                 f"micro_min_free must be a share of the usable budget in [0, 1), "
                 f"got {self.micro_min_free}"
             )
+        if not 0 <= self.reattach_share < 1:
+            raise ConfigError(
+                f"reattach_share must be a share of the usable budget in [0, 1), "
+                f"got {self.reattach_share}"
+            )
         if self.max_compactions_per_turn < 1 or self.breaker_failures < 1:
             raise ConfigError(
                 "max_compactions_per_turn and breaker_failures must be >= 1, got "
@@ -180,6 +196,11 @@ class Settings:
         if self.compaction_loop_repeats < 1:
             raise ConfigError(
                 f"compaction_loop_repeats must be >= 1, got {self.compaction_loop_repeats}"
+            )
+        if self.max_answer_chars <= 0:
+            raise ConfigError(
+                f"max_answer_chars must be a positive number of characters, "
+                f"got {self.max_answer_chars}"
             )
 
     def with_(self, **changes: Any) -> Settings:
@@ -206,6 +227,7 @@ class Settings:
             "request_deadline": self.request_deadline,
             "max_retry_wait": self.max_retry_wait,
             "compaction_loop_repeats": self.compaction_loop_repeats,
+            "max_answer_chars": self.max_answer_chars,
             # the rest of the session's identity (see ``core._identity``), one field per name
             "soft_mark": self.soft_mark,
             "compact_mark": self.compact_mark,

@@ -28,11 +28,11 @@ import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.actors import (
+    Advice,
     Append,
-    CommittedSnapshot,
+    CompactorInbox,
     CompactorKept,
     Doorbell,
-    PlanOutcome,
     RunTools,
     Sampler,
     SamplerCommand,
@@ -736,10 +736,10 @@ class Runtime:
             tool_limiter=self._limits["tools"],
             before_compaction=self._hooks.before,
         )
-        committed: Slot[CommittedSnapshot] = Slot(on_idle=doorbell.ring)
-        plans: Slot[PlanOutcome] = Slot()
+        committed = CompactorInbox(on_idle=doorbell.ring)
+        plans: Slot[Advice] = Slot()
         sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
-        kept = CompactorKept.for_session(ctx.settings, session.id)
+        kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs(), ctx.publish)
         runs = self._limits["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
@@ -836,8 +836,8 @@ async def _run_actors(
     sampler: Sampler,
     commands: MemoryObjectReceiveStream[SamplerCommand],
     first: SamplerCommand,
-    committed: Slot[CommittedSnapshot],
-    plans: Slot[PlanOutcome],
+    committed: CompactorInbox,
+    plans: Slot[Advice],
     kept: CompactorKept,
     doorbell: Doorbell,
 ) -> bool:
@@ -865,8 +865,8 @@ async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[R
 
 async def _compactor(
     ctx: SessionContext,
-    committed: Slot[CommittedSnapshot],
-    plans: Slot[PlanOutcome],
+    committed: CompactorInbox,
+    plans: Slot[Advice],
     kept: CompactorKept,
 ) -> None:
     await run_compactor(
@@ -876,10 +876,11 @@ async def _compactor(
         committed,
         plans,
         ctx.publish,
+        kept=kept,
+        specs=ctx.tools.specs(),
         limiter=ctx.compaction_limiter,
         call_limiter=ctx.model_limiter,
         before=ctx.before_compaction,
-        kept=kept,
     )
 
 

@@ -55,9 +55,19 @@ def parse_rates(spec: str) -> dict[str, float]:
 
 
 def orphan_items(items: Sequence[Item]) -> list[str]:
-    """Ids of the function calls in ``items`` that have no output after them, in order."""
+    """Ids of the function calls in ``items`` that have no output after them, and of the
+    outputs with no call before them (a provider refuses either), in order."""
     answered = {item.call_id for item in items if isinstance(item, FunctionCallOutput)}
-    return [i.call_id for i in items if isinstance(i, FunctionCall) and i.call_id not in answered]
+    orphans = [
+        i.call_id for i in items if isinstance(i, FunctionCall) and i.call_id not in answered
+    ]
+    made: set[str] = set()
+    for item in items:
+        if isinstance(item, FunctionCall):
+            made.add(item.call_id)
+        elif isinstance(item, FunctionCallOutput) and item.call_id not in made:
+            orphans.append(item.call_id)
+    return orphans
 
 
 @dataclass(eq=False, kw_only=True)

@@ -549,6 +549,7 @@ def _report(
         "rounds": rounds,
         "requests": wire.get("requests"),
         "summary_requests": wire.get("summaries"),
+        "summary_cached_share": _summary_cached_share(wire),
         "faults_injected": wire.get("faults"),
         "fault_log_events": fault_logs,
         "requests_checked_by": wire.get("checked_by"),
@@ -611,6 +612,13 @@ def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
         # over every round: a round that did not wait waited 0
         "round_wait_on_compaction_ms": _percentiles(waits + [0.0] * max(0, rounds - len(waits))),
     }
+
+
+def _summary_cached_share(wire: dict[str, Any]) -> float | None:
+    """The share of the summary requests' input the provider's prefix cache served, as the
+    fake server counts it (None where nobody counted: in process, an independent server)."""
+    total = wire.get("summary_input_tokens")
+    return round(wire.get("summary_cached_tokens", 0) / total, 3) if total else None
 
 
 def _cache_report(cache: CacheFigures) -> dict[str, Any]:

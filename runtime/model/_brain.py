@@ -51,8 +51,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def is_summary_request(request: ModelRequest) -> bool:
-    """A summary is asked for by purpose, or by ``tool_choice="none"`` with no tools."""
-    return request.purpose == "summary" or (request.tool_choice == "none" and not request.tools)
+    """Whether ``request`` asks for a summary: by its purpose, else by its shape, as a server
+    that sees only the wire must tell: ``tool_choice="none"`` with no tools, or with the
+    session's tools and a user message (the summary instructions) last. Raises nothing."""
+    if request.purpose == "summary":
+        return True
+    if request.tool_choice != "none":
+        return False
+    return not request.tools or bool(request.input and isinstance(request.input[-1], UserMessage))
 
 
 def _item_chars(item: Item) -> int:
@@ -236,10 +242,6 @@ def _path_argument(arguments: str) -> str | None:
     return path if isinstance(path, str) else None
 
 
-def _is_instruction(item: Item) -> bool:
-    return isinstance(item, UserMessage) and "summar" in item.text.lower()
-
-
 def _previous(text: str) -> dict[str, list[str]]:
     """Parse a summary of our own format back into its sections; other text is one note."""
     sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
@@ -255,56 +257,20 @@ def _previous(text: str) -> dict[str, list[str]]:
     return sections
 
 
-_BLOCK = re.compile(
-    r"^\[(system|user|assistant|tool call|tool output [^\]]*|summary)\] ", re.MULTILINE
-)
-_PROTECTED_HEADER = "\n\n## Protected state\n"
-
-
 def transcript_items(items: Sequence[Item]) -> list[Item]:
-    """The conversation a summary request carries: the items of the transcript the compactor
-    serialized into its user message (``[user] ...`` blocks), else ``items`` themselves."""
-    users = [i for i in items if isinstance(i, UserMessage)]
-    if not users or not _BLOCK.match(users[-1].text):
-        return list(items)
-    text = users[-1].text.split(_PROTECTED_HEADER, 1)[0]
-    starts = [
-        m
-        for m in _BLOCK.finditer(text)
-        if m.start() == 0 or text[m.start() - 2 : m.start()] == "\n\n"
-    ]
-    parsed: list[Item] = []
-    for n, match in enumerate(starts):
-        end = starts[n + 1].start() - 2 if n + 1 < len(starts) else len(text)
-        kind, body = match.group(1), text[match.end() : end]
-        if kind == "system":
-            parsed.append(SystemMessage(text=body))
-        elif kind == "user":
-            pinned = body.startswith("[pinned] ")
-            parsed.append(UserMessage(text=body.removeprefix("[pinned] "), pinned=pinned))
-        elif kind == "assistant":
-            parsed.append(AssistantMessage(text=body))
-        elif kind == "summary":
-            parsed.append(CompactionSummary(text=body))
-        elif kind == "tool call":
-            name, _, rest = body.partition("(")
-            arguments, _, call_id = rest.rpartition(") ")
-            parsed.append(FunctionCall(call_id=call_id, name=name, arguments=arguments))
-        else:
-            # "tool output <call id>" or "tool output <call id>, artifact R<seq>"
-            call_id = kind.removeprefix("tool output ").split(", artifact ", 1)[0]
-            parsed.append(
-                FunctionCallOutput(call_id=call_id, output=body, is_error=body.startswith("error"))
-            )
-    return parsed
+    """The conversation a summary request asks to summarize: its input without the
+    instruction message that ends it (a summary request is the session's own request with
+    one user message after it). Input that does not end with a user message is all
+    conversation. Raises nothing."""
+    if items and isinstance(items[-1], UserMessage):
+        return list(items[:-1])
+    return list(items)
 
 
 def scripted_summary(items: Sequence[Item], *, loss: float = 0.0, seed: int = 0) -> str:
     """A deterministic summary of ``items`` that keeps every fact of earlier summaries, or
     with ``loss`` drops that fraction of them (goals, errors, done, notes), seeded."""
     body = list(items)
-    if body and _is_instruction(body[-1]):
-        body.pop()
     merged: dict[str, list[str]] = {name: [] for name in _SECTIONS}
     tools: Counter[str] = Counter()
 

@@ -30,4 +30,5 @@ def make_gateway(settings: Settings) -> ModelGateway:
         stream_idle_timeout=settings.stream_idle_timeout,
         request_deadline=settings.request_deadline,
         max_retry_wait=settings.max_retry_wait,
+        max_answer_chars=settings.max_answer_chars,
     )

@@ -8,7 +8,9 @@ connection at a time, kept alive and reused; a body framed by ``Content-Length``
 ended by the close of the connection; ``gzip`` and ``deflate`` bodies; TLS with the SDK's own
 context. Each connection is an ``asyncio.Protocol`` that buffers what arrives; a streamed body
 is handed over as whatever has arrived at each wake-up, so one read returns every chunk that
-came together.
+came together. A connection stops reading from its socket while ``HIGH_WATER`` bytes wait in
+its buffer, so an endpoint that sends faster than the answer is consumed (or sends far more
+than the caller will read) cannot fill memory; ``aread(max_bytes=...)`` stops at a size.
 
 Failures are ``Http1Error`` (``Http1Timeout`` for a timeout): refused or reset connections,
 a body cut short, bytes that are not HTTP. A request on a reused keep-alive connection that the
@@ -28,13 +30,22 @@ from typing import Any
 
 import anyio
 
-__all__ = ["Http1Error", "Http1Pool", "Http1Response", "Http1Timeout", "request_head"]
+__all__ = [
+    "Http1Error",
+    "Http1Pool",
+    "Http1Response",
+    "Http1Timeout",
+    "Http1TooLarge",
+    "request_head",
+]
 
 #: seconds an idle connection is kept for reuse (as httpx's pool keeps them)
 KEEPALIVE_EXPIRY = 5.0
 #: the largest status line and header block accepted
 MAX_HEAD = 64 * 1024
 _NO_BODY = frozenset({204, 304})
+#: bytes a connection buffers before it stops reading from its socket until they are consumed
+HIGH_WATER = 1024 * 1024
 
 
 def request_head(target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -52,6 +63,16 @@ class Http1Timeout(Http1Error):
     """The endpoint took longer than allowed to connect or to answer."""
 
 
+class Http1TooLarge(Http1Error):
+    """Raised when a body read with ``aread(max_bytes=...)`` passes ``max_bytes``; ``size`` is
+    how many bytes had been read."""
+
+    def __init__(self, size: int, max_bytes: int) -> None:
+        super().__init__(f"the body passed {max_bytes:,} bytes ({size:,} read)")
+        self.size = size
+        self.max_bytes = max_bytes
+
+
 class _Connection(asyncio.Protocol):
     """One connection: what the peer sent, buffered, and a way to wait for more."""
 
@@ -62,6 +83,7 @@ class _Connection(asyncio.Protocol):
         self.lost: BaseException | None = None
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
+        self._paused = False  # reading from the socket stopped: HIGH_WATER bytes wait
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -69,7 +91,16 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if len(self.buffer) >= HIGH_WATER and not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+            self._paused = True
         self._wake()
+
+    def resume(self) -> None:
+        """Read from the socket again (the buffer was consumed, or more of it is needed)."""
+        if self._paused and self.transport is not None and not self.transport.is_closing():
+            self._paused = False
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         self.ended = True
@@ -90,6 +121,7 @@ class _Connection(asyncio.Protocol):
         """Wait until more bytes arrive; False once the peer has closed and none will."""
         if self.ended:
             return False
+        self.resume()  # the caller needs more than the buffer holds
         size = len(self.buffer)
         while len(self.buffer) == size and not self.ended:
             self._waiter = asyncio.get_running_loop().create_future()
@@ -180,12 +212,14 @@ class Http1Response:
             if data:
                 yield data
 
-    async def aread(self) -> bytes:
-        """The whole body.
+    async def aread(self, *, max_bytes: int | None = None) -> bytes:
+        """The whole body (at most ``max_bytes`` of it; None: no limit).
 
-        Raises ``Http1Error`` if the body is cut or badly framed.
+        Raises ``Http1TooLarge`` as soon as the body passes ``max_bytes`` (the rest is never
+        read: close the response), ``Http1Error`` if the body is cut or badly framed.
         """
         parts = []
+        size = 0
         limit = self._pool.read_timeout
         try:
             with anyio.fail_after(limit) as scope:
@@ -193,6 +227,9 @@ class Http1Response:
                     data = await self._next()
                     if data:
                         parts.append(data)
+                        size += len(data)
+                        if max_bytes is not None and size > max_bytes:
+                            raise Http1TooLarge(size, max_bytes)
                         scope.deadline = anyio.current_time() + limit
         except TimeoutError:
             raise Http1Timeout(f"the body went {limit:g} s without a byte") from None
@@ -381,6 +418,7 @@ class Http1Pool:
         idle = self._idle
         while idle and not idle[0].reusable:
             idle.pop(0).close()
+        connection.resume()  # an idle connection must see the server close it
         connection.idle_since = time.monotonic()
         idle.append(connection)
 

@@ -23,6 +23,13 @@ an event (SSE comments and keep-alives do not count) and any request still unfin
 endpoint fails in bounded time and is retried. Every error names the endpoint (its URL
 redacted) and the HTTP status, and carries the longest wait the server asked for.
 
+Size is bounded too: an answer whose text and call arguments pass ``max_answer_chars`` is
+``ResponseTooLarge``, raised as soon as a stream's deltas pass it, and a body (or one event of
+a stream) is not read past ``_JSON_BYTES_PER_CHAR`` bytes a character of the cap plus
+``_BODY_SLACK`` (the most such an answer can take as JSON, with room for the rest of the
+body): an endpoint that streams 30 MB is cut off at the cap, never held. On the public API
+the SDK reads each event and body itself, so there only the parsed answer is checked.
+
 When the SDK's HTTP client sends, calls are spread over shards of at most ``SHARD_CALLS``
 calls in flight, one client (and one connection pool) each, opened as concurrency grows: that
 pool checks every idle connection on each request, so one pool serving hundreds of sessions
@@ -56,12 +63,21 @@ from stowage.core import (
     ModelResponseError,
     RateLimitError,
     ResponseDone,
+    ResponseTooLarge,
     StreamEvent,
     TextDelta,
     redact_url,
 )
+from stowage.policy import answer_chars, oversized_answer
 
-from ._http1 import Http1Error, Http1Pool, Http1Response, Http1Timeout, request_head
+from ._http1 import (
+    Http1Error,
+    Http1Pool,
+    Http1Response,
+    Http1Timeout,
+    Http1TooLarge,
+    request_head,
+)
 from ._openai_wire import (
     PURPOSE_HEADER,
     ChatStreamAccumulator,
@@ -101,6 +117,10 @@ _log = structlog.get_logger("stowage.gateway")
 _SECURITY: Any = {"bearer_auth": True}
 _PURPOSE = PURPOSE_HEADER.lower().encode()
 SHARD_CALLS = 4
+# A character of an answer takes at most 6 bytes in a JSON body (``\u0001``); the slack holds
+# the rest of a body: ids, usage, and the tool schemas a Responses object echoes.
+_JSON_BYTES_PER_CHAR = 6
+_BODY_SLACK = 1024 * 1024
 
 # The private hooks of the SDK the fast wire path calls, exactly as it calls them:
 #   FinalRequestOptions.construct(method=, url=, json_data=, headers=[, security=])
@@ -370,13 +390,21 @@ class _Wire:
             )
         return response
 
-    async def read(self, response: Any) -> bytes:
+    async def read(self, response: Any, *, max_bytes: int) -> bytes:
         """The whole body of ``response``, which is closed after.
 
-        Raises ``APIConnectionError`` if the body is cut.
+        Raises ``APIConnectionError`` if the body is cut, ``ResponseTooLarge`` as soon as it
+        passes ``max_bytes`` (the rest is never read).
         """
         try:
-            body: bytes = await response.aread()
+            if isinstance(response, Http1Response):
+                body: bytes = await response.aread(max_bytes=max_bytes)
+            else:
+                body = await _read_capped(response, max_bytes)
+        except Http1TooLarge as exc:
+            raise _too_large_body(exc.size, max_bytes) from None
+        except ResponseTooLarge:
+            raise
         except (self._timeout_error, Http1Timeout) as exc:
             raise openai.APITimeoutError(request=response.request) from exc
         except Http1Error as exc:
@@ -398,6 +426,26 @@ class _Wire:
 _FRAMING = (b"content-length", b"transfer-encoding", b"content-encoding")
 
 
+async def _read_capped(response: Any, max_bytes: int) -> bytes:
+    """The body of a response of the SDK's HTTP library, read a chunk at a time. Raises
+    ``ResponseTooLarge`` as soon as it passes ``max_bytes``, and what the library raises."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_large_body(size, max_bytes)
+    return b"".join(parts)
+
+
+def _too_large_body(size: int, max_bytes: int) -> ResponseTooLarge:
+    return ResponseTooLarge(
+        f"the response body passed {max_bytes:,} bytes ({size:,} read) before it ended, more "
+        "than an answer within max_answer_chars can take"
+    )
+
+
 class OpenAIGateway:
     """A ``ModelGateway`` over ``openai.AsyncOpenAI``, on the chat or the responses wire API."""
 
@@ -413,6 +461,7 @@ class OpenAIGateway:
         request_deadline: float = 600.0,
         max_retry_wait: float = 60.0,
         lean_http: bool | None = None,
+        max_answer_chars: int = 1_000_000,
     ) -> None:
         """``fast_wire``: None takes the fast wire path when the SDK has its hooks (see
         ``fast_wire_gaps``) and the public API otherwise, False always the public API, True
@@ -420,7 +469,9 @@ class OpenAIGateway:
         event; ``request_deadline``: seconds a request may take in all; ``max_retry_wait``:
         the most a wait the server asks for is taken at. ``lean_http``: whether the fast wire
         path sends through the lean HTTP/1.1 client (``_http1``) rather than the SDK's HTTP
-        client; None: when ``lean_http_gap`` finds nothing against it.
+        client; None: when ``lean_http_gap`` finds nothing against it. ``max_answer_chars``:
+        the most characters of text and call arguments one answer may carry; reading stops
+        as soon as a response passes it (``ResponseTooLarge``).
 
         Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, ``wire_api`` is
         unknown, or ``fast_wire`` is True and the SDK lacks a hook of the fast path.
@@ -450,6 +501,9 @@ class OpenAIGateway:
         self.stream_idle_timeout = stream_idle_timeout
         self.request_deadline = request_deadline
         self.max_retry_wait = max_retry_wait
+        self.max_answer_chars = max_answer_chars
+        #: the most bytes a body, or one event of a stream, is read to
+        self.max_body_bytes = _JSON_BYTES_PER_CHAR * max_answer_chars + _BODY_SLACK
         #: the endpoint as errors and logs name it: never with its credentials
         self.url = redact_url(str(self._client.base_url).rstrip("/") + self._path) or ""
         self._shards: list[openai.AsyncOpenAI] = [self._client]
@@ -594,7 +648,8 @@ class OpenAIGateway:
                 else:
                     wire = self._wires[shard]
                     raw = await wire.read(
-                        await wire.send(self._body(request, stream=False), request.purpose)
+                        await wire.send(self._body(request, stream=False), request.purpose),
+                        max_bytes=self.max_body_bytes,
                     )
         except _BOUNDARY as exc:
             self._raise(exc, request)
@@ -603,9 +658,18 @@ class OpenAIGateway:
         finally:
             self._in_flight[shard] -= 1
         try:
-            return self._parse(orjson.loads(raw) if self.fast_wire else _plain(raw))
+            response = self._parse(orjson.loads(raw) if self.fast_wire else _plain(raw))
+            self._check_size(answer_chars(response))
         except _BOUNDARY as exc:  # the body came (HTTP 200) but cannot be used
             self._raise(exc, request, status=200)
+        return response
+
+    def _check_size(self, chars: int) -> None:
+        """Raises ``ResponseTooLarge`` when an answer of ``chars`` characters (text and call
+        arguments, or as many as were read) passes ``max_answer_chars``."""
+        reason = oversized_answer(chars, self.max_answer_chars)
+        if reason is not None:
+            raise ResponseTooLarge(reason)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``.
@@ -628,7 +692,7 @@ class OpenAIGateway:
                         http_response = await self._wires[shard].send(
                             self._body(request, stream=True), request.purpose
                         )
-                        events = JsonEventStream(http_response)
+                        events = JsonEventStream(http_response, max_event_bytes=self.max_body_bytes)
                     else:
                         events = _PlainEvents(await self._public_call(client, request, stream=True))
             except _BOUNDARY as exc:
@@ -645,6 +709,8 @@ class OpenAIGateway:
                         with anyio.fail_after(limit):
                             batch = await events.next_events()
                         texts = [accumulator.feed(event) for event in batch or ()]
+                        # stop reading once the answer passes the cap: it is never held
+                        self._check_size(accumulator.answer_chars)
                     except _BOUNDARY as exc:
                         self._raise(exc, request, status=status)
                     except TimeoutError:

@@ -31,6 +31,7 @@ from stowage.core import (
     Usage,
     UserMessage,
 )
+from stowage.policy import answer_chars
 
 __all__ = [
     "PURPOSE_HEADER",
@@ -380,6 +381,8 @@ class ChatStreamAccumulator:
     _model: str = ""
     _chunks: int = 0
     _finish_reason: str | None = None
+    #: characters of text and call arguments so far (what ``max_answer_chars`` caps)
+    answer_chars: int = 0
 
     def feed(self, chunk: Any) -> str:
         """Take one chunk; return its text (may be empty). Raises ``ModelResponseError``."""
@@ -397,12 +400,15 @@ class ChatStreamAccumulator:
                     partial.call_id = tc.get("id") or partial.call_id
                     function = tc.get("function") or {}
                     partial.name = function.get("name") or partial.name
-                    partial.arguments.append(function.get("arguments") or "")
+                    piece = function.get("arguments") or ""
+                    partial.arguments.append(piece)
+                    self.answer_chars += len(piece)
                 self._finish_reason = choice.get("finish_reason") or self._finish_reason
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelResponseError(f"malformed chat stream chunk: {chunk!r:.200}") from exc
         if text:
             self._text.append(text)
+            self.answer_chars += len(text)
         return text
 
     def finish(self) -> ModelResponse:
@@ -429,6 +435,9 @@ class ResponsesStreamAccumulator:
 
     _final: ModelResponse | None = None
     _events: int = 0
+    #: characters of text and call arguments so far (what ``max_answer_chars`` caps): the
+    #: deltas as they come, then the final response's own count if larger
+    answer_chars: int = 0
 
     def feed(self, event: Any) -> str:
         """Take one event; return its text delta (may be empty).
@@ -440,10 +449,15 @@ class ResponsesStreamAccumulator:
         try:
             kind = event.get("type")
             if kind == "response.output_text.delta":
-                return str(event.get("delta") or "")
-            if kind in ("response.completed", "response.incomplete"):
+                delta = str(event.get("delta") or "")
+                self.answer_chars += len(delta)
+                return delta
+            if kind == "response.function_call_arguments.delta":
+                self.answer_chars += len(str(event.get("delta") or ""))
+            elif kind in ("response.completed", "response.incomplete"):
                 # incomplete: stopped by the output limit (or a filter); it says so itself
                 self._final = parse_responses_response(event["response"])
+                self.answer_chars = max(self.answer_chars, answer_chars(self._final))
             elif kind in ("error", "response.failed"):
                 error = event.get("error") or (event.get("response") or {}).get("error") or event
                 code, message = error.get("code"), str(error.get("message") or "")

@@ -28,23 +28,27 @@ from stowage.core import (
 
 __all__ = ["asks_for_updates", "drop_facts", "propose_updates", "protected_section"]
 
-_PROTECTED_HEADER = "\n\n## Protected state\n"
+# how core's protected-state message begins (``stowage.core`` renders it)
+_PROTECTED_HEADING = "# Protected state\n"
 _WHY_CHARS = 160
 _LINE = re.compile(r"^\s*(decided|failed|artifact|pending|done):\s*(.+?)\s*$", re.IGNORECASE)
 _PENDING = re.compile(r"^- \[(p\d+)\] (.*)$")
 
 
 def asks_for_updates(request: ModelRequest) -> bool:
-    """Whether the summary request asks for the protected-updates block. Raises nothing."""
-    return any(isinstance(i, SystemMessage) and UPDATES_KEY in i.text for i in request.input)
+    """Whether the summary request asks for the protected-updates block: its instruction
+    message, the user message that ends it, names the block. Raises nothing."""
+    last = request.input[-1] if request.input else None
+    return isinstance(last, UserMessage) and UPDATES_KEY in last.text
 
 
 def protected_section(request: ModelRequest) -> str:
-    """The protected state the summary request shows after the transcript ('' if none)."""
-    users = [i for i in request.input if isinstance(i, UserMessage)]
-    if not users or _PROTECTED_HEADER not in users[-1].text:
-        return ""
-    return users[-1].text.split(_PROTECTED_HEADER, 1)[1]
+    """The protected state the summary request carries: the text of its protected-state
+    system message, as every round request shows it ('' if none). Raises nothing."""
+    for item in request.input:
+        if isinstance(item, SystemMessage) and item.text.startswith(_PROTECTED_HEADING):
+            return item.text
+    return ""
 
 
 def propose_updates(items: Sequence[Item], protected: str) -> list[dict[str, Any]]:
@@ -54,7 +58,10 @@ def propose_updates(items: Sequence[Item], protected: str) -> list[dict[str, Any
     calls = {i.call_id: i for i in items if isinstance(i, FunctionCall)}
     ops: list[dict[str, Any]] = []
     for item in items:
-        if isinstance(item, FunctionCallOutput) and item.is_error:
+        # over the wire a failed output is only its text: the executor's errors start "error"
+        if isinstance(item, FunctionCallOutput) and (
+            item.is_error or item.output.startswith("error")
+        ):
             call = calls.get(item.call_id)
             # an interrupted call may have worked: that is not knowledge of a failure
             if call is not None and not item.output.startswith("interrupted"):

@@ -4,7 +4,9 @@ The SDK's ``AsyncStream`` decodes events line by line in Python and each payload
 standard ``json`` module; on a streamed answer (one event per token at a real provider) that is
 most of the client's CPU. ``JsonEventStream`` reads the HTTP response the gateway's fast wire
 path sent through the SDK's own HTTP client. Errors keep the SDK's types: an ``error`` payload
-raises ``openai.APIError``, a transport failure ``openai.APIConnectionError``.
+raises ``openai.APIError``, a transport failure ``openai.APIConnectionError``. An event that
+grows past ``max_event_bytes`` before it ends raises ``ResponseTooLarge``: an endpoint that
+streams one endless event must not fill memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import openai
 import orjson
+from stowage.core import ResponseTooLarge
 
 __all__ = ["JsonEventStream", "sse_data"]
 
@@ -35,8 +38,11 @@ class JsonEventStream:
     SDK's HTTP client), read a chunk of the body at a time and ending at ``[DONE]`` or the
     body's end; closing it closes the response."""
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, *, max_event_bytes: int | None = None) -> None:
+        """``max_event_bytes``: the most bytes one event may take before it ends (None: no
+        limit)."""
         self.response = response
+        self._max_event_bytes = max_event_bytes
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._buffer = b""
         self._done = False  # [DONE] came: what is left of the body is read and dropped
@@ -56,7 +62,8 @@ class JsonEventStream:
         times each call, not each event.
 
         Raises ``openai.APIError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
-        payload that is not JSON, ``openai.APIConnectionError`` when the transport fails.
+        payload that is not JSON, ``openai.APIConnectionError`` when the transport fails,
+        ``ResponseTooLarge`` when an event passes ``max_event_bytes`` before it ends.
         """
         while not self._ended:
             try:
@@ -89,6 +96,12 @@ class JsonEventStream:
                 break
             events.append(_checked(orjson.loads(data), self.response))
         self._buffer = buffer
+        limit = self._max_event_bytes
+        if limit is not None and len(buffer) > limit:
+            raise ResponseTooLarge(
+                f"one event of the stream passed {len(buffer):,} bytes before it ended, more "
+                f"than an answer within max_answer_chars can take ({limit:,} bytes)"
+            )
         return events
 
     def _rest(self) -> list[Any] | None:

@@ -26,14 +26,18 @@ from ._compaction import (
     summary_view,
 )
 from ._fallback import digest, fallback_summary
+from ._forecast import Forecast
 from ._tokens import (
     TokenStatus,
+    answer_chars,
     calibrated_ratio,
     implausible_usage,
+    oversized_answer,
     ratio_from_stated,
     request_chars,
     token_status,
 )
+from ._turns import irreducible_tokens, loop_message, reattach_seqs, safe_cover
 from ._watermarks import (
     MIN_STUB_CHARS,
     PolicyDecision,
@@ -57,6 +61,11 @@ from ._window import (
 )
 
 __all__ = [
+    "Forecast",
+    "irreducible_tokens",
+    "loop_message",
+    "reattach_seqs",
+    "safe_cover",
     "CACHE_BLOCK_TOKENS",
     "CacheFigures",
     "CacheHit",
@@ -73,6 +82,7 @@ __all__ = [
     "Watermarks",
     "build_summary_request",
     "summary_view",
+    "answer_chars",
     "calibrated_ratio",
     "check_log",
     "check_window",
@@ -86,6 +96,7 @@ __all__ = [
     "fallback_summary",
     "fixed_request_tokens",
     "implausible_usage",
+    "oversized_answer",
     "lookup_model",
     "microcompact_batch",
     "rounds_to_hard_mark",

@@ -73,7 +73,11 @@ def lookup_model(name: str) -> ModelLimits | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
-    """The token budget of one session's requests; ``usable`` is what history may fill."""
+    """The token budget of one session's requests; ``usable`` is what history may fill.
+
+    ``tool_tokens`` (the tool schemas every request carries) are taken out of the window here,
+    so they are outside ``usable`` and must not be counted in the tokens in use of it as well
+    (``token_status`` takes them out of reported usage)."""
 
     context_window: int
     output_reserve: int

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from stowage.core import (
     CompactionRecord,
     CorruptLogError,
+    FunctionCall,
+    FunctionCallOutput,
     ItemRecord,
     Record,
     SessionRecord,
@@ -95,6 +97,7 @@ def check_log(
             problems.append(
                 "resume rebuilds a protected state that differs from whole-log replay's"
             )
+    problems.extend(_pairing(state))
     if state.open_calls:
         notes.append(
             f"round {state.open_round} is open with {len(state.open_calls)} call(s) without output; "
@@ -108,6 +111,29 @@ def check_log(
         problems=tuple(problems),
         notes=tuple(notes),
     )
+
+
+def _pairing(state: SessionState) -> list[str]:
+    """What a request built from ``state``'s history would carry unpaired: an output whose
+    call is not before it, a call with no output (other than the open round's, which resume
+    closes or an approval answers)."""
+    problems: list[str] = []
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for entry in state.history:
+        item = entry.item
+        if isinstance(item, FunctionCall):
+            calls.add(item.call_id)
+        elif isinstance(item, FunctionCallOutput):
+            if item.call_id not in calls:
+                problems.append(
+                    f"history holds the output of call {item.call_id!r} (seq {entry.seq}) "
+                    "without its call: a provider would refuse the request"
+                )
+            answered.add(item.call_id)
+    for call_id in sorted(calls - answered - set(state.open_calls)):
+        problems.append(f"history holds call {call_id!r} without its output")
+    return problems
 
 
 def _check_compaction(
@@ -128,6 +154,7 @@ def _check_compaction(
         summary_seq=record.seq,
         covers_through=record.covers_through,
         user_budget_chars=int(budget),
+        reattach=record.reattached,
     )
     if tuple(e.seq for e in rerun.retained) != tuple(e.seq for e in record.retained):
         problems.append(

@@ -1,24 +1,26 @@
 """The seed's threshold rule and the summary request, pure.
 
-What history becomes afterwards is ``stowage.core``'s ``apply_compaction``: replay needs the same
-assembly rule, and core may not import the policy.
+The summary request is the session's own round request with one instruction message after it,
+so that a provider's prefix cache serves all of it but that message: a compaction then costs
+little more than a round, instead of the whole history at full price. What history becomes
+afterwards is ``stowage.core``'s ``apply_compaction``: replay needs the same assembly rule, and
+core may not import the policy.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from stowage.core import (
     UPDATES_INSTRUCTIONS,
-    AssistantMessage,
-    CompactionSummary,
     FunctionCall,
     FunctionCallOutput,
     HistoryEntry,
     Item,
     ModelRequest,
-    SystemMessage,
+    ToolSpec,
     UserMessage,
     default_stub,
 )
@@ -28,13 +30,15 @@ __all__ = [
     "CompactionDecision",
     "build_summary_request",
     "decide_compaction",
-    "serialize_history_for_summary",
     "summary_view",
 ]
 
 # Fewer entries than this cannot hold more than a system message, a user message and one answer:
 # nothing worth a model call to summarize.
 _MIN_HISTORY_LENGTH = 4
+
+# how core's protected-state message begins (``stowage.core`` renders it)
+_PROTECTED_HEADING = "# Protected state"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,24 +89,22 @@ def decide_compaction(
 
 
 SUMMARY_INSTRUCTIONS = """\
-You are compacting the history of a long-running agent session so that the work can continue \
-within the model's context window. The transcript below will be replaced by your summary; \
-whatever you leave out is lost to the agent.
+Do not call any tool now: summarize the conversation above. The summary replaces it (the \
+system messages and latest user messages stay); what you leave out is lost to the agent.
 
-Write a dense, factual summary that keeps:
-- the user's goal and every requirement or constraint the user stated;
-- key decisions made, and why;
+Keep, densely:
+- the user's goal, requirements and constraints;
+- decisions made, and why;
 - files, paths, commands and other artifacts read, created or changed;
-- the artifact reference (R<n>) of every tool output whose content still matters, next to \
-what it holds: the agent reads it back with the recall_artifact tool (list them among the \
-artifacts of the updates block too, when one is asked for);
-- work completed, and work still pending or undone;
-- errors met and attempts that failed, so they are not repeated;
-- the immediate next step.
+- the reference R<n> of each tool output that still matters, with what it holds \
+(recall_artifact reads it back; stubs name theirs, the others are listed below; in the \
+updates block too, if asked for one);
+- work completed, and work pending;
+- errors and failed attempts, so they are not repeated;
+- the next step.
 
-Keep exact names, paths, identifiers and numbers. Do not invent anything that is not in the \
-transcript. Output only the summary itself: no preamble such as "Here is the summary", no \
-closing remarks."""
+Keep exact names, paths, identifiers and numbers; invent nothing. Output only the summary: no \
+preamble such as "Here is the summary", no closing remarks."""
 
 
 def summary_view(
@@ -127,80 +129,73 @@ def summary_view(
     )
 
 
-def serialize_history_for_summary(
-    items: Sequence[Item], refs: Mapping[str, int] | None = None
-) -> str:
-    """Render items as a readable transcript, one block per item, each type marked distinctly;
-    a tool output whose call id ``refs`` maps to a seq names its artifact reference R<seq>.
-
-    Raises nothing.
-    """
-    return "\n\n".join(_render_item(item, refs or {}) for item in items)
-
-
-def _render_item(item: Item, refs: Mapping[str, int]) -> str:
-    match item:
-        case SystemMessage(text=text):
-            return f"[system] {text}"
-        case UserMessage(text=text, pinned=pinned):
-            return f"[user] [pinned] {text}" if pinned else f"[user] {text}"
-        case AssistantMessage(text=text):
-            return f"[assistant] {text}"
-        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-            return f"[tool call] {name}({arguments}) {call_id}"
-        case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
-            # Executor errors already start with "error:"; mark any other failure so the
-            # summarizer can tell failed attempts from results.
-            if is_error and not output.startswith("error"):
-                output = f"error: {output}"
-            if call_id in refs:
-                return f"[tool output {call_id}, artifact R{refs[call_id]}] {output}"
-            return f"[tool output {call_id}] {output}"
-        case CompactionSummary(text=text):
-            return f"[summary] {text}"
-    raise TypeError(f"not an item: {item!r}")  # pragma: no cover - exhaustive above
-
-
 def build_summary_request(
-    history: Sequence[Item],
+    projection: Sequence[Item],
     *,
     model: str,
+    tools: Sequence[ToolSpec] = (),
+    cache_key: str | None = None,
     focus: str | None = None,
-    protected_text: str | None = None,
-    max_output_tokens: int | None = None,
     protected_updates: bool = False,
     refs: Mapping[str, int] | None = None,
     instructions: str | None = None,
+    max_output_tokens: int | None = None,
 ) -> ModelRequest:
-    """Build the one non-streaming, tool-less request that asks the model for a summary.
+    """The request that asks for a summary: the session's own round request, then one
+    instruction message.
 
-    ``focus`` is what the user asked the summary to dwell on; ``protected_text`` is protected
-    state the summary must agree with; ``protected_updates`` asks, after the summary, for the
-    JSON block of protected-state updates (``runtime._protected_updates``); ``refs`` maps the
-    call ids of tool outputs to their artifact seqs (the transcript names them);
-    ``instructions`` replace ``SUMMARY_INSTRUCTIONS`` (a user's compaction prompt). Raises
-    nothing.
+    ``projection`` is the input a round would send (system message, protected-state message,
+    history as the model sees it, stubs included; possibly trimmed of its oldest rounds with a
+    digest preface) and ``tools`` the session's tool specs; both go out unchanged, with the
+    session's ``cache_key``, so a provider's prefix cache serves everything the last round
+    request carried and only the instruction message is new. The projection holds whole
+    rounds, so the request never ends with a call missing its output nor carries an output
+    without its call; nothing here checks that. ``tool_choice`` is "none": the tools are
+    there for the cache, not to be called.
+
+    The instruction message (a user message, valid after tool outputs on both wire APIs) holds
+    ``instructions`` (else ``SUMMARY_INSTRUCTIONS``); the artifact references ``R<seq>`` of the
+    projection's tool outputs, from ``refs`` (call id -> seq; outputs whose stub already names
+    its reference, and call ids not in the projection, are left out); with
+    ``protected_updates``, the request for the JSON block of protected-state updates; and
+    ``focus``, what the user asked the summary to dwell on. A summary by another model than
+    the session's (``model``) gets no cache hit: caches are per model. Raises nothing.
     """
-    instructions = instructions or SUMMARY_INSTRUCTIONS
+    parts = [instructions or SUMMARY_INSTRUCTIONS]
+    listed = _ref_lines(projection, refs or {})
+    if listed:
+        parts.append("Artifact references of the tool outputs above:\n" + "\n".join(listed))
     if protected_updates:
-        instructions += "\n\n" + UPDATES_INSTRUCTIONS
-    if focus:
-        instructions += (
-            "\n\nThe user asked this summary to pay particular attention to the following; "
-            f"cover it in full detail:\n{focus}"
+        parts.append(
+            UPDATES_INSTRUCTIONS
+            + f'\nThe protected state is the "{_PROTECTED_HEADING}" system message.'
         )
-    transcript = serialize_history_for_summary(history, refs)
-    if protected_text:
-        transcript += (
-            "\n\n## Protected state\n"
-            "These facts are kept verbatim outside the summary; do not contradict them:\n"
-            f"{protected_text}"
+    if focus:
+        parts.append(
+            "The user asked this summary to pay particular attention to the following; "
+            f"cover it in full detail:\n{focus}"
         )
     return ModelRequest(
         model=model,
-        input=(SystemMessage(text=instructions), UserMessage(text=transcript)),
-        tools=(),
+        input=(*projection, UserMessage(text="\n\n".join(parts))),
+        tools=tuple(tools),
         tool_choice="none",
         max_output_tokens=max_output_tokens,
         purpose="summary",
+        cache_key=cache_key,
     )
+
+
+def _ref_lines(projection: Sequence[Item], refs: Mapping[str, int]) -> list[str]:
+    """One line per tool output of ``projection`` with a reference in ``refs``, in order."""
+    names = {i.call_id: i.name for i in projection if isinstance(i, FunctionCall)}
+    lines = []
+    for item in projection:
+        if not isinstance(item, FunctionCallOutput) or item.call_id not in refs:
+            continue
+        ref = f"R{refs[item.call_id]}"
+        # a stub already names its reference: listing it again only lengthens the new tail
+        if re.search(rf"artifact {ref}\b", item.output):
+            continue
+        lines.append(f"- {ref}: output of {names.get(item.call_id, 'a tool')} ({item.call_id})")
+    return lines

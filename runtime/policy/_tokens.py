@@ -1,11 +1,20 @@
 """Token accounting: how full the context is, from reported usage plus a calibrated estimate.
 
-Tokens in use = the usage the provider reported for the last round (its input and its output,
-which is now history) + an estimate of what was added since (tool outputs, a new user
-message), less what microcompaction took out since. The estimate divides characters by a
-chars-per-token ratio calibrated on this session's own reports, so a model with a denser or
-looser tokenizer than 4 chars a token is measured, not assumed. Every figure the calibration
-needs is folded into ``SessionState`` from the log, so replay reproduces it exactly.
+The figure is the tokens of the next request's history part: system, protected state,
+history as projected. Tool schemas are outside it, as they are outside the usable budget
+(``usable = window - output reserve - tool schemas``): counting them in both would count them
+twice, and with an MCP server's 15,000 tokens of schemas compaction would fire far too early.
+So the reported path takes the schemas back out of what the provider counted.
+
+Reported path: the usage the provider reported for the last round (its input and its output,
+which is now history) less the tool schemas, plus an estimate of what was added since (tool
+outputs, a new user message), less what microcompaction took out since. Estimated path (no
+report yet): characters over a chars-per-token ratio calibrated on this session's own
+reports, so a denser or looser tokenizer than 4 chars a token is measured, not assumed.
+
+Either way the figure is never below what the characters imply: an endpoint that reports 10
+output tokens for a 30 MB answer must not hide it from the policy. Every figure the
+calibration needs is folded into ``SessionState`` from the log, so replay reproduces it.
 """
 
 from __future__ import annotations
@@ -14,19 +23,32 @@ import json
 import math
 from dataclasses import dataclass
 
-from stowage.core import ModelRequest, SessionState, Usage, entry_chars, item_chars
+from stowage.core import (
+    AssistantMessage,
+    FunctionCall,
+    ModelRequest,
+    ModelResponse,
+    SessionState,
+    Usage,
+    entry_chars,
+    item_chars,
+)
 
 __all__ = [
     "DEFAULT_CHARS_PER_TOKEN",
     "TokenStatus",
+    "answer_chars",
     "calibrated_ratio",
     "implausible_usage",
+    "oversized_answer",
     "ratio_from_stated",
     "request_chars",
     "token_status",
 ]
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
+# the loosest ratio the floor of a token figure uses, whatever the calibration says
+_FLOOR_CHARS_PER_TOKEN = 4.0
 # Below this many reported content tokens a ratio is mostly noise (tool schemas, framing).
 _MIN_CALIBRATION_TOKENS = 200
 # Real tokenizers stay within these; a wild ratio means the report was not about our text.
@@ -69,6 +91,28 @@ def implausible_usage(usage: Usage, *, chars: int) -> str | None:
     return None
 
 
+def answer_chars(response: ModelResponse) -> int:
+    """Characters of ``response``'s answer that ``max_answer_chars`` caps: its assistant text
+    and its call arguments. Raises nothing."""
+    return sum(
+        len(item.text) if isinstance(item, AssistantMessage) else len(item.arguments)
+        for item in response.items
+        if isinstance(item, AssistantMessage | FunctionCall)
+    )
+
+
+def oversized_answer(chars: int, max_chars: int) -> str | None:
+    """Why an answer of ``chars`` characters (text plus call arguments, as ``answer_chars``
+    counts them, or as many as were read of it) is refused under a cap of ``max_chars``
+    (``max_answer_chars``), or None when it is within it. Raises nothing."""
+    if chars <= max_chars:
+        return None
+    return (
+        f"the answer passed max_answer_chars: {chars:,} characters of text and call arguments "
+        f"read, more than the {max_chars:,} one response may carry"
+    )
+
+
 def ratio_from_stated(chars: int, stated_tokens: int, tool_tokens: int = 0) -> float | None:
     """Chars per token of a request of ``chars`` content characters that the provider said
     counted ``stated_tokens`` (``tool_tokens`` of them tool schemas), within the range real
@@ -82,22 +126,33 @@ def ratio_from_stated(chars: int, stated_tokens: int, tool_tokens: int = 0) -> f
 
 def calibrated_ratio(state: SessionState, tool_tokens: int = 0) -> float:
     """Chars per token measured on the session's reported usage (input tokens of each reported
-    round, less its tool schemas, against the characters of the history it was sent), or 4
-    before there is enough to measure. Raises nothing."""
+    round, less its tool schemas, against the characters of the history it was sent), at most
+    4 (the default before there is enough to measure). Raises nothing."""
     content_tokens = state.calib_tokens - state.calib_rounds * tool_tokens
     if content_tokens < _MIN_CALIBRATION_TOKENS:
         return DEFAULT_CHARS_PER_TOKEN
-    low, high = _RATIO_RANGE
-    return min(high, max(low, state.calib_chars / content_tokens))
+    low, _ = _RATIO_RANGE
+    # never looser than 4 chars a token: every estimate (what a compaction leaves, what fits
+    # a target) uses this ratio, and a report that undercounts (a proxy reporting half) must
+    # not make the estimates undercount with it; a denser tokenizer is measured as it is
+    return min(_FLOOR_CHARS_PER_TOKEN, max(low, state.calib_chars / content_tokens))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenStatus:
-    """How many tokens the next request carries, and how that figure was obtained.
+    """How many tokens of history the next request carries, and how that figure was obtained.
 
-    ``tokens`` is None only when reported usage is required and there is none. ``estimated``
-    is True when no reported usage went into the figure at all; ``reported`` is the reported
-    base (None without one) and ``estimated_since`` what was estimated on top of it.
+    ``tokens`` counts the history part only (system, protected state, history as projected):
+    tool schemas are outside the usable budget and outside this figure; ``tool_tokens`` says
+    how many there are, for showing them apart. ``tokens`` is None only when reported usage
+    is required and there is none. ``estimated`` is True when no reported usage went into the
+    figure at all; ``reported`` is the reported base as the provider counted it (input plus
+    output of the last round, tool schemas included; None without one) and
+    ``estimated_since`` what was estimated on top of it (less microcompaction's discount), so
+    ``tokens == reported - tool_tokens + estimated_since`` unless floored. ``floored`` is True
+    when the reported figure was below what the characters of the projected history imply at
+    ``chars_per_token`` and that estimate was taken instead (usage that undercounts, such as
+    10 output tokens reported for a 30 MB answer).
     """
 
     tokens: int | None
@@ -105,6 +160,8 @@ class TokenStatus:
     reported: int | None
     estimated_since: int
     chars_per_token: float
+    floored: bool = False
+    tool_tokens: int = 0
 
     def fraction(self, usable: int) -> float | None:
         """``tokens`` as a fraction of ``usable``. Raises nothing."""
@@ -118,20 +175,25 @@ def token_status(
     extra_chars: int = 0,
     require_reported: bool = False,
 ) -> TokenStatus:
-    """Tokens of the next request built from ``state`` (``extra_chars``: text the projection
-    adds to history, such as protected state). Raises nothing."""
+    """Tokens of the history part of the next request built from ``state`` (``extra_chars``:
+    text the projection adds to history, such as protected state). ``tool_tokens``: the tool
+    schemas the provider counted in its reported usage; they are taken out of it, never added.
+    The figure is at least ``ceil((projected chars + extra_chars) / ratio)``. Raises nothing.
+    """
     ratio = calibrated_ratio(state, tool_tokens)
     usage = state.last_usage
+    # never looser than 4 chars a token: a calibration from usage that undercounts (a proxy
+    # reporting half) must not make the floor undercount with it
+    floor = math.ceil((state.projected_chars + extra_chars) / min(ratio, _FLOOR_CHARS_PER_TOKEN))
     if usage is None:
         if require_reported:
             return TokenStatus(
-                tokens=None, estimated=True, reported=None, estimated_since=0, chars_per_token=ratio
-            )
-        chars = state.projected_chars + extra_chars
-        tokens = tool_tokens + math.ceil(chars / ratio)
+                tokens=None, estimated=True, reported=None, estimated_since=0,
+                chars_per_token=ratio, tool_tokens=tool_tokens,
+            )  # fmt: skip
         return TokenStatus(
-            tokens=tokens, estimated=True, reported=None, estimated_since=tokens,
-            chars_per_token=ratio,
+            tokens=floor, estimated=True, reported=None, estimated_since=floor,
+            chars_per_token=ratio, tool_tokens=tool_tokens,
         )  # fmt: skip
     since = 0
     for entry in reversed(state.history):
@@ -140,10 +202,13 @@ def token_status(
         since += entry_chars(entry, state.stubbed)
     since_tokens = math.ceil(since / ratio)
     discount = math.floor(state.usage_discount_chars / ratio)
+    tokens = max(0, usage.total_tokens - tool_tokens - discount) + since_tokens
     return TokenStatus(
-        tokens=max(0, usage.total_tokens - discount) + since_tokens,
+        tokens=max(tokens, floor),
         estimated=False,
         reported=usage.total_tokens,
         estimated_since=since_tokens - discount,
         chars_per_token=ratio,
+        floored=tokens < floor,
+        tool_tokens=tool_tokens,
     )

@@ -3,7 +3,30 @@
 from stowage.model import Brain, ScriptedBrain, ScriptedModel, is_summary_request, scripted_usage
 
 from ._fake_server import FakeOpenAIServer, Fault, FaultWhen
-from ._wire_check import call_ids, orphan_calls
+from ._pairing import request_orphan_calls, request_orphan_outputs
+from ._wire_check import call_ids, orphan_calls, orphan_outputs
+from ._zoo import (
+    USAGE_MODES,
+    VIOLATION_KINDS,
+    ZOO_MEMBERS,
+    UsageMode,
+    Violation,
+    ViolationKind,
+    ZooBehaviour,
+    ZooFigures,
+    ZooFile,
+    ZooHarness,
+    ZooModel,
+    ZooRequest,
+    breaks_prefix,
+    irreducible_tokens,
+    request_tokens,
+    write_zoo_file,
+    zoo_behaviour,
+    zoo_member,
+    zoo_settings,
+    zoo_tools,
+)
 
 __all__ = [
     "Brain",
@@ -12,8 +35,31 @@ __all__ = [
     "FaultWhen",
     "ScriptedBrain",
     "ScriptedModel",
+    "USAGE_MODES",
+    "UsageMode",
+    "VIOLATION_KINDS",
+    "Violation",
+    "ViolationKind",
+    "ZOO_MEMBERS",
+    "ZooFigures",
+    "ZooFile",
+    "ZooHarness",
+    "ZooBehaviour",
+    "ZooModel",
+    "ZooRequest",
+    "breaks_prefix",
     "call_ids",
+    "irreducible_tokens",
     "is_summary_request",
     "orphan_calls",
+    "orphan_outputs",
+    "request_orphan_calls",
+    "request_orphan_outputs",
+    "request_tokens",
     "scripted_usage",
+    "write_zoo_file",
+    "zoo_behaviour",
+    "zoo_member",
+    "zoo_settings",
+    "zoo_tools",
 ]

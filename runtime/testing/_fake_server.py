@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stowage.core import ModelRequest, ModelResponse
 from stowage.load import parse_fault_rates
 from stowage.model import PURPOSE_HEADER, ScriptedBrain
-from stowage.policy import PrefixCache
+from stowage.policy import CacheHit, PrefixCache
 
 from ._fake_faults import (
     MUTATIONS,
@@ -47,6 +47,7 @@ from ._fake_faults import (
     responses_stream,
 )
 from ._fake_wire import (
+    body_purpose,
     chat_chunks,
     chat_completion,
     request_from_chat,
@@ -54,7 +55,7 @@ from ._fake_wire import (
     responses_events,
     responses_object,
 )
-from ._wire_check import orphan_calls
+from ._wire_check import orphan_calls, orphan_outputs
 
 __all__ = ["Fault", "FakeOpenAIServer", "FaultWhen"]
 
@@ -332,14 +333,20 @@ class FakeOpenAIServer:
     api_key: str | None = None
     #: the provider's prefix cache it simulates (None: every request is uncached); per key
     #: (``prompt_cache_key``, else the first two messages) its ``figures`` count requests,
-    #: input, cached tokens and prefix breaks
+    #: input, cached tokens and prefix breaks, and the server adds requests, input and cached
+    #: tokens by purpose (``round_*``, ``summary_*``: see ``cached_share``)
     prefix_cache: PrefixCache | None = field(default_factory=PrefixCache)
-    #: counts of requests, faults and requests carrying a tool call without its output
+    #: counts of requests, faults and requests carrying a tool call without its output, and
+    #: input and cached tokens of round and of summary requests over every cache key
     stats: dict[str, Any] = field(
         default_factory=lambda: {
             "requests": 0,
             "rounds": 0,
             "summaries": 0,
+            "round_input_tokens": 0,
+            "round_cached_tokens": 0,
+            "summary_input_tokens": 0,
+            "summary_cached_tokens": 0,
             "faults": {},
             "orphan_requests": 0,
             "orphan_examples": [],
@@ -380,6 +387,29 @@ class FakeOpenAIServer:
     def clear_faults(self) -> None:
         """Drop every pending fault."""
         self._faults.clear()
+
+    def cached_share(self, purpose: str = "summary", key: str | None = None) -> float | None:
+        """The share of the input tokens of ``purpose`` ("round" or "summary") requests that
+        the prefix cache served, for one cache ``key`` or over all of them; None when no such
+        request came. Raises ``KeyError`` for a key the cache never saw."""
+        counts = self.stats if key is None else self._cache_figures()[key]
+        total = counts.get(f"{purpose}_input_tokens", 0)
+        return counts.get(f"{purpose}_cached_tokens", 0) / total if total else None
+
+    def _cache_figures(self) -> dict[str, dict[str, int]]:
+        return {} if self.prefix_cache is None else self.prefix_cache.figures
+
+    def _count_cached(self, key: str, purpose: str, hit: CacheHit) -> None:
+        """The cache's figures of ``key`` and ``stats``, by purpose: a summary request that
+        rides the session's prompt cache shows apart from the rounds it follows."""
+        figures = self._cache_figures()[key]
+        for name in ("round", "summary"):
+            for what in ("requests", "input_tokens", "cached_tokens"):
+                figures.setdefault(f"{name}_{what}", 0)
+        figures[f"{purpose}_requests"] += 1
+        for counts in (figures, self.stats):
+            counts[f"{purpose}_input_tokens"] += hit.input_tokens
+            counts[f"{purpose}_cached_tokens"] += hit.cached_tokens
 
     @property
     def app(self) -> Starlette:
@@ -464,11 +494,7 @@ class FakeOpenAIServer:
         if self.record is not None:
             line = orjson.dumps({"path": path, "body": body}) + b"\n"
             await anyio.to_thread.run_sync(self._append, line)
-        kind = (
-            purpose
-            if purpose in ("round", "summary")
-            else ("round" if body.get("tools") else "summary")
-        )
+        kind = body_purpose(body, purpose)
         self._count(body, kind)
         for pending in self._faults:
             if pending.when in (kind, "any"):
@@ -491,7 +517,7 @@ class FakeOpenAIServer:
         stats = self.stats
         stats["requests"] += 1
         stats["rounds" if kind == "round" else "summaries"] += 1
-        orphans = orphan_calls(body)
+        orphans = orphan_calls(body) + orphan_outputs(body)
         if orphans:
             stats["orphan_requests"] += 1
             if len(stats["orphan_examples"]) < 10:
@@ -569,6 +595,7 @@ class FakeOpenAIServer:
             hit = self.prefix_cache.serve(
                 request, cache_key=key, input_tokens=response.usage.input_tokens
             )
+            self._count_cached(PrefixCache.key_for(request, key), request.purpose, hit)
             usage = dataclasses.replace(response.usage, cached_tokens=hit.cached_tokens)
             response = dataclasses.replace(response, usage=usage)
         if fault is not None and fault.kind in MUTATIONS:

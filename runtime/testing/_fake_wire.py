@@ -27,6 +27,7 @@ from stowage.core import (
 from stowage.model import SUMMARY_PREFIX
 
 __all__ = [
+    "body_purpose",
     "chat_completion",
     "chat_chunks",
     "request_from_chat",
@@ -56,10 +57,32 @@ def _message(role: str, text: str) -> Item:
     return UserMessage(text=text)
 
 
+def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
+    """The request's purpose, "round" or "summary": the gateway's purpose header when it
+    sent one, else what the body shows (a request without tools, or one with ``tool_choice``
+    "none" that ends with a user message: the session's request with the summary
+    instructions after it). Raises nothing."""
+    if purpose in ("round", "summary"):
+        return purpose
+    if not body.get("tools"):
+        return "summary"
+    if body.get("tool_choice") != "none":
+        return "round"
+    entries = body.get("messages", body.get("input"))
+    last = entries[-1] if isinstance(entries, list) and entries else None
+    if isinstance(entries, str) or (
+        isinstance(last, dict)
+        and last.get("role") == "user"
+        and last.get("type", "message") == "message"
+    ):
+        return "summary"
+    return "round"
+
+
 def _request(
     body: dict[str, Any], items: list[Item], tools: list[ToolSpec], purpose: str | None
 ) -> ModelRequest:
-    summary = purpose == "summary" if purpose in ("round", "summary") else not tools
+    summary = body_purpose(body, purpose) == "summary"
     max_tokens = body.get("max_tokens", body.get("max_output_tokens"))
     return ModelRequest(
         model=str(body.get("model", "")),

@@ -4,33 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["call_ids", "orphan_calls"]
+__all__ = ["call_ids", "orphan_calls", "orphan_outputs"]
 
 
-def _chat_pairs(body: dict[str, Any]) -> tuple[list[str], set[str]]:
+def _chat_pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
     calls: list[str] = []
-    outputs: set[str] = set()
+    outputs: list[str] = []
     for message in body.get("messages", []):
         for call in message.get("tool_calls") or []:
             calls.append(str(call.get("id")))
         if message.get("role") == "tool":
-            outputs.add(str(message.get("tool_call_id")))
+            outputs.append(str(message.get("tool_call_id")))
     return calls, outputs
 
 
-def _responses_pairs(body: dict[str, Any]) -> tuple[list[str], set[str]]:
+def _responses_pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
     calls: list[str] = []
-    outputs: set[str] = set()
+    outputs: list[str] = []
     entries = body.get("input", [])
     for entry in entries if isinstance(entries, list) else []:
         if entry.get("type") == "function_call":
             calls.append(str(entry.get("call_id")))
         elif entry.get("type") == "function_call_output":
-            outputs.add(str(entry.get("call_id")))
+            outputs.append(str(entry.get("call_id")))
     return calls, outputs
 
 
-def _pairs(body: dict[str, Any]) -> tuple[list[str], set[str]]:
+def _pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
     return _chat_pairs(body) if "messages" in body else _responses_pairs(body)
 
 
@@ -38,7 +38,16 @@ def orphan_calls(body: dict[str, Any]) -> list[str]:
     """Ids of tool calls in a Chat Completions or Responses request body that have no output
     in the same request (an orphan a provider would reject), in order."""
     calls, outputs = _pairs(body)
-    return [call_id for call_id in calls if call_id not in outputs]
+    answered = set(outputs)
+    return [call_id for call_id in calls if call_id not in answered]
+
+
+def orphan_outputs(body: dict[str, Any]) -> list[str]:
+    """Ids of tool outputs in a Chat Completions or Responses request body whose call is not
+    in the same request (an output without its call, which a provider rejects too), in order."""
+    calls, outputs = _pairs(body)
+    made = set(calls)
+    return [call_id for call_id in outputs if call_id not in made]
 
 
 def call_ids(body: dict[str, Any]) -> set[str]:

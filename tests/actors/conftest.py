@@ -18,6 +18,7 @@ from typing import Any, cast
 import anyio
 import pytest
 from stowage.actors import Append, SessionContext, Slot, mailbox, run_persistence
+from stowage.actors._accounting import Accounting
 from stowage.actors._journal import Journal
 from stowage.core import (
     Event,
@@ -122,7 +123,12 @@ def journal_on() -> JournalOn:
             persistence=box.send,
             write_timeout=5.0,
         )
-        journal = Journal(ctx=ctx, state=replay(SESSION, records), compactor=Slot())
+        journal = Journal(
+            ctx=ctx,
+            state=replay(SESSION, records),
+            compactor=Slot(),
+            accounting=Accounting(settings, ()),
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_persistence, cast(LogStore, store), box.receive)
             async with box.send:

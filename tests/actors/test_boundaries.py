@@ -11,7 +11,9 @@ import pytest
 ACTORS = Path(__file__).resolve().parents[2] / "actors"
 
 
-@pytest.mark.parametrize("helper", ["_journal.py", "_plans.py", "_pressure.py"])
+@pytest.mark.parametrize(
+    "helper", ["_journal.py", "_plans.py", "_gate.py", "_control.py", "_accounting.py"]
+)
 def test_no_helper_imports_the_sampler(helper: str) -> None:
     tree = ast.parse((ACTORS / helper).read_text())
     imported = {

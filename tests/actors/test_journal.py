@@ -31,14 +31,14 @@ async def test_a_write_is_folded_into_the_state_and_made_durable_in_order(
         async with journal_on(SETTINGS, log) as rig:
             seq = rig.journal.state.last_seq
             batch = [ItemRecord(seq=seq + 1, item=UserMessage(text="and now?"))]
-            assert await rig.journal.write(batch) is None
-            assert await rig.journal.write([]) is None  # an empty batch writes nothing
+            await rig.journal.write(batch)
+            await rig.journal.write([])  # an empty batch writes nothing
         assert rig.written == batch
         assert rig.journal.state.items == replay("helpers", [*log, *batch]).items
         assert rig.journal.compactor.peek() is None
 
 
-async def test_the_compactor_gets_the_snapshot_of_a_batch_once_it_is_durable(
+async def test_the_compactor_gets_the_snapshot_of_a_boundary_batch_once_it_is_durable(
     journal_on: JournalOn, rounds_log: RoundsLog
 ) -> None:
     with anyio.fail_after(5):
@@ -46,21 +46,24 @@ async def test_the_compactor_gets_the_snapshot_of_a_batch_once_it_is_durable(
             seq = rig.journal.state.last_seq
             ops = ({"op": "add_constraint", "id": "c1", "text": "keep it short"},)
             batch = [ProtectedRecord(seq=seq + 1, ops=ops, source="user")]
-            snapshot = await rig.journal.write(batch, notify_compactor=True)
+            await rig.journal.write(batch, boundary="applied")
             assert rig.written == batch  # in the store by the time the compactor has it
-            assert rig.journal.compactor.take() is snapshot
-        assert snapshot is not None and snapshot.last_seq == seq + 1 and snapshot.round == 2
+            snapshot = rig.journal.compactor.take()
+        assert snapshot is not None and snapshot.cause == "applied"
+        assert snapshot.last_seq == seq + 1 and snapshot.round == 2
+        assert rig.journal.boundary_seq == seq + 1
         assert snapshot.history == tuple(rig.journal.state.history)
         assert snapshot.protected_text == rig.journal.protected_text()
         assert snapshot.protected_text is not None and "keep it short" in snapshot.protected_text
+        # the figure of the next request, computed once for the compactor
+        assert snapshot.status is not None and snapshot.status.tokens is not None
 
 
-async def test_a_manual_snapshot_says_so_and_carries_the_focus(
+async def test_a_batch_that_ends_at_no_boundary_is_not_handed_to_the_compactor(
     journal_on: JournalOn, rounds_log: RoundsLog
 ) -> None:
     with anyio.fail_after(5):
         async with journal_on(SETTINGS, rounds_log(["z" * 100])) as rig:
-            snapshot = rig.journal.snapshot(manual=True, focus="the parser")
-        assert snapshot.manual and snapshot.focus == "the parser" and snapshot.request is None
-        assert snapshot.protected_text is None  # no protected state yet
-        assert rig.written == [] and rig.journal.compactor.peek() is None
+            seq = rig.journal.state.last_seq
+            await rig.journal.write([ItemRecord(seq=seq + 1, item=UserMessage(text="half"))])
+        assert rig.journal.compactor.peek() is None and rig.journal.boundary_seq == 0

@@ -35,7 +35,7 @@ from stowage.core import (
 JournalOn = Callable[[Settings, Sequence[Record]], AbstractAsyncContextManager[Any]]
 RoundsLog = Callable[[Sequence[str]], list[Record]]
 SETTINGS = Settings(model="mystery", compact_threshold=1000, tools="none")
-FIGURES: dict[str, Any] = {"user_budget_chars": 1000, "chars_per_token": 4.0, "tool_tokens": 0}
+FIGURES: dict[str, Any] = {"user_budget_chars": 1000, "chars_per_token": 4.0}
 
 
 def plan_for(journal: Journal, **changes: Any) -> Plan:

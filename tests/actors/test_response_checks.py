@@ -1,5 +1,5 @@
 """What the sampler checks in a response before writing it, and how long it waits to retry:
-duplicate ids, calls cut off by the output limit, the loop guard, the server's waits."""
+duplicate ids, calls cut off by the output limit, the server's waits."""
 
 from __future__ import annotations
 
@@ -7,22 +7,16 @@ from typing import Any
 
 import anyio
 import pytest
-from stowage.actors._loop_guard import LoopGuard, loop_message
 from stowage.actors._responses import cut_call_outputs, merge_outputs, vet_usage
 from stowage.actors._retry import backoff_delay, call_with_retries
 from stowage.actors.sampler import unique_call_ids
 from stowage.core import (
     AssistantMessage,
-    CompactionRecord,
     FunctionCall,
     FunctionCallOutput,
-    ItemRecord,
     ModelConnectionError,
     ModelRequest,
     ModelResponse,
-    SessionRecord,
-    SessionState,
-    SystemMessage,
     Usage,
     UserMessage,
 )
@@ -65,77 +59,6 @@ def test_usage_is_vetted_against_the_request_it_describes() -> None:
     assert vetted.usage is None and vetted.rejected == zero and vetted.reason
     real = Usage(input_tokens=16_000, output_tokens=5, total_tokens=16_005)
     assert vet_usage(ModelResponse(items=(), usage=real), request).usage == real
-
-
-def state_with(*items: Any, compacted_through: int = 0) -> SessionState:
-    state = SessionState(session_id="s")
-    state.apply(SessionRecord(seq=1, model="m"))
-    for n, item in enumerate(items, start=2):
-        state.apply(ItemRecord(seq=n, item=item, round=1))
-    if compacted_through:
-        state.apply(
-            CompactionRecord(
-                seq=state.last_seq + 1,
-                summary="s",
-                covers_through=compacted_through,
-                retained=(),
-                reason="r",
-                tokens_before=None,
-                tokens_after=None,
-                removed=0,
-                round=1,
-            )
-        )
-    return state
-
-
-def test_the_guard_counts_re_issues_of_absorbed_calls_and_trips_at_its_limit() -> None:
-    guard = LoopGuard(limit=2)
-    first = call("c1", '{"path": "big"}')
-    output = FunctionCallOutput(call_id="c1", output="x" * 5000)
-    guard.written([first], [output])
-    visible = state_with(UserMessage(text="go"), first, output)
-    assert guard.check([call("c2", first.arguments)], visible) is None  # its output is there
-    assert guard.repeats == 0
-    absorbed = state_with(UserMessage(text="go"), first, output, compacted_through=4)
-    assert guard.check([call("c2", first.arguments)], absorbed) is None  # once: allowed
-    assert guard.check([call("c3", '{"path": "other"}')], absorbed) is None  # not a repeat
-    tripped = guard.check([call("c4", first.arguments)], absorbed)
-    assert tripped is not None and tripped.repeats == 2 and tripped.output_chars == 5000
-    guard.turn_started()
-    assert guard.check([call("c5", first.arguments)], absorbed) is None  # a new turn
-
-
-def test_an_output_stubbed_this_turn_counts_as_absorbed() -> None:
-    guard = LoopGuard(limit=1)
-    first = call("c1")
-    output = FunctionCallOutput(call_id="c1", output="y" * 900)
-    guard.written([first], [output])
-    state = state_with(SystemMessage(text="s"), first, output)
-    state.stubbed.add(4)
-    assert guard.check([call("c2")], state) is not None
-
-
-def test_the_loop_message_gives_the_figures_and_the_fixes() -> None:
-    guard = LoopGuard(limit=1)
-    guard.written(
-        [call("c1", '{"path": "big"}')], [FunctionCallOutput(call_id="c1", output="z" * 4000)]
-    )
-    state = state_with(call("c1", '{"path": "big"}'), compacted_through=2)
-    reissue = guard.check([call("c2", '{"path": "big"}')], state)
-    assert reissue is not None
-    message = loop_message(
-        reissue,
-        turn=3,
-        compactions=2,
-        context_window=2000,
-        usable=1500,
-        tool_tokens=200,
-        chars_per_token=4.0,
-    )
-    for part in ("turn 3", "read", "4000 characters", "~1000 tokens", "2000 tokens", "1500"):
-        assert part in message
-    assert "larger window" in message and "read_max_bytes" in message and "fewer tools" in message
 
 
 def test_a_wait_the_server_asks_for_is_taken_up_to_the_cap() -> None:

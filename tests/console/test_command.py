@@ -32,18 +32,21 @@ def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     assert "--port 70000" in done.stderr
 
 
-def test_the_cards_fraction_is_the_one_the_policy_logged(demo_store: Path) -> None:
-    """ "applied at" divides tokens before by the usable budget; the compaction's reason states
-    the fraction the policy saw, so both must agree."""
+def test_the_cards_fraction_is_measured_on_the_budget_the_policy_logged(demo_store: Path) -> None:
+    """ "applied at" divides the tokens history held when the compaction was applied by the
+    usable budget the policy decided against (its reason states that budget, and the fraction
+    it saw when it decided: a plan made in the background lands a round or more later, at
+    another figure); no compaction is applied to a context below the target mark."""
     session_id = only_session(demo_store)
     view = session_view(session_id, _records(demo_store, session_id))
     checked = 0
     for card in view.cards:
         stated = re.search(r"are (\d+)% of the usable (\d+)", card.reason)
-        if stated is None or card.applied_at is None:
+        if stated is None or card.applied_at is None or card.tokens_before is None:
             continue
         assert view.row.usable == int(stated.group(2))
-        assert round(100 * card.applied_at) == int(stated.group(1))
+        assert card.applied_at == card.tokens_before / view.row.usable
+        assert card.applied_at > 0.5  # never a compaction of a context below the target
         checked += 1
     assert checked > 0
 

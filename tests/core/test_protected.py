@@ -10,7 +10,7 @@ from stowage.core._items import (
     CompactionSummary,
     FunctionCall,
     FunctionCallOutput,
-    HistoryEntry,
+    Item,
     SystemMessage,
     UserMessage,
 )
@@ -194,16 +194,18 @@ def test_a_malformed_updates_block_changes_nothing_and_is_reported(
 
 
 def test_summary_request_asks_for_the_updates_block_only_when_told() -> None:
-    items = (UserMessage(text="hi"),)
-    plain = build_summary_request(items, model="m")
-    asked = build_summary_request(items, model="m", protected_updates=True, protected_text="P")
-    assert plain.input[0] == SystemMessage(text=SUMMARY_INSTRUCTIONS)
-    system, user = asked.input
-    assert isinstance(system, SystemMessage) and isinstance(user, UserMessage)
-    assert system.text.endswith(UPDATES_INSTRUCTIONS)
+    projection = (SystemMessage(text="sys"), SystemMessage(text="# Protected state\nP"))
+    plain = build_summary_request(projection, model="m")
+    asked = build_summary_request(projection, model="m", protected_updates=True)
+    assert plain.input[-1] == UserMessage(text=SUMMARY_INSTRUCTIONS)
+    assert asked.input[:-1] == projection  # the protected state is where every round has it
+    instruction = asked.input[-1]
+    assert isinstance(instruction, UserMessage)
+    assert instruction.text.startswith(SUMMARY_INSTRUCTIONS)
+    assert UPDATES_INSTRUCTIONS in instruction.text
     for op in ("add_decision", "add_failed_attempt", "add_artifact", "add_pending"):
-        assert op in system.text
-    assert "complete_pending" in system.text and user.text.endswith("P")
+        assert op in instruction.text
+    assert "complete_pending" in instruction.text and "# Protected state" in instruction.text
 
 
 def test_replay_folds_protected_records_and_a_compaction_snapshot_resets_them() -> None:
@@ -239,14 +241,11 @@ def test_replay_of_an_op_that_cannot_apply_is_a_corrupt_log() -> None:
         replay("s", records)
 
 
-def _summary_request(*items: object, protected: str = "") -> ModelRequest:
-    history = [i for i in items if not isinstance(i, HistoryEntry)]
-    return build_summary_request(
-        history,  # type: ignore[arg-type]
-        model="scripted",
-        protected_text=protected or None,
-        protected_updates=True,
-    )
+def _summary_request(*items: Item, protected: str = "") -> ModelRequest:
+    """The summary request of a session whose round requests carry ``items`` after its
+    system message and, when there is any, its ``protected`` state."""
+    head = [SystemMessage(text="sys")] + ([SystemMessage(text=protected)] if protected else [])
+    return build_summary_request([*head, *items], model="scripted", protected_updates=True)
 
 
 def test_scripted_summarizer_proposes_failed_attempts_and_planted_facts() -> None:

@@ -26,6 +26,7 @@ from stowage import (
 )
 from stowage.core import ApprovalError, ApprovalRecord, ItemRecord, Record
 from stowage.model._scripted import ScriptedModel
+from stowage.policy import check_log
 from stowage.storage import JsonlStore
 
 APP = Path(__file__).with_name("approval_app.py")
@@ -218,3 +219,49 @@ def test_stowage_approve_and_deny_answer_from_the_command_line(
     assert f"approval requested for call {first}" in shown.stdout
     assert f"approval approved for call {first}" in shown.stdout
     assert f"approval denied for call {second}: enough" in shown.stdout
+
+
+async def test_a_compaction_while_a_call_awaits_approval_keeps_the_call_and_approve_works(
+    tmp_path: Path,
+) -> None:
+    """The call waiting for approval (and its round) is never covered: the summary ends
+    before it, ``approve`` still finds it, no request carries an output without its call,
+    and the log checks and resumes to the same history."""
+    ran: list[str] = []
+    first, calls = ModelResponse(items=(AssistantMessage(text="first"),)), calls_and_answer()[0]
+    model = ScriptedModel.from_responses(
+        [
+            first,
+            calls,
+            ModelResponse(items=(AssistantMessage(text="SUMMARY: the first task is done"),)),
+            ModelResponse(items=(AssistantMessage(text="all done"),)),
+        ]
+    )
+    with anyio.fail_after(15):
+        async with Runtime(Settings(store=tmp_path), gateway=model, tools=tools(ran)) as rt:
+            session = await rt.create("s1", system="sys")
+            await session.send("first task")
+            assert (await session.send("clean up")).stopped == "pending_approval"
+            assert await session.compact()
+            assert [c.call_id for c in session.pending_approvals] == ["g1"]
+            result = await session.approve("g1")
+            assert result.text == "all done" and ran == ["guarded a.txt", "echo x"]
+            live = list(session.state.history)
+    for request in model.requests:
+        calls_seen = {i.call_id for i in request.input if isinstance(i, FunctionCall)}
+        outputs_seen = {i.call_id for i in request.input if isinstance(i, FunctionCallOutput)}
+        assert outputs_seen <= calls_seen, "an output without its call was sent"
+    store = JsonlStore(tmp_path)
+    try:
+        full = (await store.read("s1")).records
+        tail = (await store.read_tail("s1")).records
+    finally:
+        await store.aclose()
+    [compaction] = [r for r in full if type(r).__name__ == "CompactionRecord"]
+    call_seq = next(
+        r.seq for r in full if isinstance(r, ItemRecord) and isinstance(r.item, FunctionCall)
+    )
+    assert compaction.covers_through < call_seq  # type: ignore[attr-defined]
+    assert replay("s1", full).history == live == replay("s1", tail).history
+    report = check_log("s1", full, tail)
+    assert report.ok, report.problems

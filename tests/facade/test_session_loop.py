@@ -79,7 +79,8 @@ async def test_compacts_once_reported_usage_crosses_the_threshold_and_next_round
         assert result.text == "done"
         first, summary_request, after = model.requests
         assert [type(i) for i in first.input] == [SystemMessage, UserMessage]
-        assert summary_request.tools == () and summary_request.tool_choice == "none"
+        # the summary request is the round request plus an instruction: the cache serves it
+        assert summary_request.tools == first.tools and summary_request.tool_choice == "none"
         assert summary_request.purpose == "summary"
         # before compaction the history was system, user, call, output: 4 items
         assert [type(i) for i in after.input] == [SystemMessage, CompactionSummary, UserMessage]

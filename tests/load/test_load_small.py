@@ -112,6 +112,14 @@ def test_a_call_without_its_output_in_a_request_is_an_orphan() -> None:
     assert orphan_items([call, FunctionCallOutput(call_id="c1", output="ok")]) == []
 
 
+def test_an_output_without_its_call_in_a_request_is_an_orphan_too() -> None:
+    output = FunctionCallOutput(call_id="gone", output="ok")
+    assert orphan_items([UserMessage(text="hi"), output]) == ["gone"]
+    # an output before its call is no better
+    call = FunctionCall(call_id="gone", name="t", arguments="{}")
+    assert orphan_items([output, call]) == ["gone"]
+
+
 def _log() -> list[ItemRecord | SessionRecord | RoundCommittedRecord | TurnRecord]:
     return [
         SessionRecord(seq=1, model="m", tools=(), settings={}),

@@ -3,6 +3,7 @@ keep-alive reuse, servers that close, cut, stall or answer garbage."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,11 +19,13 @@ from stowage import ModelRequest, SystemMessage, UserMessage
 from stowage.core import ConfigError
 from stowage.model._brain import ScriptedBrain
 from stowage.model._http1 import (
+    HIGH_WATER,
     KEEPALIVE_EXPIRY,
     Http1Error,
     Http1Pool,
     Http1Response,
     Http1Timeout,
+    Http1TooLarge,
     _Connection,
     _read_head,
     request_head,
@@ -271,6 +274,46 @@ async def test_a_response_closed_before_its_body_is_read_does_not_keep_the_conne
             assert await _post(pool) == (200, b"x" * 1000)
             await pool.aclose()
     assert served.connections == 2
+
+
+def _floods(size: int, sent: list[int]) -> Handler:
+    """Answer one request with a body of ``size`` bytes, sent as fast as the client takes it;
+    ``sent`` gets how many bytes of it went out before the client hung up."""
+
+    async def handler(stream: SocketStream, served: Served) -> None:
+        if not await _read_request(stream, served):
+            return
+        sent.append(0)
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+            piece = b"x" * 65536
+            while sent[0] < size:
+                await stream.send(piece)
+                sent[0] += len(piece)
+
+    return handler
+
+
+async def test_a_flood_waits_in_the_socket_not_in_memory_and_a_capped_read_stops() -> None:
+    big = 64 * 1024 * 1024
+    sent: list[int] = []
+    with anyio.fail_after(20):
+        async with _server(_floods(big, sent)) as (port, _):
+            pool = _pool(port)
+            response = await pool.post(request_head(b"/", []), b"{}", None)
+            connection = response._connection
+            assert connection is not None
+            while len(connection.buffer) < HIGH_WATER:  # the answer is coming in
+                await connection.more()
+            await anyio.sleep(0.2)  # time enough for a loopback peer to send it all
+            # reading stopped at the high-water mark: the rest waits in the socket buffers
+            assert len(connection.buffer) < 2 * HIGH_WATER
+            with pytest.raises(Http1TooLarge) as raised:
+                await response.aread(max_bytes=4 * HIGH_WATER)
+            await response.aclose()
+            await pool.aclose()
+    assert 4 * HIGH_WATER < raised.value.size <= 6 * HIGH_WATER
+    assert sent[0] < big // 2  # the client hung up long before the end
 
 
 async def test_streamed_chunks_that_arrive_together_are_read_together() -> None:

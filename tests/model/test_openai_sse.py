@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 import httpx
 import openai
 import pytest
+from stowage.core import ResponseTooLarge
 from stowage.model._sse import JsonEventStream, sse_data
 
 
@@ -72,3 +74,15 @@ async def test_an_error_payload_and_a_broken_body_keep_the_sdks_error_classes() 
         assert await events.next_events() == [{"n": 1}]
         with pytest.raises(openai.APIConnectionError):
             await events.next_events()
+
+
+async def test_an_event_that_never_ends_is_refused_at_its_limit_not_read_on() -> None:
+    piece = b"x" * 65536
+    body = _Body(b'data: {"n": 1}\n\ndata: {"text": "', *([piece] * 64))
+    with anyio.fail_after(10), pytest.raises(ResponseTooLarge, match="one event of the stream"):
+        async with JsonEventStream(body, max_event_bytes=256 * 1024) as events:
+            assert await events.next_events() == [{"n": 1}]
+            while await events.next_events() is not None:
+                pass
+    assert len(body.read) <= 6  # about 256 KiB read of the 4 MiB it would have sent
+    assert body.closed

@@ -28,6 +28,7 @@ from stowage.core._items import (
 from stowage.core._records import Usage
 from stowage.model._brain import ScriptedBrain
 from stowage.model._scripted import ScriptedModel
+from stowage.policy import build_summary_request
 
 TOOLS = tuple(
     ToolSpec(name=name, description=f"{name} tool", parameters={"type": "object"})
@@ -96,37 +97,52 @@ def test_without_tools_it_answers_directly_and_pads_to_answer_chars() -> None:
     assert len(response.text) == 500 and "hello" in response.text
 
 
+def _summary_request(*items: Item) -> ModelRequest:
+    """The summary request of a session whose round request carries ``items``: the same
+    input and tools, then the instruction message."""
+    return build_summary_request(items, model="scripted", tools=TOOLS, cache_key="k")
+
+
 def test_summary_carries_goals_errors_and_a_previous_summary_forward() -> None:
     brain = ScriptedBrain()
     first = brain(
-        _request(
+        _summary_request(
+            SystemMessage(text="sys"),
             UserMessage(text="goal one: migrate the DB"),
             FunctionCall(call_id="a", name="run_tests", arguments="{}"),
             FunctionCallOutput(call_id="a", output="error: 3 tests failed", is_error=True),
             AssistantMessage(text="tests fail"),
-            tools=(),
-            purpose="summary",
         )
     ).text
     assert "goal one: migrate the DB" in first and "error: 3 tests failed" in first
     second = brain(
-        _request(
+        _summary_request(
             SystemMessage(text="sys"),
             CompactionSummary(text=first),
             UserMessage(text="goal two: add an index"),
             FunctionCall(call_id="b", name="run_tests", arguments="{}"),
             FunctionCallOutput(call_id="b", output="ok"),
-            UserMessage(text="Summarize the conversation."),
-            tools=(),
-            purpose="summary",
         )
     ).text
     for fact in ("goal one: migrate the DB", "goal two: add an index", "error: 3 tests failed"):
         assert fact in second
     assert "run_tests x2" in second
-    assert "Summarize the conversation" not in second  # the instruction is not a goal
-    third = brain(_request(CompactionSummary(text=second), tools=(), purpose="summary")).text
+    assert "Do not call any tool" not in second  # the instruction message is not a goal
+    third = brain(_summary_request(SystemMessage(text="sys"), CompactionSummary(text=second))).text
     assert third == second  # a summary of a summary loses nothing
+
+
+def test_a_user_message_last_with_tool_choice_none_is_a_summary_even_without_its_purpose() -> None:
+    """What a server that sees only the wire gets: the tools, tool_choice none, and the
+    instruction message last."""
+    summary = _summary_request(
+        UserMessage(text="goal: keep me"),
+        FunctionCall(call_id="a", name="run_tests", arguments="{}"),
+        FunctionCallOutput(call_id="a", output="ok"),
+    )
+    request = ModelRequest(model="m", input=summary.input, tools=summary.tools, tool_choice="none")
+    text = ScriptedBrain()(request).text
+    assert text.startswith("Summary of the session so far.") and "goal: keep me" in text
 
 
 def test_tool_choice_none_without_tools_is_a_summary_request() -> None:

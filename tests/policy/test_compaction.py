@@ -1,4 +1,4 @@
-"""The pure compaction layer: decide, serialize, build the summary request, apply, compose."""
+"""The pure compaction layer: decide, the summarizer's view, apply, compose."""
 
 from __future__ import annotations
 
@@ -20,13 +20,7 @@ from stowage.core._items import (
     UserMessage,
 )
 from stowage.core._sizes import estimate_tokens, item_chars
-from stowage.policy._compaction import (
-    SUMMARY_INSTRUCTIONS,
-    build_summary_request,
-    decide_compaction,
-    serialize_history_for_summary,
-    summary_view,
-)
+from stowage.policy._compaction import decide_compaction, summary_view
 
 
 def entries(*items: Item, start: int = 1) -> tuple[HistoryEntry, ...]:
@@ -83,56 +77,7 @@ def test_decide_reason_carries_reported_and_threshold_numbers() -> None:
     assert "8000" in decision.reason
 
 
-# serialize_history_for_summary
-
-
-def test_serialize_renders_each_item_type_distinctly() -> None:
-    text = serialize_history_for_summary(
-        [
-            SystemMessage(text="be terse"),
-            UserMessage(text="fix the bug"),
-            AssistantMessage(text="looking"),
-            call("c1", "read_file", '{"path": "x.py"}'),
-            output("c1", "print(1)"),
-            CompactionSummary(text="earlier work"),
-        ]
-    )
-    assert text.split("\n\n") == [
-        "[system] be terse",
-        "[user] fix the bug",
-        "[assistant] looking",
-        '[tool call] read_file({"path": "x.py"}) c1',
-        "[tool output c1] print(1)",
-        "[summary] earlier work",
-    ]
-
-
-def test_serialize_marks_failed_tool_outputs_as_errors() -> None:
-    text = serialize_history_for_summary(
-        [FunctionCallOutput(call_id="c9", output="boom", is_error=True)]
-    )
-    assert text == "[tool output c9] error: boom"
-
-
-def test_serialize_marks_pinned_user_messages() -> None:
-    text = serialize_history_for_summary([UserMessage(text="never push", pinned=True)])
-    assert text.startswith("[user]")
-    assert "pinned" in text and "never push" in text
-
-
-def test_serialize_of_nothing_is_empty() -> None:
-    assert serialize_history_for_summary([]) == ""
-
-
-# build_summary_request
-
-HISTORY_ITEMS: list[Item] = [
-    SystemMessage(text="sys"),
-    UserMessage(text="goal: ship it"),
-    AssistantMessage(text="ok"),
-    call("c1"),
-    output("c1"),
-]
+# summary_view (the summary request itself: test_summary_request.py)
 
 
 def test_the_summarizer_sees_stubbed_outputs_as_their_stubs_and_the_rest_whole() -> None:
@@ -148,55 +93,11 @@ def test_the_summarizer_sees_stubbed_outputs_as_their_stubs_and_the_rest_whole()
     assert [e.seq for e in view] == [e.seq for e in history]
     stubbed, whole = view[3].item, view[5].item
     assert isinstance(stubbed, FunctionCallOutput) and isinstance(whole, FunctionCallOutput)
-    assert "old old" not in stubbed.output and "artifact R4" in stubbed.output
+    assert "old old" not in stubbed.output and "recall_artifact with ref R4" in stubbed.output
     assert stubbed.call_id == "c1"
     assert whole.output == "new " * 500
-    transcript = serialize_history_for_summary(items_of(view), {"c1": 4, "c2": 6})
-    assert "recall_artifact with ref R4" in transcript and "new new" in transcript
     # nothing stubbed: the history itself
     assert summary_view(history, ()) == history
-
-
-def test_summary_request_has_no_tools_and_tool_choice_none() -> None:
-    request = build_summary_request(HISTORY_ITEMS, model="m-1")
-    assert request.tools == ()
-    assert request.tool_choice == "none"
-    assert request.purpose == "summary"
-    assert request.model == "m-1"
-
-
-def test_summary_request_is_instructions_then_transcript() -> None:
-    request = build_summary_request(HISTORY_ITEMS, model="m", max_output_tokens=900)
-    system, user = request.input
-    assert system == SystemMessage(text=SUMMARY_INSTRUCTIONS)
-    assert isinstance(user, UserMessage)
-    assert user.text == serialize_history_for_summary(HISTORY_ITEMS)
-    assert request.max_output_tokens == 900
-
-
-def test_summary_instructions_ask_for_what_must_survive_and_no_preamble() -> None:
-    lowered = SUMMARY_INSTRUCTIONS.lower()
-    for needed in ("goal", "decision", "files", "completed", "pending", "error"):
-        assert needed in lowered
-    assert "here is the summary" in lowered  # named as the preamble not to write
-    assert "no preamble" in lowered
-
-
-def test_summary_request_includes_focus_in_instructions() -> None:
-    request = build_summary_request(HISTORY_ITEMS, model="m", focus="the database migration")
-    system = request.input[0]
-    assert isinstance(system, SystemMessage)
-    assert system.text.startswith(SUMMARY_INSTRUCTIONS)
-    assert "the database migration" in system.text
-
-
-def test_summary_request_appends_protected_text_after_transcript() -> None:
-    request = build_summary_request(HISTORY_ITEMS, model="m", protected_text="objective: X")
-    user = request.input[1]
-    assert isinstance(user, UserMessage)
-    transcript = serialize_history_for_summary(HISTORY_ITEMS)
-    assert user.text.startswith(transcript)
-    assert user.text.endswith("objective: X")
 
 
 # apply_compaction

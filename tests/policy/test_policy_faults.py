@@ -53,7 +53,7 @@ async def run_session(
 
 
 def summaries(bodies: list[dict[str, object]]) -> int:
-    return sum(1 for b in bodies if not b.get("tools"))
+    return sum(1 for b in bodies if b.get("tool_choice") == "none")
 
 
 async def test_a_transient_summary_error_is_retried_and_the_compaction_is_full(
@@ -66,7 +66,7 @@ async def test_a_transient_summary_error_is_retried_and_the_compaction_is_full(
         compacted = [e for e in events if isinstance(e, HistoryCompacted)]
         assert answers == ["done"] * TURNS
         assert compacted and compacted[0].kind == "full"
-        sent = [b for b in bodies if not b.get("tools")]
+        sent = [b for b in bodies if b.get("tool_choice") == "none"]
         # the first summary request was sent twice (the retry), the same body both times; a
         # plan asked for later may still be in flight when the session ends
         assert len(sent) >= len([c for c in compacted if c.kind == "full"]) + 1
@@ -87,7 +87,7 @@ async def test_an_overflowing_summary_request_drops_oldest_rounds_and_says_how_m
         assert failed and "oldest" in failed[0].error and not failed[0].fallback
         assert compacted[0].kind == "full" and "oldest rounds dropped" in compacted[0].reason
         # the retried request carried less than the refused one
-        first, second = [b for b in bodies if not b.get("tools")][:2]
+        first, second = [b for b in bodies if b.get("tool_choice") == "none"][:2]
         assert len(str(second["messages"])) < len(str(first["messages"]))
 
 
@@ -131,7 +131,7 @@ async def test_context_length_exceeded_on_a_round_compacts_and_retries_the_round
         compacted = [e for e in events if isinstance(e, HistoryCompacted)]
         assert len(compacted) == 1 and "refused" in compacted[0].reason
         # refused round, the summary, then the same round once more (and the rest of the turn)
-        assert [bool(b.get("tools")) for b in tail[:3]] == [True, False, True]
+        assert [b.get("tool_choice") != "none" for b in tail[:3]] == [True, False, True]
         store = JsonlStore(tmp_path)
         try:
             assert replay("s1", (await store.read("s1")).records).history == live

@@ -26,6 +26,7 @@ from stowage.policy import (
     microcompact_batch,
     microcompact_candidates,
 )
+from stowage.policy._compaction import SUMMARY_INSTRUCTIONS
 from stowage.testing import FakeOpenAIServer
 
 # the brain, tools and settings of the session tests, shared without a conftest
@@ -161,13 +162,16 @@ async def test_a_compaction_prompt_file_replaces_the_summary_instructions(tmp_pa
             await session.send("task: " + "details " * 50)
             assert await session.compact()
     [summary] = [r for r in model.requests if r.purpose == "summary"]
-    system = summary.input[0]
-    assert isinstance(system, SystemMessage)
-    assert system.text.startswith("Summarize for a data engineer: keep every table name")
-    assert "dense, factual summary" not in system.text  # the built-in text is replaced
-    # the transcript names each tool output's artifact reference
-    transcript = summary.input[-1]
-    assert isinstance(transcript, UserMessage) and ", artifact R" in transcript.text
+    instruction = summary.input[-1]
+    assert isinstance(instruction, UserMessage)
+    assert instruction.text.startswith("Summarize for a data engineer: keep every table name")
+    assert SUMMARY_INSTRUCTIONS not in instruction.text  # the built-in text is replaced
+    # the instruction message names each tool output's artifact reference
+    assert ": output of big (" in instruction.text
+    # and the rest is the session's last round request, the prefix its cache holds
+    last_round = [r for r in model.requests if r.purpose == "round"][-1]
+    assert summary.input[: len(last_round.input)] == last_round.input
+    assert summary.tools == last_round.tools and summary.cache_key == last_round.cache_key
 
 
 def test_the_command_line_refuses_a_missing_compaction_prompt_file(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]

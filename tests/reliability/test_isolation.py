@@ -103,7 +103,10 @@ class Sent:
 def _snapshot(session_id: str) -> CommittedSnapshot:
     return CommittedSnapshot(
         session_id=session_id,
+        cause="round",
         round=1,
+        turn=1,
+        turn_open=True,
         history=(),
         usage=None,
         last_seq=7,

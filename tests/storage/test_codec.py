@@ -103,6 +103,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         estimated=st.booleans(),
         chars_per_token=st.none() | st.floats(min_value=0.5, max_value=20, allow_nan=False),
         waited=st.none() | st.floats(min_value=0, max_value=3600, allow_nan=False),
+        reattached=st.lists(ints, max_size=4).map(tuple),
     ),
     every_field(
         MicrocompactRecord,

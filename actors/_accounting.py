@@ -1,0 +1,95 @@
+"""One session's token accounting: its budget, watermarks and the figure of its next request.
+
+The sampler (to know whether its next request may go), the journal (to put the figure in each
+committed snapshot) and the compactor (to decide) read the same figures from the same pure
+functions of ``stowage.policy``, so they can never disagree about how full the context is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+
+from stowage.core import HistoryEntry, SessionState, Settings, ToolSpec, entry_chars
+from stowage.policy import (
+    Budget,
+    TokenStatus,
+    Watermarks,
+    calibrated_ratio,
+    effective_threshold,
+    resolve_budget,
+    token_status,
+)
+
+__all__ = ["Accounting", "USER_SHARE"]
+
+#: share of the usable budget that kept user messages may take after a compaction
+USER_SHARE = 0.25
+
+
+class Accounting:
+    """Budget, watermarks and token figures of one session. Raises ``ConfigError`` when the
+    settings' window leaves no usable budget."""
+
+    __slots__ = ("budget", "marks", "settings", "threshold", "tool_tokens")
+
+    def __init__(self, settings: Settings, specs: Sequence[ToolSpec]) -> None:
+        self.settings = settings
+        self.marks = Watermarks.from_settings(settings)
+        #: the seed's fixed threshold, when it applies (then the watermarks do not)
+        self.threshold = effective_threshold(settings)
+        self.budget: Budget | None = resolve_budget(settings, specs)
+        self.tool_tokens = self.budget.tool_tokens if self.budget is not None else 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the watermark policy runs (a budget is known and auto compaction is on)."""
+        return self.budget is not None and self.settings.auto_compact
+
+    @property
+    def usable(self) -> int:
+        return self.budget.usable if self.budget is not None else 0
+
+    def ratio(self, state: SessionState) -> float:
+        """The session's calibrated chars per token."""
+        return calibrated_ratio(state, self.tool_tokens)
+
+    def status(self, state: SessionState, protected: str | None) -> TokenStatus:
+        """Tokens of the history part of the next request (tool schemas are outside usable)."""
+        return token_status(
+            state,
+            tool_tokens=self.tool_tokens,
+            extra_chars=len(protected) if protected else 0,
+            require_reported=self.settings.require_reported_usage,
+        )
+
+    def user_budget(self, ratio: float) -> int:
+        """Characters of recent user messages a compaction keeps: the setting, capped in
+        watermark mode at a quarter of the usable budget, so that on a small window the kept
+        words alone cannot fill what the compaction is meant to free."""
+        configured = self.settings.user_budget_chars
+        if self.budget is None:
+            return configured
+        return min(configured, int(self.budget.usable * USER_SHARE * ratio))
+
+    def reattach_chars(self, ratio: float) -> int:
+        """Characters of the turn's recent reads a compaction may re-attach."""
+        if self.budget is None:
+            return 0
+        return int(self.budget.usable * self.settings.reattach_share * ratio)
+
+    def fraction(self, tokens: int | None) -> float | None:
+        if tokens is None or self.budget is None:
+            return None
+        return tokens / max(1, self.budget.usable)
+
+
+def stub_savings(
+    history: Sequence[HistoryEntry], seqs: Collection[int], chars_per_token: float
+) -> int:
+    """Tokens that showing the outputs at ``seqs`` as stubs frees. Raises nothing."""
+    chosen = set(seqs)
+    if not chosen:
+        return 0
+    saved = sum(entry_chars(e) - entry_chars(e, chosen) for e in history if e.seq in chosen)
+    return math.floor(saved / chars_per_token)
