@@ -383,6 +383,10 @@ class Control:
                 "round does not fit beside a summary, and it is what the model just read",
             )
             return None
+        if decision.action != "block" and not self.planner.frees_enough(view, covers):
+            # below the hard mark a plan that frees too little is not applied: not asked for
+            # either (microcompaction holds the context down meanwhile)
+            return None
         reason = decision.reason if late is None else f"{decision.reason}; {late}"
         return self._start(
             view.snapshot,

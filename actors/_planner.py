@@ -121,8 +121,7 @@ class Planner:
     def cut(self, view: View, target_tokens: int | None, *, keep_at_most: int | None = None) -> int:
         """``covers_through`` of a compaction now: never past an open call; mid-turn, the
         turn's newest rounds that fit ``target_tokens`` (default: the target mark) stay
-        verbatim, or as many as fit under the soft mark when that keeps more (absorbing what
-        the model just read only makes it read it again); else everything."""
+        verbatim; else everything (what the turn read is re-attached instead)."""
         snap = view.snapshot
         covers = safe_cover(snap.history, snap.last_seq, snap.open_calls)
         limit = self.accounting.budget.usable if self.accounting.budget else None
@@ -130,9 +129,6 @@ class Planner:
             return covers  # the seed's threshold rule compacts everything it may
         target = target_tokens if target_tokens is not None else int(self.marks.target * limit)
         cut = self.turn_cut(view, covers, target, keep_at_most)
-        if target_tokens is None and keep_at_most is None:
-            # more of the turn under the soft mark: each round absorbed is one read again
-            cut = min(cut, self.turn_cut(view, covers, int(self.marks.soft * limit), None))
         return min(cut, covers)
 
     def turn_cut(self, view: View, covers: int, target: int, keep_at_most: int | None) -> int:
@@ -325,8 +321,34 @@ class Planner:
         except CompactionError:
             return None
         protected = len(snap.protected_text) if snap.protected_text else 0
-        chars = history_chars(result.history, view.stubbed) + protected
-        return math.ceil(chars / view.ratio)
+        stubbed = set(view.stubbed)
+        tokens = math.ceil((history_chars(result.history, stubbed) + protected) / view.ratio)
+        if tokens > self.marks.target * self.accounting.usable:
+            # what follows a compaction that leaves more than the target: the outputs it kept
+            # but the rounds spared become stubs (``after_compaction``), in the same break
+            after = replace(view, snapshot=replace(snap, history=result.history))
+            stubbed.update(
+                microcompact_candidates(result.history, stubbed, self.keep_rounds(after))
+            )
+            tokens = math.ceil((history_chars(result.history, stubbed) + protected) / view.ratio)
+        return tokens
+
+    def frees_enough(self, view: View, covers: int) -> bool:
+        """Whether a summary through ``covers`` (of the size a summary is assumed to take)
+        is expected to free ``micro_min_free`` of usable, with the stubs that follow it."""
+        if view.tokens is None or not self.settings.micro_min_free:
+            return True
+        probe = Plan(
+            round=view.snapshot.round,
+            summary="x" * _SUMMARY_ALLOWANCE_CHARS,
+            covers_through=covers,
+            reason="probe",
+            tokens_before=view.tokens,
+            estimated=True,
+            based_on_compaction_seq=view.snapshot.last_compaction_seq,
+        )
+        after = self.plan_tokens(view, self.with_reattach(view, probe))
+        return after is None or view.tokens - after >= self.min_free_tokens()
 
     def not_worth(self, view: View, decision: PolicyDecision) -> str | None:
         """Why a compaction of everything it may cover is not worth one now (the per-turn cap

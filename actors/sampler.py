@@ -183,32 +183,25 @@ class Sampler:
         """Serve ``first``, then every command that comes while there is work. Returns False
         when the session parks (no command waiting and the compactor idle: this run of the
         session's actors ends and its supervisor waits for the next command with one task),
-        True when the input ended; then it first waits for the compactor to be idle and
-        applies what it advised last (a plan made after the turn's last round is not lost).
-        ``doorbell`` is rung by a new command, the end of input and the compactor going idle.
-        Closing ``tools`` and the compactor's inbox on the way out ends the other actors."""
+        True when the input ended. ``doorbell`` is rung by a new command, the end of input and
+        the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
+        ends the other actors."""
         self.tools = tools
         try:
             async with tools:
                 command = first
-                ended = False
                 while True:
                     await self._serve(command)
                     while True:
-                        if not ended:
-                            try:
-                                command = commands.receive_nowait()
-                                break
-                            except anyio.EndOfStream:
-                                ended = True
-                            except anyio.WouldBlock:
-                                pass
-                        if self.committed.idle:
-                            if not ended or self.plans.peek() is None:
-                                # parked, an advice waits in its slot for the next command
-                                return ended
-                            await self._gate.apply_ready()  # the last plan is not lost
-                            continue
+                        try:
+                            command = commands.receive_nowait()
+                            break
+                        except anyio.EndOfStream:
+                            return True
+                        except anyio.WouldBlock:
+                            if self.committed.idle:
+                                # parked; an advice left in its slot applies at the next turn
+                                return False
                         await doorbell.wait()  # no await since the checks: no ring is missed
         finally:
             self.committed.close()
