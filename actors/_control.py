@@ -177,9 +177,9 @@ class Control:
         covers = safe_cover(snap.history, snap.last_seq, snap.open_calls)
         if ask.kind == "manual":
             if len([e for e in snap.history if e.seq <= covers]) < 2:
-                return replace(advice, note="nothing to compact"), None
+                return advice, None  # nothing to compact
             if self.job is not None:
-                return replace(advice, note="a compaction is already being made"), None
+                return advice, None  # a compaction is already being made
             job = self._start(
                 snap,
                 covers_through=covers,

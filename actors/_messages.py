@@ -187,8 +187,6 @@ class Advice:
     stop_kind: Literal["loop", "overflow"] = "loop"
     #: the ``Ask.ask_id`` this answers (0: none)
     answers: int = 0
-    #: why nothing was done for an ask (a manual compaction with nothing to compact)
-    note: str = ""
 
     def merged_with(self, older: Advice | None) -> Advice:
         """This advice with what an unread ``older`` one still carries: its stubs, its plan
@@ -202,7 +200,6 @@ class Advice:
             stop=self.stop or older.stop,
             stop_kind=self.stop_kind if self.stop else older.stop_kind,
             answers=max(self.answers, older.answers),
-            note=self.note or older.note,
         )
 
 

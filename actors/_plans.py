@@ -8,6 +8,7 @@ projection would lose a protected entry is refused whole, the old history kept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import structlog
@@ -39,6 +40,9 @@ from ._journal import Journal
 from ._messages import Plan
 
 __all__ = ["PlanApplier"]
+
+# the fixed ratio of the "no larger than it found" comparison (both sides at the same one)
+_CHARS_PER_TOKEN = 4.0
 
 _log = structlog.get_logger("stowage.sampler")
 
@@ -112,13 +116,11 @@ class PlanApplier:
         tokens_after = estimate_tokens(projection, chars_per_token)
         # what the projection holds now, on the same estimate (the plan's figure is from when
         # it was asked for; rounds may have gone on since)
-        before_projection = build_projection(
-            state.history,
-            stubbed=state.stubbed,
-            protected_text=render_protected(state.protected) or None,
-        )
+        chars_before = history_chars(state.history, state.stubbed)
+        protected_before = len(render_protected(state.protected))
         tokens_before = max(
-            plan.tokens_before or 0, estimate_tokens(before_projection, chars_per_token)
+            plan.tokens_before or 0,
+            math.ceil((chars_before + protected_before) / chars_per_token),
         )
         kept = {entry.seq for entry in result.retained}
         replaced = [
@@ -128,28 +130,27 @@ class PlanApplier:
             and e.seq not in kept
             and not isinstance(e.item, SystemMessage)
         ]
-        # the compactor's reason for a compaction the user asked for (see ``decide_for``)
+        # the compactor's reason for a compaction the user asked for (see ``decide_for``):
+        # applied whatever it leaves, unless ``compact_only_if_smaller`` says otherwise
         manual = plan.reason.startswith("manual compaction requested")
-        no_gain = (
-            None
-            if manual and not self.ctx.settings.compact_only_if_smaller
-            else compaction_shrinks(
+        no_gain = None
+        if not (manual and not self.ctx.settings.compact_only_if_smaller):
+            no_gain = compaction_shrinks(
                 replaced_chars=history_chars(replaced, state.stubbed),
                 summary_chars=len(plan.summary),
                 chars_per_token=chars_per_token,
             )
-        )
-        # a compaction never leaves more history than it found (protected state the
-        # summarizer added is the point of it, so it is not counted), unless the user asked
-        # for this one whatever it leaves (``compact_only_if_smaller`` off)
-        history_before = estimate_tokens(build_projection(state.history, stubbed=state.stubbed))
-        history_after = estimate_tokens(build_projection(result.history, stubbed=state.stubbed))
-        exempt = manual and not self.ctx.settings.compact_only_if_smaller
-        if no_gain is None and not exempt and history_after >= history_before:
-            no_gain = (
-                f"skipped: the compacted history (~{history_after} tokens) would be no smaller "
-                f"than the history it replaces (~{history_before} tokens)"
+            # nor may it leave more history than it found (protected state the summarizer
+            # added is the point of it, so it is not counted)
+            history_before = math.ceil(chars_before / _CHARS_PER_TOKEN)
+            history_after = math.ceil(
+                history_chars(result.history, state.stubbed) / _CHARS_PER_TOKEN
             )
+            if no_gain is None and history_after >= history_before:
+                no_gain = (
+                    f"skipped: the compacted history (~{history_after} tokens) would be no "
+                    f"smaller than the history it replaces (~{history_before} tokens)"
+                )
         if no_gain is not None:
             # a compaction that grows history is how a too-small window loops: never write it
             self._log.info("compaction_skipped", reason=no_gain)

@@ -151,13 +151,14 @@ async def run_compactor(
             started: SummaryJob | None = None
             if snapshot is not None:
                 unread = advice.peek()
-                control.seen(snapshot, unread=unread is not None and unread.outcome is not None)
+                pending = control.pending
+                control.seen(snapshot, unread=unread is not None and unread.outcome is pending)
                 verdict, started = control.decide(snapshot, now)
                 advise(advice, verdict)
             if ask is not None:
                 latest = control.latest
                 if latest is None:  # pragma: no cover - the journal seeds one on start
-                    advise(advice, Advice(basis_seq=0, answers=ask.ask_id, note="no snapshot"))
+                    advise(advice, Advice(basis_seq=0, answers=ask.ask_id))
                     continue
                 verdict, asked = control.ask(latest, ask, now)
                 advise(advice, verdict)
