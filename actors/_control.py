@@ -30,17 +30,15 @@ from stowage.policy import (
     PolicyDecision,
     loop_message,
     safe_cover,
-    turn_round_cuts,
 )
 
 from ._accounting import Accounting
 from ._messages import Advice, Ask, CommittedSnapshot, Plan, PlanFailed, Stubs
+from ._overflow import REASON as OVERFLOW_REASON
+from ._overflow import deeper_relief
 from ._planner import Planner, View, decide_for
 
 __all__ = ["Control", "SummaryJob"]
-
-# outputs shorter than this are not stubbed when freeing room for a refused request
-_OVERFLOW_STUB_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,14 +111,15 @@ class Control:
             self.forecast.reset_to(view.tokens)
         stubs: list[Stubs] = []
         view = self.planner.cap_outputs(view, stubs)
-        decision = self._announce(self.planner.decision(view), snap)
+        decision = self.planner.decision(view)
+        announce(decision, snap, self.log, self.publish)
         if snap.cause == "round":
             floor = (view.tokens or 0) - self.planner.old_output_savings(view)
             self.forecast.observe(view.tokens, floor, now)
         else:
             self.forecast.sent = view.tokens
         if snap.looping is not None and snap.turn_open:
-            return self._loop(snap), None
+            return loop_advice(snap, self.accounting), None
         if decision.action == "none":
             self.armed = True
             return Advice(basis_seq=snap.last_seq, stubs=tuple(stubs)), None
@@ -199,44 +198,25 @@ class Control:
         self, snap: CommittedSnapshot, ask: Ask, advice: Advice, now: float
     ) -> tuple[Advice, SummaryJob | None]:
         """Free room for a request the provider refused, one level per ask: 1 a summary
-        that keeps what of the turn fits; 2 the oldest of the turn's kept rounds dropped;
-        3 every older output stubbed; 4 everything compacted without a model."""
+        that keeps what of the turn fits; deeper levels free room without a model
+        (``deeper_relief``)."""
         view = self.planner.view(snap, ratio=ask.chars_per_token)
-        fit = ask.fit
-        reason = "the provider refused the request as too long"
-        covers = safe_cover(snap.history, snap.last_seq, snap.open_calls)
-        if ask.level <= 1:
-            if self.job is not None:
-                return replace(advice, block=True), None
-            job = self._start(
-                snap,
-                covers_through=self.planner.cut(view, fit),
-                reason=reason,
-                tokens=view.tokens,
-                estimated=True,
-                urgent=True,
-                now=now,
-                kind="overflow",
-                ask_id=ask.ask_id,
-            )
-            return replace(advice, block=True), job
-        if ask.level == 2:
-            cuts = [c for c in turn_round_cuts(list(snap.history)) if c <= covers]
-            if len(cuts) > 1:
-                cut = self.planner.cut(view, fit, keep_at_most=len(cuts) - 1)
-                through = cuts[0] if cut >= covers else cut
-                plan = self.planner.fallback_plan(view, f"oldest rounds dropped: {reason}", through)
-                return replace(advice, outcome=plan), None
-            return advice, None
-        if ask.level == 3:
-            stubs: list[Stubs] = []
-            decision = self.planner.decision(view)
-            self.planner.stub(view, decision, 0, stubs, min_chars=_OVERFLOW_STUB_CHARS)
-            return replace(advice, stubs=tuple(stubs)), None
-        if self.planner.everything_frees(view):
-            plan = self.planner.fallback_plan(view, f"everything compacted: {reason}", covers)
-            return replace(advice, outcome=plan), None
-        return advice, None
+        if ask.level > 1:
+            return deeper_relief(self.planner, view, ask, advice), None
+        if self.job is not None:
+            return replace(advice, block=True), None
+        job = self._start(
+            snap,
+            covers_through=self.planner.cut(view, ask.fit),
+            reason=OVERFLOW_REASON,
+            tokens=view.tokens,
+            estimated=True,
+            urgent=True,
+            now=now,
+            kind="overflow",
+            ask_id=ask.ask_id,
+        )
+        return replace(advice, block=True), job
 
     # -- summaries -----------------------------------------------------------------------
 
@@ -308,32 +288,6 @@ class Control:
         return job
 
     # -- the watermark policy ------------------------------------------------------------
-
-    def _announce(self, decision: PolicyDecision, snap: CommittedSnapshot) -> PolicyDecision:
-        if decision.action != "none":
-            self.log.info(
-                "compaction_decided",
-                action=decision.action,
-                watermark=decision.watermark,
-                tokens=decision.tokens,
-                estimated=decision.estimated,
-                usable=decision.usable,
-                fraction=round(decision.fraction or 0.0, 3),
-            )
-            self.publish(
-                CompactionDecided(
-                    session_id=snap.session_id,
-                    round=snap.round,
-                    action=decision.action,
-                    watermark=decision.watermark,
-                    tokens=decision.tokens,
-                    estimated=decision.estimated,
-                    usable=decision.usable,
-                    fraction=decision.fraction,
-                    reason=decision.reason,
-                )
-            )
-        return decision
 
     def _micro_due(self, decision: PolicyDecision) -> bool:
         """Whether to stub now: with ``micro_min_free`` 0, every round past the soft mark;
@@ -422,20 +376,55 @@ class Control:
             return advice  # the sampler applies it at this boundary (the advice carries it)
         return self.planner.relieve(view, decision, advice)
 
-    def _loop(self, snap: CommittedSnapshot) -> Advice:
-        budget = self.accounting.budget
-        cycles = snap.looping or ()
-        message = loop_message(
-            cycles,
-            turn=snap.turn,
-            compactions=snap.turn_compactions,
-            context_window=budget.context_window if budget else None,
-            usable=budget.usable if budget else None,
-            tool_tokens=self.accounting.tool_tokens,
-            chars_per_token=snap.status.chars_per_token if snap.status else 4.0,
-        )
-        return Advice(basis_seq=snap.last_seq, stop=message, stop_kind="loop")
-
     def _skip(self, snap: CommittedSnapshot, reason: str) -> None:
         self.log.info("compaction_skipped", reason=reason)
         self.publish(CompactionSkipped(session_id=snap.session_id, reason=reason))
+
+
+def announce(
+    decision: PolicyDecision,
+    snap: CommittedSnapshot,
+    log: structlog.typing.FilteringBoundLogger,
+    publish: Callable[[Event], None],
+) -> None:
+    """Log and publish a decision that does something (``CompactionDecided``)."""
+    if decision.action == "none":
+        return
+    log.info(
+        "compaction_decided",
+        action=decision.action,
+        watermark=decision.watermark,
+        tokens=decision.tokens,
+        estimated=decision.estimated,
+        usable=decision.usable,
+        fraction=round(decision.fraction or 0.0, 3),
+    )
+    publish(
+        CompactionDecided(
+            session_id=snap.session_id,
+            round=snap.round,
+            action=decision.action,
+            watermark=decision.watermark,
+            tokens=decision.tokens,
+            estimated=decision.estimated,
+            usable=decision.usable,
+            fraction=decision.fraction,
+            reason=decision.reason,
+        )
+    )
+
+
+def loop_advice(snap: CommittedSnapshot, accounting: Accounting) -> Advice:
+    """Stop the turn: the ledger found a real compaction loop (the message names the
+    figures)."""
+    budget = accounting.budget
+    message = loop_message(
+        snap.looping or (),
+        turn=snap.turn,
+        compactions=snap.turn_compactions,
+        context_window=budget.context_window if budget else None,
+        usable=budget.usable if budget else None,
+        tool_tokens=accounting.tool_tokens,
+        chars_per_token=snap.status.chars_per_token if snap.status else 4.0,
+    )
+    return Advice(basis_seq=snap.last_seq, stop=message, stop_kind="loop")

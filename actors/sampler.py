@@ -10,58 +10,45 @@ unique, usage that cannot be true is set aside, an answer larger than ``max_answ
 is refused like any other bad response; then calls the output limit cut off get an error
 output instead of running.
 
-Three named helpers share the work, each on its own small interface: the ``Journal`` (every
-state change is a batch of records it folds in, as replay does, and makes durable; a batch
-that ends at a boundary goes to the compactor as a snapshot), the ``PlanApplier`` (compaction
-and protected-state writes) and the ``Gate`` (applies what the compactor advised, and holds a
-request back while it says so). None of them knows the sampler. The sampler decides nothing
-about compaction: the compactor does, on committed snapshots.
+Named helpers share the work, each on its own small interface, none of them knowing the
+sampler: the ``Journal`` (every state change is a batch of records it folds in, as replay
+does, and makes durable; a batch that ends at a boundary goes to the compactor as a
+snapshot), the ``Requester`` (build, send and retry a round's request), the ``RoundWriter``
+(run the calls, commit the round), ``Approvals``, the ``PlanApplier`` (compaction and
+protected-state writes) and the ``Gate`` (applies what the compactor advised, and holds a
+request back while it says so). The sampler decides nothing about compaction: the compactor
+does, on committed snapshots.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.core import (
     ApprovalError,
-    ApprovalRecord,
-    AssistantDelta,
     AssistantMessage,
-    ContextLengthExceeded,
     FunctionCall,
     FunctionCallOutput,
-    IncompleteResponse,
-    Item,
     ItemRecord,
     ModelError,
-    ModelRequest,
     ModelResponse,
-    ModelRetrying,
     ProtectedStateViolation,
     Record,
-    ResponseDone,
-    ResponseTooLarge,
-    RoundCommitted,
-    RoundCommittedRecord,
-    RoundStarted,
     SessionFailed,
     SessionState,
     Settings,
-    TextDelta,
     TurnFinished,
     TurnRecord,
     UserMessage,
-    build_projection,
-    estimate_tokens,
 )
-from stowage.policy import cache_key_for
 
 from ._accounting import Accounting
+from ._approvals import Approvals, AwaitingApproval
 from ._checks import ResponseChecks
 from ._context import SessionContext
 from ._gate import Gate
@@ -81,8 +68,8 @@ from ._messages import (
     UserTurn,
 )
 from ._plans import PlanApplier
-from ._responses import VettedUsage, answer_too_large, cut_call_outputs, merge_outputs
-from ._retry import call_with_retries
+from ._requests import Requester, TurnInterrupted
+from ._rounds import RoundWriter, commit_record
 
 __all__ = ["Sampler", "interrupted_output", "unique_call_ids"]
 
@@ -92,14 +79,6 @@ T = TypeVar("T")
 INTERRUPTED = (
     "interrupted: the session stopped before this call finished; it may or may not have run"
 )
-
-
-class _TurnInterrupted(Exception):
-    """Raised inside the sampler when the turn's interrupt stopped the model stream."""
-
-
-class _AwaitingApproval(Exception):
-    """Raised inside the sampler when a round's calls wait for a person's approval."""
 
 
 def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
@@ -155,12 +134,11 @@ class Sampler:
         )
         # usage vetting, before anything of a response is written
         self._checks = ResponseChecks(self.ctx, self._journal, self._log)
-        #: the ``prompt_cache_key`` the session's round requests carry
-        self._cache_key = cache_key_for(self.ctx.settings, self.ctx.session_id)
+        self._requests = Requester(self.ctx, self._journal, self._gate, self._log)
+        self._writer = RoundWriter(self.ctx, self._journal, self._log)
+        self._approvals = Approvals(self.ctx, self._journal, self._log)
         # the running turn's interrupt, if its asker can stop it
         self._interrupt: TurnInterrupt | None = None
-        # the round's request as it is sent (rebuilt if a plan lands while it waits)
-        self._sending: ModelRequest | None = None
 
     @property
     def settings(self) -> Settings:
@@ -221,9 +199,7 @@ class Sampler:
             ItemRecord(seq=first + i, item=interrupted_output(call_id), round=round_)
             for i, call_id in enumerate(self.state.open_calls)
         ]
-        records.append(
-            self._commit_record(round_, None, first, interrupted=True, offset=len(records))
-        )
+        records.append(commit_record(round_, None, first, interrupted=True, offset=len(records)))
         self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
         await self._journal.write(records, boundary="recovered")
 
@@ -274,7 +250,7 @@ class Sampler:
         message_id: str | None,
         interrupt: TurnInterrupt | None = None,
     ) -> TurnResult:
-        self._refuse_while_awaiting("a new turn")
+        self._approvals.refuse_while_awaiting("a new turn")
         turn = self.state.turn + 1
         seq = self.state.last_seq
         user = UserMessage(text=text, pinned=pinned, message_id=message_id)
@@ -311,9 +287,9 @@ class Sampler:
             await self._gate.apply_ready()
             try:
                 answer = await self._round(turn)
-            except _TurnInterrupted:
+            except TurnInterrupted:
                 return await self._interrupted(turn, rounds)
-            except _AwaitingApproval:
+            except AwaitingApproval:
                 return TurnResult(text="", rounds=rounds, stopped="pending_approval")
             if answer is not None:
                 # the verdict on the turn's last round is applied before the answer is given
@@ -335,58 +311,18 @@ class Sampler:
         )
         return TurnResult(text="", rounds=rounds, stopped="interrupted")
 
-    async def _sample_unless_interrupted(
-        self, request: ModelRequest, round_: int
-    ) -> tuple[ModelRequest, ModelResponse]:
-        """``_sample`` under the turn's interrupt; raises ``_TurnInterrupted`` if it fired
-        (nothing of the round is written yet)."""
-        if self._interrupt is None:
-            return await self._sample(request, round_)
-        sampled: tuple[ModelRequest, ModelResponse] | None = None
-        with self._interrupt.guard():
-            sampled = await self._sample(request, round_)
-        if sampled is None:
-            raise _TurnInterrupted
-        return sampled
-
     async def _round(self, turn: int) -> ModelResponse | None:
         """One round; returns the response when the model made no tool calls (the answer).
 
         Raises ``CompactionLoop`` (after an ``error`` record) when the compactor found the turn
-        in a real compaction loop, and ``ContextLengthExceeded`` when the request cannot be
-        brought under the hard mark.
+        in a real compaction loop, ``ContextLengthExceeded`` when the request cannot be
+        brought under the hard mark, ``TurnInterrupted`` and ``AwaitingApproval``.
         """
         round_ = self.state.round + 1
-        log = self._log.bind(round=round_)
         # pre-turn and mid-turn: the compactor's verdict on the newest boundary, applied
         await self._gate.settle()
-        projection = self._projection()
-        request = ModelRequest(
-            model=self.settings.model,
-            input=projection,
-            tools=self.ctx.tools.specs(),
-            max_output_tokens=self.settings.max_output_tokens,
-            cache_key=self._cache_key,
-        )
-        self.ctx.publish(
-            RoundStarted(
-                session_id=self.ctx.session_id,
-                round=round_,
-                items=len(projection),
-                tokens=estimate_tokens(projection),
-                estimated=True,
-            )
-        )
-        try:
-            try:
-                request, response = await self._sample_unless_interrupted(request, round_)
-            except ContextLengthExceeded as exc:
-                # nothing of the round was written: compact, blocking, and send it once more
-                await self._gate.recover_overflow(exc, self._sending or request)
-                request = replace(request, input=self._projection())
-                request, response = await self._sample_unless_interrupted(request, round_)
-        finally:
-            self._sending = None  # nothing of a round outlives it
+        request = self._requests.build(round_)
+        request, response = await self._requests.send(request, round_, self._interrupt)
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         usage = await self._checks.usage(response, request)
@@ -398,53 +334,20 @@ class Sampler:
         ]
         calls = response.calls
         if not calls:
-            commit = self._commit_record(
-                round_, response, seq + 1, offset=len(sampled), usage=usage
-            )
+            commit = commit_record(round_, response, seq + 1, offset=len(sampled), usage=usage)
             finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
-            await self._commit(round_, [*sampled, commit, finished], response, calls=0)
-            log.info("turn_finished", turn=turn, truncated=response.truncated)
+            await self._writer.commit(round_, [*sampled, commit, finished], response, calls=0)
+            self._log.info("turn_finished", round=round_, turn=turn, truncated=response.truncated)
             self.ctx.publish(
                 TurnFinished(session_id=self.ctx.session_id, turn=turn, text=response.text)
             )
             return response
         # write-ahead: the calls are durable before any tool runs
         await self._journal.write(sampled)
-        await self._request_approvals(round_, calls)
-        outputs = await self._run_tools(round_, response)
-        await self._commit_outputs(round_, outputs, response, usage=usage)
+        await self._approvals.request(round_, calls)
+        outputs = await self._writer.run_tools(round_, response, self.tools, self._interrupt)
+        await self._writer.commit_outputs(round_, outputs, response, usage=usage)
         return None
-
-    # -- approvals -------------------------------------------------------------------------
-
-    def _needs_approval(self, call: FunctionCall) -> bool:
-        return bool(getattr(self.ctx.tools.get(call.name), "needs_approval", False))
-
-    def _refuse_while_awaiting(self, what: str) -> None:
-        waiting = self.state.awaiting_approval
-        if waiting:
-            ids = ", ".join(c.call_id for c in waiting)
-            raise ApprovalError(
-                f"session {self.ctx.session_id} has calls awaiting approval ({ids}): "
-                f"approve or deny them before {what}"
-            )
-
-    async def _request_approvals(self, round_: int, calls: Sequence[FunctionCall]) -> None:
-        """Stop the turn before any tool of the round runs when one of its calls needs a
-        person's approval: the requests are durable, the round stays open."""
-        needing = [c for c in calls if self._needs_approval(c)]
-        if not needing:
-            return
-        seq = self.state.last_seq
-        await self._journal.write(
-            [
-                ApprovalRecord(seq=seq + 1 + i, call_id=c.call_id, decision="requested")
-                for i, c in enumerate(needing)
-            ],
-            boundary="approval",
-        )
-        self._log.info("approval_requested", round=round_, calls=[c.call_id for c in needing])
-        raise _AwaitingApproval
 
     async def _decide(self, call_id: str, approve: bool, reason: str | None) -> TurnResult:
         """Log the answer for ``call_id``; when no call of the round awaits one any more, run
@@ -452,210 +355,17 @@ class Sampler:
 
         Raises ``ApprovalError`` if ``call_id`` awaits no approval (nothing is written).
         """
-        waiting = [c.call_id for c in self.state.awaiting_approval]
-        if call_id not in waiting:
-            awaiting = f"; awaiting: {', '.join(waiting)}" if waiting else "; none is awaiting"
-            raise ApprovalError(
-                f"session {self.ctx.session_id}: call {call_id!r} awaits no approval{awaiting}"
-            )
-        decision: Literal["approved", "denied"] = "approved" if approve else "denied"
-        await self._journal.write(
-            [
-                ApprovalRecord(
-                    seq=self.state.last_seq + 1, call_id=call_id, decision=decision, reason=reason
-                )
-            ]
-        )
-        self._log.info("approval_decided", call_id=call_id, decision=decision)
-        if self.state.awaiting_approval:
+        if not await self._approvals.answer(call_id, approve, reason):
             return TurnResult(text="", rounds=0, stopped="pending_approval")
-        await self._run_decided_round()
+        round_ = self.state.open_round or self.state.round + 1
+        calls = tuple(self.state.open_calls.values())
+        denied = self._approvals.denied_outputs()
+        outputs = await self._writer.run_calls(round_, calls, denied, self.tools, None)
+        await self._writer.commit_outputs(round_, outputs, None)
         result = await self._rounds(self.state.turn)
         return replace(result, rounds=result.rounds + 1)
 
-    async def _run_decided_round(self) -> None:
-        """Run the open round whose approvals are all given and commit it, outputs in call
-        order."""
-        round_ = self.state.open_round or self.state.round + 1
-        calls = tuple(self.state.open_calls.values())
-        denied = {
-            call_id: FunctionCallOutput(
-                call_id=call_id,
-                output=f"denied: {reason or 'a person denied this call'}",
-                is_error=True,
-            )
-            for call_id, reason in self.state.denial_reasons.items()
-        }
-        outputs = await self._run_calls(round_, calls, denied)
-        await self._commit_outputs(round_, outputs, None)
-
-    async def _commit_outputs(
-        self,
-        round_: int,
-        outputs: Sequence[FunctionCallOutput],
-        response: ModelResponse | None,
-        *,
-        usage: VettedUsage | None = None,
-    ) -> None:
-        """Write the round's outputs, in call order, and its ``round_committed`` record."""
-        first = self.state.last_seq + 1
-        committed: list[Record] = [
-            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
-        ]
-        committed.append(
-            self._commit_record(round_, response, first, offset=len(committed), usage=usage)
-        )
-        await self._commit(
-            round_, committed, response or ModelResponse(items=()), calls=len(outputs)
-        )
-
-    async def _run_tools(
-        self, round_: int, response: ModelResponse
-    ) -> tuple[FunctionCallOutput, ...]:
-        """One output per call, in order: calls the output limit cut off get an error output
-        and do not run; the tool executor runs the rest."""
-        refused = cut_call_outputs(response, max_output_tokens=self.settings.max_output_tokens)
-        if refused:
-            self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(refused))
-        return await self._run_calls(round_, response.calls, refused)
-
-    async def _run_calls(
-        self,
-        round_: int,
-        calls: tuple[FunctionCall, ...],
-        refused: dict[str, FunctionCallOutput],
-    ) -> tuple[FunctionCallOutput, ...]:
-        """One output per call, in call order: ``refused`` ones keep the output given, the
-        tool executor runs the rest (under the turn's interrupt, when it has one)."""
-        runnable = tuple(c for c in calls if c.call_id not in refused)
-        ran: tuple[FunctionCallOutput, ...] = ()
-        if runnable:
-            reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
-            assert self.tools is not None  # only a serving sampler runs rounds
-            await self.tools.send(
-                RunTools(round=round_, calls=runnable, reply=reply, interrupt=self._interrupt)
-            )
-            ran = await reply.wait()
-        return merge_outputs(calls, refused, ran)
-
-    async def _sample(
-        self, request: ModelRequest, round_: int
-    ) -> tuple[ModelRequest, ModelResponse]:
-        """The response to ``request``, and the request as sent: a plan that came back while
-        the round waited for its model-call place is applied first, and the request is
-        built again from the compacted history (``_sending`` holds it until the round ends)."""
-        self._sending = request
-
-        async def attempt() -> ModelResponse:
-            request = self._sending
-            assert request is not None
-            if not self.settings.stream:
-                return self._whole(await self.ctx.gateway.create(request))
-            done: ModelResponse | None = None
-            async for event in self.ctx.gateway.stream(request):
-                if isinstance(event, TextDelta):
-                    self.ctx.publish(
-                        AssistantDelta(
-                            session_id=self.ctx.session_id, round=round_, text=event.text
-                        )
-                    )
-                elif isinstance(event, ResponseDone):
-                    done = event.response
-            if done is None:
-                raise IncompleteResponse("the model stream ended without a final response")
-            return self._whole(done)
-
-        async def limited() -> ModelResponse:
-            limiter = self.ctx.model_limiter
-            if limiter is None:
-                return await attempt()
-            waited = await limiter.acquire("round")
-            try:
-                if waited:
-                    await self._apply_plan_while_placed()
-                return await attempt()
-            finally:
-                limiter.release()
-
-        def waiting(attempt: int, delay: float, rate_limited: bool, error: ModelError) -> None:
-            self.ctx.publish(
-                ModelRetrying(
-                    session_id=self.ctx.session_id,
-                    purpose="round",
-                    attempt=attempt,
-                    delay=delay,
-                    rate_limited=rate_limited,
-                    error=type(error).__name__,
-                )
-            )
-
-        response = await call_with_retries(
-            limited,
-            attempts=self.settings.max_retries + 1,
-            log=self._log,
-            what="model_call",
-            max_wait=self.settings.max_retry_wait,
-            on_wait=waiting,
-        )
-        sent = self._sending
-        assert sent is not None
-        return sent, response
-
-    async def _apply_plan_while_placed(self) -> None:
-        """Apply a plan that came back while the round waited for its place, and build the
-        request again from what it left (only the input changes). Shielded: its writes are
-        not abandoned halfway by an interrupt."""
-        request = self._sending
-        assert request is not None
-        last_seq = self.state.last_seq
-        with anyio.CancelScope(shield=True):
-            await self._gate.apply_ready()
-        if self.state.last_seq != last_seq:
-            self._sending = replace(request, input=self._projection())
-
-    def _commit_record(
-        self,
-        round_: int,
-        response: ModelResponse | None,
-        first_seq: int,
-        *,
-        offset: int,
-        interrupted: bool = False,
-        usage: VettedUsage | None = None,
-    ) -> RoundCommittedRecord:
-        """``usage``: what the vetting of the response's usage left (default: as reported)."""
-        seq = first_seq + offset
-        if usage is None:
-            usage = VettedUsage(usage=response.usage if response is not None else None)
-        return RoundCommittedRecord(
-            seq=seq,
-            round=round_,
-            usage=usage.usage,
-            first_seq=first_seq,
-            last_seq=seq,
-            interrupted=interrupted,
-            truncated=response.truncated if response is not None else False,
-            reported_usage=usage.rejected,
-        )
-
-    async def _commit(
-        self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
-    ) -> None:
-        """Write the committed batch; persistence hands the compactor its snapshot once it
-        is durable, and the compactor's verdict is applied before the next request."""
-        await self._journal.write(records, boundary="round")
-        commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
-        self.ctx.publish(
-            RoundCommitted(
-                session_id=self.ctx.session_id,
-                round=round_,
-                usage=commit.usage,
-                calls=calls,
-                truncated=commit.truncated,
-            )
-        )
-
-    # -- compaction ----------------------------------------------------------------------
+    # -- compaction and protected state --------------------------------------------------
 
     async def _compact_now(self, focus: str | None) -> bool:
         """Manual compaction, decided by the compactor on the last committed snapshot; True
@@ -665,22 +375,5 @@ class Sampler:
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
         await self._applier.protect(ops)
 
-    # -- helpers -------------------------------------------------------------------------
-
-    def _whole(self, response: ModelResponse) -> ModelResponse:
-        """``response``, unless its answer is larger than ``max_answer_chars``. Raises
-        ``ResponseTooLarge`` (a bad response: retried, then the turn fails, nothing written)."""
-        too_large = answer_too_large(response, self.settings.max_answer_chars)
-        if too_large is not None:
-            raise ResponseTooLarge(too_large)
-        return response
-
     def _taken_call_ids(self) -> set[str]:
         return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}
-
-    def _projection(self) -> tuple[Item, ...]:
-        return build_projection(
-            self.state.history,
-            stubbed=self.state.stubbed,
-            protected_text=self._journal.protected_text(),
-        )

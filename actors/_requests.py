@@ -1,0 +1,210 @@
+"""The sampler's model calls: build a round's request, send it, get one whole response back.
+
+A request is the projection of the session's history as the journal holds it at the moment
+of sending. While a round waits for its model-call place a plan may land; it is applied first
+and the request built again (only the input changes), so the request sent is never staler
+than the history. A request the provider refused as too long is handed to the gate (the
+compactor decides how far to go) and sent once more; nothing of the round is written until a
+whole response is back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import anyio
+import structlog
+from stowage.core import (
+    AssistantDelta,
+    ContextLengthExceeded,
+    IncompleteResponse,
+    Item,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetrying,
+    ResponseDone,
+    ResponseTooLarge,
+    RoundStarted,
+    TextDelta,
+    build_projection,
+    estimate_tokens,
+)
+from stowage.policy import cache_key_for
+
+from ._context import SessionContext
+from ._gate import Gate
+from ._interrupt import TurnInterrupt
+from ._journal import Journal
+from ._responses import answer_too_large
+from ._retry import call_with_retries
+
+__all__ = ["Requester", "TurnInterrupted"]
+
+
+class TurnInterrupted(Exception):
+    """The turn's interrupt stopped the model stream (nothing of the round is written)."""
+
+
+class Requester:
+    """One session's round requests: built from the journal's state, sent through the gateway
+    under the model-call limiter, retried, checked whole."""
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        journal: Journal,
+        gate: Gate,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.ctx = ctx
+        self.journal = journal
+        self.gate = gate
+        self._log = log
+        #: the ``prompt_cache_key`` the session's round requests carry
+        self._cache_key = cache_key_for(ctx.settings, ctx.session_id)
+        # the round's request as it is sent (rebuilt if a plan lands while it waits)
+        self._sending: ModelRequest | None = None
+
+    def projection(self) -> tuple[Item, ...]:
+        state = self.journal.state
+        return build_projection(
+            state.history, stubbed=state.stubbed, protected_text=self.journal.protected_text()
+        )
+
+    def build(self, round_: int) -> ModelRequest:
+        """The round's request from the history as it stands, announced as ``RoundStarted``."""
+        settings = self.ctx.settings
+        projection = self.projection()
+        self.ctx.publish(
+            RoundStarted(
+                session_id=self.ctx.session_id,
+                round=round_,
+                items=len(projection),
+                tokens=estimate_tokens(projection),
+                estimated=True,
+            )
+        )
+        return ModelRequest(
+            model=settings.model,
+            input=projection,
+            tools=self.ctx.tools.specs(),
+            max_output_tokens=settings.max_output_tokens,
+            cache_key=self._cache_key,
+        )
+
+    async def send(
+        self, request: ModelRequest, round_: int, interrupt: TurnInterrupt | None
+    ) -> tuple[ModelRequest, ModelResponse]:
+        """The response to ``request`` and the request as sent. A refusal as too long makes
+        the gate compact (blocking) and the request is sent once more from what is left.
+
+        Raises ``TurnInterrupted`` when the interrupt fired, ``ContextLengthExceeded`` when
+        the request cannot be brought under the hard mark, ``ModelError`` when the model
+        failed every attempt.
+        """
+        try:
+            try:
+                return await self._sample_unless_interrupted(request, round_, interrupt)
+            except ContextLengthExceeded as exc:
+                await self.gate.recover_overflow(exc, self._sending or request)
+                request = replace(request, input=self.projection())
+                return await self._sample_unless_interrupted(request, round_, interrupt)
+        finally:
+            self._sending = None  # nothing of a round outlives it
+
+    async def _sample_unless_interrupted(
+        self, request: ModelRequest, round_: int, interrupt: TurnInterrupt | None
+    ) -> tuple[ModelRequest, ModelResponse]:
+        if interrupt is None:
+            return await self._sample(request, round_)
+        sampled: tuple[ModelRequest, ModelResponse] | None = None
+        with interrupt.guard():
+            sampled = await self._sample(request, round_)
+        if sampled is None:
+            raise TurnInterrupted
+        return sampled
+
+    async def _sample(
+        self, request: ModelRequest, round_: int
+    ) -> tuple[ModelRequest, ModelResponse]:
+        """The response to ``request``, and the request as sent: a plan that came back while
+        the round waited for its model-call place is applied first, and the request is
+        built again from the compacted history (``_sending`` holds it until the round ends)."""
+        self._sending = request
+        settings = self.ctx.settings
+
+        async def attempt() -> ModelResponse:
+            request = self._sending
+            assert request is not None
+            if not settings.stream:
+                return self._whole(await self.ctx.gateway.create(request))
+            done: ModelResponse | None = None
+            async for event in self.ctx.gateway.stream(request):
+                if isinstance(event, TextDelta):
+                    self.ctx.publish(
+                        AssistantDelta(
+                            session_id=self.ctx.session_id, round=round_, text=event.text
+                        )
+                    )
+                elif isinstance(event, ResponseDone):
+                    done = event.response
+            if done is None:
+                raise IncompleteResponse("the model stream ended without a final response")
+            return self._whole(done)
+
+        async def limited() -> ModelResponse:
+            limiter = self.ctx.model_limiter
+            if limiter is None:
+                return await attempt()
+            waited = await limiter.acquire("round")
+            try:
+                if waited:
+                    await self._apply_plan_while_placed()
+                return await attempt()
+            finally:
+                limiter.release()
+
+        def waiting(attempt: int, delay: float, rate_limited: bool, error: ModelError) -> None:
+            self.ctx.publish(
+                ModelRetrying(
+                    session_id=self.ctx.session_id,
+                    purpose="round",
+                    attempt=attempt,
+                    delay=delay,
+                    rate_limited=rate_limited,
+                    error=type(error).__name__,
+                )
+            )
+
+        response = await call_with_retries(
+            limited,
+            attempts=settings.max_retries + 1,
+            log=self._log,
+            what="model_call",
+            max_wait=settings.max_retry_wait,
+            on_wait=waiting,
+        )
+        sent = self._sending
+        assert sent is not None
+        return sent, response
+
+    async def _apply_plan_while_placed(self) -> None:
+        """Apply a plan that came back while the round waited for its place, and build the
+        request again from what it left (only the input changes). Shielded: its writes are
+        not abandoned halfway by an interrupt."""
+        request = self._sending
+        assert request is not None
+        last_seq = self.journal.state.last_seq
+        with anyio.CancelScope(shield=True):
+            await self.gate.apply_ready()
+        if self.journal.state.last_seq != last_seq:
+            self._sending = replace(request, input=self.projection())
+
+    def _whole(self, response: ModelResponse) -> ModelResponse:
+        """``response``, unless its answer is larger than ``max_answer_chars``. Raises
+        ``ResponseTooLarge`` (a bad response: retried, then the turn fails, nothing written)."""
+        too_large = answer_too_large(response, self.ctx.settings.max_answer_chars)
+        if too_large is not None:
+            raise ResponseTooLarge(too_large)
+        return response

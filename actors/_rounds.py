@@ -1,0 +1,140 @@
+"""The sampler's round writes: run a round's calls and commit the round.
+
+Outputs are written in call order with the round's ``round_committed`` record as one batch
+that ends at the "round" boundary, so persistence hands the compactor its snapshot only once
+the whole round is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+from anyio.streams.memory import MemoryObjectSendStream
+from stowage.core import (
+    FunctionCall,
+    FunctionCallOutput,
+    ItemRecord,
+    ModelResponse,
+    Record,
+    RoundCommitted,
+    RoundCommittedRecord,
+)
+
+from ._context import SessionContext
+from ._interrupt import TurnInterrupt
+from ._journal import Journal
+from ._mailbox import Reply
+from ._messages import RunTools
+from ._responses import VettedUsage, cut_call_outputs, merge_outputs
+
+__all__ = ["RoundWriter", "commit_record"]
+
+
+def commit_record(
+    round_: int,
+    response: ModelResponse | None,
+    first_seq: int,
+    *,
+    offset: int,
+    interrupted: bool = False,
+    usage: VettedUsage | None = None,
+) -> RoundCommittedRecord:
+    """The record that commits a round whose first record is ``first_seq`` and that has
+    ``offset`` records before this one. ``usage``: what the vetting of the response's usage
+    left (default: as reported)."""
+    seq = first_seq + offset
+    if usage is None:
+        usage = VettedUsage(usage=response.usage if response is not None else None)
+    return RoundCommittedRecord(
+        seq=seq,
+        round=round_,
+        usage=usage.usage,
+        first_seq=first_seq,
+        last_seq=seq,
+        interrupted=interrupted,
+        truncated=response.truncated if response is not None else False,
+        reported_usage=usage.rejected,
+    )
+
+
+class RoundWriter:
+    """Runs a round's calls through the tool executor and writes the committed round."""
+
+    def __init__(
+        self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        self.ctx = ctx
+        self.journal = journal
+        self._log = log
+
+    async def commit(
+        self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
+    ) -> None:
+        """Write the committed batch; persistence hands the compactor its snapshot once it
+        is durable, and the compactor's verdict is applied before the next request."""
+        await self.journal.write(records, boundary="round")
+        commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
+        self.ctx.publish(
+            RoundCommitted(
+                session_id=self.ctx.session_id,
+                round=round_,
+                usage=commit.usage,
+                calls=calls,
+                truncated=commit.truncated,
+            )
+        )
+
+    async def commit_outputs(
+        self,
+        round_: int,
+        outputs: Sequence[FunctionCallOutput],
+        response: ModelResponse | None,
+        *,
+        usage: VettedUsage | None = None,
+    ) -> None:
+        """Write the round's outputs, in call order, and its ``round_committed`` record."""
+        first = self.journal.state.last_seq + 1
+        committed: list[Record] = [
+            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
+        ]
+        committed.append(commit_record(round_, response, first, offset=len(committed), usage=usage))
+        await self.commit(
+            round_, committed, response or ModelResponse(items=()), calls=len(outputs)
+        )
+
+    async def run_tools(
+        self,
+        round_: int,
+        response: ModelResponse,
+        tools: MemoryObjectSendStream[RunTools] | None,
+        interrupt: TurnInterrupt | None,
+    ) -> tuple[FunctionCallOutput, ...]:
+        """One output per call, in order: calls the output limit cut off get an error output
+        and do not run; the tool executor runs the rest."""
+        settings = self.ctx.settings
+        refused = cut_call_outputs(response, max_output_tokens=settings.max_output_tokens)
+        if refused:
+            self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(refused))
+        return await self.run_calls(round_, response.calls, refused, tools, interrupt)
+
+    async def run_calls(
+        self,
+        round_: int,
+        calls: tuple[FunctionCall, ...],
+        refused: dict[str, FunctionCallOutput],
+        tools: MemoryObjectSendStream[RunTools] | None,
+        interrupt: TurnInterrupt | None,
+    ) -> tuple[FunctionCallOutput, ...]:
+        """One output per call, in call order: ``refused`` ones keep the output given, the
+        tool executor runs the rest (under the turn's interrupt, when it has one)."""
+        runnable = tuple(c for c in calls if c.call_id not in refused)
+        ran: tuple[FunctionCallOutput, ...] = ()
+        if runnable:
+            reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
+            assert tools is not None  # only a serving sampler runs rounds
+            await tools.send(
+                RunTools(round=round_, calls=runnable, reply=reply, interrupt=interrupt)
+            )
+            ran = await reply.wait()
+        return merge_outputs(calls, refused, ran)
