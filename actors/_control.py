@@ -71,8 +71,8 @@ class Control:
         self.marks = accounting.marks
         self.publish = publish
         self.log = log
-        self.planner = Planner(accounting, log)
         self.forecast = Forecast()
+        self.planner = Planner(accounting, log, self.forecast)
         #: microcompaction acts once per crossing of the soft mark (``micro_min_free``)
         self.armed = True
         self.job: SummaryJob | None = None

@@ -24,6 +24,7 @@ from stowage.core import (
 from stowage.policy import (
     MIN_STUB_CHARS,
     CompactionDecision,
+    Forecast,
     PolicyDecision,
     TokenStatus,
     compaction_cut,
@@ -44,11 +45,15 @@ from stowage.policy import (
 from ._accounting import Accounting, stub_savings
 from ._messages import Advice, CommittedSnapshot, Plan, Stubs
 
-__all__ = ["MIN_GROWTH", "Planner", "View", "decide_for"]
+__all__ = ["MICRO_ROUNDS", "MIN_GROWTH", "Planner", "View", "decide_for"]
 
 #: in threshold mode, usage must grow by this share of the threshold after a compaction
 #: before another one is worth its summary request
 MIN_GROWTH = 0.25
+#: a compaction below the hard mark must free room for this many rounds at the recent growth
+MICRO_ROUNDS = 4
+# ... but never more than this share of the usable budget for that reason
+_MAX_MIN_FREE = 0.5
 # characters a summary is assumed to take when choosing which of a turn's rounds to keep
 _SUMMARY_ALLOWANCE_CHARS = 1200
 # the most characters a no-model digest takes (``fallback_summary``'s own cap)
@@ -70,8 +75,15 @@ class View:
 class Planner:
     """The figures of one session's compactions; ``log`` says when a digest is made."""
 
-    def __init__(self, accounting: Accounting, log: structlog.typing.FilteringBoundLogger) -> None:
+    def __init__(
+        self,
+        accounting: Accounting,
+        log: structlog.typing.FilteringBoundLogger,
+        forecast: Forecast | None = None,
+    ) -> None:
         self.accounting = accounting
+        #: the compactor's growth forecast (read only: what recent rounds added)
+        self.forecast = forecast
         self.settings = accounting.settings
         self.marks = accounting.marks
         self.log = log
@@ -93,7 +105,19 @@ class Planner:
         return decide(replace(status, tokens=view.tokens), self.accounting.usable, self.marks)
 
     def min_free_tokens(self) -> int:
-        return int(self.settings.micro_min_free * self.accounting.usable)
+        """What a compaction (micro or full) must free below the hard mark to be worth its
+        prefix break: ``micro_min_free`` of usable, and room for ``MICRO_ROUNDS`` rounds at
+        the largest recent growth (at most ``_MAX_MIN_FREE`` of usable). When rounds are
+        large a compaction that buys one or two of them is a break every round or two; one
+        that waits until it can buy more costs fewer breaks for the same rounds. 0 when
+        ``micro_min_free`` is 0 (stub every round past the soft mark)."""
+        share = self.settings.micro_min_free
+        if not share:
+            return 0
+        usable = self.accounting.usable
+        steps = self.forecast.steps if self.forecast is not None else ()
+        growth = min(MICRO_ROUNDS * max(steps, default=0), int(_MAX_MIN_FREE * usable))
+        return max(int(share * usable), growth)
 
     def absorbs_newest_round(self, view: View, covers: int) -> bool:
         """Whether a compaction through ``covers`` takes the open turn's newest tool round."""
@@ -202,7 +226,7 @@ class Planner:
         min_chars: int = MIN_STUB_CHARS,
         batch: bool = False,
     ) -> tuple[View, PolicyDecision] | None:
-        """Stub old tool outputs (``batch``: only a batch that frees ``micro_min_free``, or
+        """Stub old tool outputs (``batch``: only a batch that frees ``min_free_tokens``, or
         none); the view and decision after, or None when nothing was stubbed."""
         history = view.snapshot.history
         if batch:
@@ -289,7 +313,7 @@ class Planner:
 
     def frees_too_little(self, view: View, plan: Plan) -> str | None:
         """Why ``plan`` is not worth its prefix break below the hard mark: it frees less than
-        ``micro_min_free`` of usable; None when it frees enough."""
+        ``min_free_tokens``; None when it frees enough."""
         if view.tokens is None or not self.settings.micro_min_free:
             return None
         after = self.plan_tokens(view, plan)
@@ -302,9 +326,10 @@ class Planner:
         return (
             f"not applied: the compaction would take {view.tokens} tokens to {after}, freeing "
             f"{freed} ({freed / max(1, self.accounting.usable):.0%} of the usable "
-            f"{self.accounting.usable}), less than micro_min_free "
-            f"{self.settings.micro_min_free:.0%} ({need} tokens); below the hard mark a "
-            "compaction that frees so little is not worth breaking the prompt cache"
+            f"{self.accounting.usable}), less than {need} tokens (micro_min_free "
+            f"{self.settings.micro_min_free:.0%}, or {MICRO_ROUNDS} rounds at the recent "
+            "growth); below the hard mark a compaction that frees so little is not worth "
+            "breaking the prompt cache"
         )
 
     def plan_tokens(self, view: View, plan: Plan) -> int | None:

@@ -237,3 +237,34 @@ def test_a_plan_landing_mid_turn_reattaches_what_the_turn_read() -> None:
     # the newest reads, whole steps: each call with its output
     kept = set(landed.outcome.reattach)
     assert log[-2].seq in kept and log[-3].seq in kept
+
+
+def test_when_rounds_are_large_a_batch_must_buy_four_of_them_before_it_breaks_the_prefix() -> None:
+    """Each round adds ~500 tokens (a sixth of the budget): stubbing the two old outputs would
+    free ~1,000, more than micro_min_free (20%) but less than four such rounds, so it waits
+    for the compaction mark; seen cold (no growth known), the same snapshot stubs them."""
+    settings = watermark_settings(2800).with_(keep_rounds=2)
+    log = rounds_log(BIG_OUTPUTS)
+    growing = Rig(settings)
+    for n in range(1, len(BIG_OUTPUTS)):
+        growing.decide(rounds_log(BIG_OUTPUTS[:n]))
+    steps = growing.control.forecast.steps
+    assert steps and min(steps) > 450
+    assert growing.control.planner.min_free_tokens() == min(4 * max(steps), 1400)
+    advice, _ = growing.decide(log)
+    assert not advice.stubs
+    assert [e.action for e in growing.published(CompactionDecided)] == ["microcompact"]
+    cold = Rig(settings)
+    [stubs] = cold.decide(log)[0].stubs
+    assert len(stubs.seqs) == 2
+
+
+def test_with_micro_min_free_zero_every_round_past_the_soft_mark_stubs_whatever_the_growth() -> (
+    None
+):
+    rig = Rig(watermark_settings(2800, micro_min_free=0.0).with_(keep_rounds=2))
+    for n in range(1, len(BIG_OUTPUTS)):
+        rig.decide(rounds_log(BIG_OUTPUTS[:n]))
+    assert rig.control.planner.min_free_tokens() == 0
+    [stubs] = rig.decide(rounds_log(BIG_OUTPUTS))[0].stubs
+    assert len(stubs.seqs) == 2

@@ -147,8 +147,9 @@ async def test_a_summary_request_shows_stubbed_outputs_as_the_last_round_request
     an instruction, so the provider's prefix cache serves it, and it stays small."""
     with anyio.fail_after(30):
         model = ScriptedModel(brain=agent_brain())
-        # stubs at half the budget, summaries well below the hard mark: nothing trimmed
-        config = settings(tmp_path, soft_mark=0.5, compact_mark=0.7)
+        # stubs at half the budget, every round past it (large rounds would otherwise wait for
+        # a batch worth four of them), summaries well below the hard mark: nothing trimmed
+        config = settings(tmp_path, soft_mark=0.5, compact_mark=0.7, micro_min_free=0.0)
         async with Runtime(config, gateway=model, tools=big_tools(1000)) as rt:
             session = await rt.create("s1", system="be brief")
             for n in range(10):
@@ -338,8 +339,11 @@ async def test_a_plan_back_after_the_next_turn_began_stubs_finished_turns_not_th
                 if turn["number"] > turn["asked_in"]:
                     model.gate.set()  # the plan comes back during the next turn's first round
 
-        # the plan is asked for at the compaction mark (50%), from turn 2 on
-        config = settings(tmp_path, soft_mark=0.5, compact_mark=0.5, target_after=0.3)
+        # the plan is asked for at the compaction mark (50%), from turn 2 on, whatever it
+        # frees (large rounds would otherwise wait for a plan worth four of them)
+        config = settings(
+            tmp_path, soft_mark=0.5, compact_mark=0.5, target_after=0.3, micro_min_free=0.0
+        )
         async with Runtime(config, gateway=model, tools=big_tools(1500)) as rt:
             rt.subscribe(on_event)
             session = await rt.create("s1", system="sys")
