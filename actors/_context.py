@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from stowage.core import BeforeCompaction, CallLimiter, Event, ModelGateway, Settings
+from stowage.core import BeforeCompaction, CallLimiter, Event, ModelGateway, Record, Settings
 from stowage.tools import ToolRegistry
 
 from ._messages import Append
@@ -31,4 +31,6 @@ class SessionContext:
     #: ``CompactionHooks.before`` of the runtime, run by the compactor
     before_compaction: BeforeCompaction | None = None
     tool_limiter: anyio.CapacityLimiter | None = None
+    #: reads the session's whole log (a re-grounded summary is made from its records)
+    read_log: Callable[[], Awaitable[Sequence[Record]]] | None = None
     write_timeout: float = 60.0

@@ -51,10 +51,12 @@ class SummaryJob:
     tokens: int | None
     estimated: bool
     urgent: bool
-    kind: Literal["auto", "manual", "overflow"] = "auto"
+    kind: Literal["auto", "manual", "overflow", "phase"] = "auto"
     focus: str | None = None
     ask_id: int = 0
     started: float = 0.0
+    #: make the summary from the original records since the last re-grounding
+    reground: bool = False
 
 
 class Control:
@@ -110,6 +112,13 @@ class Control:
         if landed:
             self.forecast.reset_to(view.tokens)
         stubs: list[Stubs] = []
+        if snap.cause == "seed" and self.planner.decision(view).action != "block":
+            # the state a session starts from was decided on before it stopped (what was
+            # decided is in the log): deciding again with a memory that starts empty would
+            # send another request than the one the stopped process sent; the next
+            # boundary is decided as usual (at the hard mark, this one is too)
+            self.forecast.sent = view.tokens
+            return Advice(basis_seq=snap.last_seq), None
         view = self.planner.cap_outputs(view, stubs)
         decision = self.planner.decision(view)
         announce(decision, snap, self.log, self.publish)
@@ -120,6 +129,10 @@ class Control:
             self.forecast.sent = view.tokens
         if snap.looping is not None and snap.turn_open:
             return loop_advice(snap, self.accounting), None
+        phase = self._phase_plan(view, decision, now)
+        if phase is not None:
+            # the phase's compaction is taken here: the sampler waits for it at this boundary
+            return Advice(basis_seq=snap.last_seq, stubs=tuple(stubs), block=True), phase
         if decision.action == "none":
             self.armed = True
             return Advice(basis_seq=snap.last_seq, stubs=tuple(stubs)), None
@@ -190,6 +203,7 @@ class Control:
                 kind="manual",
                 focus=ask.focus,
                 ask_id=ask.ask_id,
+                reground=ask.reground,
             )
             return replace(advice, block=True), job
         return self._overflow(snap, ask, advice, now)
@@ -260,10 +274,13 @@ class Control:
         estimated: bool,
         urgent: bool,
         now: float,
-        kind: Literal["auto", "manual", "overflow"] = "auto",
+        kind: Literal["auto", "manual", "overflow", "phase"] = "auto",
         focus: str | None = None,
         ask_id: int = 0,
+        reground: bool = False,
     ) -> SummaryJob:
+        every = self.settings.reground_every
+        due = every > 0 and kind == "auto" and snap.fulls_since_reground + 1 >= every
         job = SummaryJob(
             snapshot=snap,
             covers_through=covers_through,
@@ -275,6 +292,7 @@ class Control:
             focus=focus,
             ask_id=ask_id,
             started=now,
+            reground=reground or due,
         )
         self.job = job
         self.log.info(
@@ -282,12 +300,49 @@ class Control:
             round=snap.round,
             urgent=urgent,
             kind=kind,
+            reground=job.reground,
             covers_through=covers_through,
             kept_verbatim=sum(1 for e in snap.history if e.seq > covers_through),
         )
         return job
 
     # -- the watermark policy ------------------------------------------------------------
+
+    def _phase_plan(self, view: View, decision: PolicyDecision, now: float) -> SummaryJob | None:
+        """A full compaction at the end of a phase: a milestone above the soft mark (the
+        preferred place, taken there rather than a few rounds later, and the summary is told
+        the phase that ended), or ``compact_every_turns`` turns finished since the last one."""
+        snap = view.snapshot
+        if self.job is not None or self.pending is not None:
+            return None
+        every = self.settings.compact_every_turns
+        by_turns = every > 0 and not snap.turn_open and snap.turns_since_compaction >= every
+        at_milestone = snap.cause == "milestone" and decision.action != "none"
+        if not (by_turns or at_milestone):
+            return None
+        covers = self.planner.cut(view, None)
+        if sum(1 for e in snap.history if e.seq <= covers) < 2:
+            return None
+        if at_milestone:
+            reason = f"milestone {snap.milestone!r} reached above the soft mark"
+            focus = (
+                f"The phase {snap.milestone!r} has just ended: summarize it as a finished "
+                "phase (what it set out to do, what it found, what it left for later)."
+            )
+        else:
+            reason = f"{snap.turns_since_compaction} turns since the last compaction"
+            focus = None
+        return self._start(
+            snap,
+            covers_through=covers,
+            reason=reason,
+            tokens=decision.tokens,
+            estimated=decision.estimated,
+            urgent=False,
+            now=now,
+            kind="phase",
+            focus=focus,
+        )
 
     def _micro_due(self, decision: PolicyDecision) -> bool:
         """Whether to stub now: with ``micro_min_free`` 0, every round past the soft mark;

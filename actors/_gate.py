@@ -107,11 +107,12 @@ class Gate:
         # while blocked, the next advice on the same boundary is the one awaited
         return advice.basis_seq >= self.journal.boundary_seq
 
-    async def compact_now(self, focus: str | None) -> bool:
-        """A manual compaction, decided by the compactor on the last committed snapshot;
-        True when history was compacted."""
+    async def compact_now(self, focus: str | None, *, reground: bool = False) -> bool:
+        """A manual compaction, decided by the compactor on the last committed snapshot
+        (``reground``: its summary made from the original records); True when history was
+        compacted."""
         await self.apply_ready()
-        advice = await self._ask(Ask(ask_id=0, kind="manual", focus=focus))
+        advice = await self._ask(Ask(ask_id=0, kind="manual", focus=focus, reground=reground))
         compacted = False
         while True:
             compacted = await self._apply(advice) or compacted

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-from stowage.core import Record, SessionState
+from stowage.core import MilestoneRecord, Record, SessionState
 from stowage.core import render as render_protected
 
 from ._accounting import Accounting
@@ -62,12 +62,16 @@ class Journal:
             status=self.accounting.status(state, protected),
             looping=(ledger.looping(self.ctx.settings.compaction_loop_repeats) if ledger else None),
             turn_compactions=ledger.compactions if ledger else 0,
+            reground_base=state.reground_base,
+            fulls_since_reground=state.fulls_since_reground,
+            milestone=_phase(state.last_milestone) if cause == "milestone" else None,
+            turns_since_compaction=state.turns_since_compaction,
         )
 
     def seed(self) -> None:
         """Hand the compactor the state the session starts from: replayed from the log, so
         durable like any boundary (a resumed turn goes on without writing first)."""
-        snapshot = self.snapshot("recovered")
+        snapshot = self.snapshot("seed")
         self.boundary_seq = snapshot.last_seq
         self.compactor.put(snapshot)
 
@@ -103,3 +107,10 @@ class Journal:
         with anyio.fail_after(self.ctx.write_timeout, shield=True):
             # a write already sent must be answered before this task may be cancelled
             await reply.wait()
+
+
+def _phase(milestone: MilestoneRecord | None) -> str | None:
+    """The phase a milestone ended, as the summary is told it."""
+    if milestone is None:
+        return None
+    return f"{milestone.name}: {milestone.note}" if milestone.note else milestone.name

@@ -19,6 +19,7 @@ __all__ = [
     "CompactNow",
     "ContinueTurn",
     "Decide",
+    "Milestone",
     "Plan",
     "PlanFailed",
     "PlanOutcome",
@@ -33,7 +34,9 @@ __all__ = [
 ]
 
 
-SnapshotCause: TypeAlias = Literal["round", "turn", "applied", "approval", "recovered"]
+SnapshotCause: TypeAlias = Literal[
+    "round", "turn", "applied", "approval", "recovered", "seed", "milestone"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +72,13 @@ class CommittedSnapshot:
     looping: tuple[Cycle, ...] | None = None
     #: compactions of the open turn so far
     turn_compactions: int = 0
+    #: ``covers_through`` of the newest re-grounded compaction, and full compactions since
+    reground_base: int = 0
+    fulls_since_reground: int = 0
+    #: the phase that just ended, when ``cause`` is "milestone" ("NAME: note")
+    milestone: str | None = None
+    #: turns finished since the newest compaction (``compact_every_turns``)
+    turns_since_compaction: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +96,8 @@ class Ask:
     #: chars per token the provider's own count gave (overflow), used in place of the
     #: session's calibrated ratio
     chars_per_token: float | None = None
+    #: a manual compaction whose summary is made from the original records (re-grounded)
+    reground: bool = False
 
 
 class SnapshotSink(Protocol):
@@ -142,6 +154,8 @@ class Plan:
     reattach: tuple[int, ...] = ()
     #: the figure it was planned at as a fraction of usable (for ``CompactionLanded``)
     fraction: float | None = None
+    #: its summary was made from the original records since the last re-grounding
+    regrounded: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +252,18 @@ class CompactNow:
 
     focus: str | None
     reply: Reply[bool]
+    #: make the summary from the original records (``Session.compact(reground=True)``)
+    reground: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Milestone:
+    """A phase of the work ended: record it (the compactor may compact at it)."""
+
+    name: str
+    note: str | None
+    reply: Reply[None]
+    source: Literal["user", "model"] = "user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,4 +285,4 @@ class Decide:
     reply: Reply[TurnResult]
 
 
-SamplerCommand: TypeAlias = UserTurn | ContinueTurn | CompactNow | Protect | Decide
+SamplerCommand: TypeAlias = UserTurn | ContinueTurn | CompactNow | Protect | Decide | Milestone

@@ -174,6 +174,7 @@ class PlanApplier:
             chars_per_token=chars_per_token,
             waited=waited,
             reattached=plan.reattach,
+            regrounded=plan.regrounded,
         )
         await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)

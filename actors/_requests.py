@@ -19,16 +19,19 @@ from stowage.core import (
     ContextLengthExceeded,
     IncompleteResponse,
     Item,
+    LineCache,
     ModelError,
     ModelRequest,
     ModelResponse,
     ModelRetrying,
+    RequestManifest,
     ResponseDone,
     ResponseTooLarge,
     RoundStarted,
     TextDelta,
     build_projection,
     estimate_tokens,
+    request_manifest,
 )
 from stowage.policy import cache_key_for
 
@@ -65,6 +68,8 @@ class Requester:
         self._cache_key = cache_key_for(ctx.settings, ctx.session_id)
         # the round's request as it is sent (rebuilt if a plan lands while it waits)
         self._sending: ModelRequest | None = None
+        # the serialized items of the last request, for the next one's manifest
+        self._lines = LineCache()
 
     def projection(self) -> tuple[Item, ...]:
         state = self.journal.state
@@ -95,9 +100,10 @@ class Requester:
 
     async def send(
         self, request: ModelRequest, round_: int, interrupt: TurnInterrupt | None
-    ) -> tuple[ModelRequest, ModelResponse]:
-        """The response to ``request`` and the request as sent. A refusal as too long makes
-        the gate compact (blocking) and the request is sent once more from what is left.
+    ) -> tuple[ModelRequest, ModelResponse, RequestManifest]:
+        """The response to ``request``, the request as sent and its manifest. A refusal as
+        too long makes the gate compact (blocking) and the request is sent once more from
+        what is left.
 
         Raises ``TurnInterrupted`` when the interrupt fired, ``ContextLengthExceeded`` when
         the request cannot be brought under the hard mark, ``ModelError`` when the model
@@ -105,13 +111,24 @@ class Requester:
         """
         try:
             try:
-                return await self._sample_unless_interrupted(request, round_, interrupt)
+                sent, response = await self._sample_unless_interrupted(request, round_, interrupt)
             except ContextLengthExceeded as exc:
                 await self.gate.recover_overflow(exc, self._sending or request)
                 request = replace(request, input=self.projection())
-                return await self._sample_unless_interrupted(request, round_, interrupt)
+                sent, response = await self._sample_unless_interrupted(request, round_, interrupt)
         finally:
             self._sending = None  # nothing of a round outlives it
+        return sent, response, self._manifest(sent)
+
+    def _manifest(self, sent: ModelRequest) -> RequestManifest:
+        """What ``sent`` was built from: the history as it stands (a plan applied while the
+        round waited rebuilt the request from it, and nothing changes it after sending)."""
+        return request_manifest(
+            sent,
+            self.journal.state.history,
+            has_protected=self.journal.protected_text() is not None,
+            lines=self._lines,
+        )
 
     async def _sample_unless_interrupted(
         self, request: ModelRequest, round_: int, interrupt: TurnInterrupt | None

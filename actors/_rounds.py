@@ -17,6 +17,7 @@ from stowage.core import (
     ItemRecord,
     ModelResponse,
     Record,
+    RequestManifest,
     RoundCommitted,
     RoundCommittedRecord,
 )
@@ -39,10 +40,11 @@ def commit_record(
     offset: int,
     interrupted: bool = False,
     usage: VettedUsage | None = None,
+    manifest: RequestManifest | None = None,
 ) -> RoundCommittedRecord:
     """The record that commits a round whose first record is ``first_seq`` and that has
     ``offset`` records before this one. ``usage``: what the vetting of the response's usage
-    left (default: as reported)."""
+    left (default: as reported); ``manifest``: what the round's request was built from."""
     seq = first_seq + offset
     if usage is None:
         usage = VettedUsage(usage=response.usage if response is not None else None)
@@ -55,6 +57,7 @@ def commit_record(
         interrupted=interrupted,
         truncated=response.truncated if response is not None else False,
         reported_usage=usage.rejected,
+        manifest=manifest,
     )
 
 
@@ -92,13 +95,18 @@ class RoundWriter:
         response: ModelResponse | None,
         *,
         usage: VettedUsage | None = None,
+        manifest: RequestManifest | None = None,
     ) -> None:
         """Write the round's outputs, in call order, and its ``round_committed`` record."""
         first = self.journal.state.last_seq + 1
         committed: list[Record] = [
             ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
-        committed.append(commit_record(round_, response, first, offset=len(committed), usage=usage))
+        committed.append(
+            commit_record(
+                round_, response, first, offset=len(committed), usage=usage, manifest=manifest
+            )
+        )
         await self.commit(
             round_, committed, response or ModelResponse(items=()), calls=len(outputs)
         )

@@ -16,9 +16,10 @@ every new snapshot meanwhile.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import anyio
 import structlog
@@ -26,16 +27,22 @@ from stowage.core import (
     BeforeCompaction,
     CallLimiter,
     CompactionAbout,
+    CompactionRecord,
     CompactionSkipped,
+    CompactionSummary,
     CompactionVetoed,
     Event,
     FunctionCallOutput,
+    HistoryEntry,
     Item,
+    ItemRecord,
     ModelGateway,
     ModelRequest,
+    Record,
     Settings,
     SystemMessage,
     ToolSpec,
+    entry_chars,
     parse_summary_updates,
 )
 from stowage.policy import build_summary_request, cache_key_for, summary_input_budget, summary_view
@@ -48,7 +55,14 @@ from ._messages import Advice, Plan, PlanFailed
 from ._planner import MIN_GROWTH, decide_for
 from ._summarizer import Breaker, summarize
 
-__all__ = ["MIN_GROWTH", "CompactorKept", "advise", "decide_for", "run_compactor"]
+__all__ = ["MIN_GROWTH", "CompactorKept", "ReadLog", "advise", "decide_for", "run_compactor"]
+
+# the share of the summary budget a re-grounded summary's items may take whole (the rest is
+# for the instructions, protected state and what the trim of ``summarize`` needs)
+_REGROUND_SHARE = 0.7
+
+#: reads a session's whole log, for a re-grounded summary (``Runtime`` gives its store's)
+ReadLog: TypeAlias = Callable[[], Awaitable[Sequence[Record]]]
 
 _log = structlog.get_logger("stowage.compactor")
 
@@ -114,11 +128,13 @@ async def run_compactor(
     limiter: anyio.CapacityLimiter | None = None,
     call_limiter: CallLimiter | None = None,
     before: BeforeCompaction | None = None,
+    read_log: ReadLog | None = None,
 ) -> None:
     """Decide on every snapshot and ask until ``inbox`` is closed (a summary job still being
     made is finished first); ``before`` (a ``CompactionHooks.before``) sees each full
     compaction before its summary is asked for; ``specs`` are the session's tool specs, sent
-    with each summary request so that it shares the rounds' cached prefix."""
+    with each summary request so that it shares the rounds' cached prefix; ``read_log``
+    reads the session's whole log (a re-grounded summary is made from its records)."""
     log = _log.bind(session=session_id, actor="compactor")
     control = kept.control
     summarizer = _Summarizer(
@@ -132,6 +148,7 @@ async def run_compactor(
         limiter=limiter,
         call_limiter=call_limiter,
         before=before,
+        read_log=read_log,
     )
 
     async def job(work: SummaryJob) -> None:
@@ -183,6 +200,7 @@ class _Summarizer:
     limiter: anyio.CapacityLimiter | None
     call_limiter: CallLimiter | None
     before: BeforeCompaction | None
+    read_log: ReadLog | None = None
 
     def _input_budget(self) -> int | None:
         """Tokens the summary request's input may carry: the summary model's window less
@@ -214,6 +232,13 @@ class _Summarizer:
                 self.publish(CompactionSkipped(session_id=self.session_id, reason=reason))
                 return PlanFailed(round=snapshot.round, error=reason, vetoed=True)
         covered = tuple(e for e in snapshot.history if e.seq <= job.covers_through)
+        stubbed = snapshot.stubbed
+        regrounded = False
+        if job.reground:
+            originals = await self._originals(job, covered, log)
+            if originals is not None:
+                covered, stubbed = originals
+                regrounded = True
         refs = {e.item.call_id: e.seq for e in covered if isinstance(e.item, FunctionCallOutput)}
         settings = self.settings
         specs = self.specs
@@ -236,7 +261,7 @@ class _Summarizer:
             )
 
         outcome = await summarize(
-            summary_view(covered, snapshot.stubbed),
+            summary_view(covered, stubbed),
             build=build,
             gateway=self.gateway,
             breaker=self.kept.breaker,
@@ -269,10 +294,74 @@ class _Summarizer:
             kind=outcome.kind,
             protected_ops=protected_ops,
             protected_problems=problems,
+            regrounded=regrounded,
             fraction=None
             if status is None
             else self.kept.control.accounting.fraction(status.tokens),
         )
+
+    async def _originals(
+        self,
+        job: SummaryJob,
+        covered: tuple[HistoryEntry, ...],
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> tuple[tuple[HistoryEntry, ...], frozenset[int]] | None:
+        """What a re-grounded summary is made from: the leading system message, the summary
+        of the newest re-grounded compaction (everything before its ``covers_through``), and
+        every original item the log holds after that through ``job.covers_through``; with
+        the outputs to show as stubs: as many outputs are whole as fit the summary budget,
+        newest first. None (said in the log) when the log cannot be read: the summary is
+        then made as usual, from the summary before it."""
+        if self.read_log is None:
+            return None
+        try:
+            records = await self.read_log()
+        except Exception as exc:  # the store failing must not fail the compaction
+            log.warning("reground_unreadable", error=repr(exc))
+            return None
+        base = job.snapshot.reground_base
+        anchor: list[HistoryEntry] = [
+            HistoryEntry(seq=r.seq, item=CompactionSummary(text=r.summary))
+            for r in records
+            if isinstance(r, CompactionRecord) and r.regrounded and r.covers_through == base
+        ][-1:]
+        system = [e for e in covered[:1] if isinstance(e.item, SystemMessage)]
+        originals = [
+            HistoryEntry(seq=r.seq, item=r.item)
+            for r in records
+            if isinstance(r, ItemRecord)
+            and base < r.seq <= job.covers_through
+            and not (system and r.seq == system[0].seq)
+        ]
+        entries = (*system, *anchor, *originals)
+        stubbed = self._stubs_to_fit(entries, job)
+        log.info(
+            "compaction_regrounded",
+            base=base,
+            originals=len(originals),
+            anchored=bool(anchor),
+            stubbed=len(stubbed),
+        )
+        return entries, stubbed
+
+    def _stubs_to_fit(self, entries: Sequence[HistoryEntry], job: SummaryJob) -> frozenset[int]:
+        """The outputs of ``entries`` to show as stubs so that the rest fits the summary
+        budget (with room for the instructions): the oldest go first."""
+        budget = self._input_budget()
+        if budget is None:
+            return frozenset()
+        status = job.snapshot.status
+        ratio = status.chars_per_token if status is not None else 4.0
+        room = int(budget * ratio * _REGROUND_SHARE)
+        outputs = [e for e in entries if isinstance(e.item, FunctionCallOutput)]
+        chars = sum(entry_chars(e) for e in entries)
+        stubbed: set[int] = set()
+        for entry in outputs:  # oldest first
+            if chars <= room:
+                break
+            chars -= entry_chars(entry) - entry_chars(entry, (entry.seq,))
+            stubbed.add(entry.seq)
+        return frozenset(stubbed)
 
 
 async def _before(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import anyio
 import structlog
@@ -35,6 +35,8 @@ from stowage.core import (
     FunctionCall,
     FunctionCallOutput,
     ItemRecord,
+    MilestoneReached,
+    MilestoneRecord,
     ModelError,
     ModelResponse,
     ProtectedStateViolation,
@@ -46,6 +48,7 @@ from stowage.core import (
     TurnRecord,
     UserMessage,
 )
+from stowage.tools import MILESTONE_TOOL, MilestoneArgs
 
 from ._accounting import Accounting
 from ._approvals import Approvals, AwaitingApproval
@@ -61,6 +64,7 @@ from ._messages import (
     CompactNow,
     ContinueTurn,
     Decide,
+    Milestone,
     Protect,
     RunTools,
     SamplerCommand,
@@ -213,9 +217,13 @@ class Sampler:
             case ContinueTurn():
                 await self._answer(command.reply, self._continue_turn())
             case CompactNow():
-                await self._answer(command.reply, self._compact_now(command.focus))
+                compacted = self._compact_now(command.focus, reground=command.reground)
+                await self._answer(command.reply, compacted)
             case Protect():
                 await self._answer(command.reply, self._protect(command.ops))
+            case Milestone():
+                milestone = self._milestone(command.name, command.note, command.source)
+                await self._answer(command.reply, milestone)
             case Decide():
                 decided = self._decide(command.call_id, command.approve, command.reason)
                 await self._answer(command.reply, decided)
@@ -322,7 +330,7 @@ class Sampler:
         # pre-turn and mid-turn: the compactor's verdict on the newest boundary, applied
         await self._gate.settle()
         request = self._requests.build(round_)
-        request, response = await self._requests.send(request, round_, self._interrupt)
+        request, response, manifest = await self._requests.send(request, round_, self._interrupt)
         seq = self.state.last_seq
         response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         usage = await self._checks.usage(response, request)
@@ -334,7 +342,9 @@ class Sampler:
         ]
         calls = response.calls
         if not calls:
-            commit = commit_record(round_, response, seq + 1, offset=len(sampled), usage=usage)
+            commit = commit_record(
+                round_, response, seq + 1, offset=len(sampled), usage=usage, manifest=manifest
+            )
             finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
             await self._writer.commit(round_, [*sampled, commit, finished], response, calls=0)
             self._log.info("turn_finished", round=round_, turn=turn, truncated=response.truncated)
@@ -346,8 +356,26 @@ class Sampler:
         await self._journal.write(sampled)
         await self._approvals.request(round_, calls)
         outputs = await self._writer.run_tools(round_, response, self.tools, self._interrupt)
-        await self._writer.commit_outputs(round_, outputs, response, usage=usage)
+        await self._writer.commit_outputs(round_, outputs, response, usage=usage, manifest=manifest)
+        await self._milestones_called(calls, outputs)
         return None
+
+    async def _milestones_called(
+        self, calls: Sequence[FunctionCall], outputs: Sequence[FunctionCallOutput]
+    ) -> None:
+        """Record each milestone the model marked in the round just committed (a call of
+        ``mark_milestone`` that succeeded)."""
+        if not self.settings.milestone_tool:
+            return
+        failed = {o.call_id for o in outputs if o.is_error}
+        for call in calls:
+            if call.name != MILESTONE_TOOL or call.call_id in failed:
+                continue
+            try:
+                args = MilestoneArgs.model_validate_json(call.arguments)
+            except ValueError:
+                continue  # the tool refused it too: its output says why
+            await self._milestone(args.name, args.note, "model")
 
     async def _decide(self, call_id: str, approve: bool, reason: str | None) -> TurnResult:
         """Log the answer for ``call_id``; when no call of the round awaits one any more, run
@@ -367,13 +395,35 @@ class Sampler:
 
     # -- compaction and protected state --------------------------------------------------
 
-    async def _compact_now(self, focus: str | None) -> bool:
+    async def _compact_now(self, focus: str | None, *, reground: bool) -> bool:
         """Manual compaction, decided by the compactor on the last committed snapshot; True
         when history was compacted."""
-        return await self._gate.compact_now(focus)
+        return await self._gate.compact_now(focus, reground=reground)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
         await self._applier.protect(ops)
+
+    async def _milestone(
+        self, name: str, note: str | None, source: Literal["user", "model"]
+    ) -> None:
+        """Record that a phase ended; the compactor hears it as a boundary of its own (above
+        the soft mark it compacts here, telling the summary the phase that ended)."""
+        state = self.state
+        record = MilestoneRecord(seq=state.last_seq + 1, name=name, note=note, source=source)
+        await self._journal.write([record], boundary="milestone")
+        self._log.info("milestone", name=name, source=source)
+        self.ctx.publish(
+            MilestoneReached(
+                session_id=self.ctx.session_id,
+                name=name,
+                note=note,
+                source=source,
+                round=state.round,
+                turn=state.turn,
+            )
+        )
+        # the compactor's verdict on the milestone: above the soft mark, a compaction here
+        await self._gate.settle()
 
     def _taken_call_ids(self) -> set[str]:
         return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}

@@ -7,6 +7,9 @@ receives is checked for each fact, verbatim. Two strategies run the same script:
 
 * ``plain``: the seed's strategy, a summary and nothing else (the summarizer's updates block is
   cut from its replies, so protected state stays empty);
+* ``regrounded``: ``plain``, but every ``--reground-every``-th compaction makes its summary
+  from the log's original records since the last such one instead of from the summary before
+  it (``Session.compact(reground=True)``; ``reground_every`` does it on its own);
 * ``protected``: the constraints are given as protected state at session start, and the
   summarizer's updates block feeds failed attempts, decisions and artifacts into it.
 
@@ -14,7 +17,9 @@ The summarizer is the scripted one made deliberately lossy (``--loss``: it drops
 of its facts on every pass, seeded), or any OpenAI-compatible endpoint (``--base-url``,
 ``--model``). It prints, per strategy, critical-fact recall after each compaction, constraint
 preservation and drift rate (facts lost or changed per compaction), and writes a JSON report
-with ``--json``.
+with ``--json``. A failed approach is "repeated" after a compaction when the next request does
+not show it failed: the scripted agent tries whatever its request does not rule out, so the
+count is what a model that decides from its request alone would retry.
 
     .venv/bin/python scripts/drift_eval.py --sessions 3 --compactions 24 --loss 0.1
     .venv/bin/python scripts/drift_eval.py --base-url http://localhost:8000/v1 --model qwen2.5
@@ -53,8 +58,8 @@ from stowage.core._protected_updates import parse_summary_updates
 from stowage.model._brain import ScriptedBrain, is_summary_request
 from stowage.model._scripted import ScriptedModel
 
-Strategy = Literal["plain", "protected"]
-STRATEGIES: tuple[Strategy, ...] = ("plain", "protected")
+Strategy = Literal["plain", "regrounded", "protected"]
+STRATEGIES: tuple[Strategy, ...] = ("plain", "regrounded", "protected")
 FACT_KINDS = ("constraint", "negative", "parameter")
 
 
@@ -204,11 +209,12 @@ async def run_session(
     strategy: Strategy,
     session_no: int,
     compactions: int,
+    reground_every: int = 0,
 ) -> list[Observation]:
     """Plant, then ``compactions`` times: a filler turn, a compaction; observe the request
     after each (index 0 is the request before the first compaction)."""
     facts = facts_for(session_no)
-    recorder = Recorder(inner=gateway, plain=strategy == "plain")
+    recorder = Recorder(inner=gateway, plain=strategy != "protected")
     observations: list[Observation] = []
     async with Runtime(settings, gateway=recorder) as rt:
         constraints = (
@@ -226,7 +232,8 @@ async def run_session(
             before = len(recorder.rounds)
             await session.send(filler(step))
             observations.append(observe(facts, request_text(recorder.rounds[before])))
-            if step < compactions and not await session.compact():
+            reground = strategy == "regrounded" and (step + 1) % reground_every == 0
+            if step < compactions and not await session.compact(reground=reground):
                 raise RuntimeError(f"compaction {step + 1} of {session.id} did not happen")
     await gateway.aclose()
     return observations
@@ -258,6 +265,12 @@ def summarize(
             changed += len(gone & run[k].changed)
             lost += len(gone - run[k].changed)
     pairs = len(runs) * compactions
+    # the agent repeats a failed approach in a request that does not show it failed (the
+    # scripted agent's rule: it tries what its request does not rule out)
+    negatives = {f.name for f in facts if f.kind == "negative"}
+    repeats = sum(
+        len(negatives - run[k].recalled) for run in runs for k in range(1, compactions + 1)
+    )
     after = by_kind["constraint"][1:]
     return {
         "recall_by_compaction": recall,
@@ -268,6 +281,8 @@ def summarize(
         "lost": lost,
         "changed": changed,
         "drift_per_compaction": (lost + changed) / pairs if pairs else 0.0,
+        "failed_approach_repeats": repeats,
+        "failed_approach_chances": pairs * len(negatives),
     }
 
 
@@ -286,6 +301,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         table.add_column(f"{name}\n@end", justify="right")
     table.add_column("constraint\npreservation", justify="right")
     table.add_column("drift per\ncompaction", justify="right")
+    table.add_column("failed approach\nrepeated", justify="right")
     for strategy, figures in report["strategies"].items():
         kinds = figures["recall_by_kind"]
         table.add_row(
@@ -296,6 +312,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             pct(kinds["parameter"][-1]),
             pct(figures["constraint_preservation"]),
             f"{figures['drift_per_compaction']:.3f}",
+            f"{figures['failed_approach_repeats']} of {figures['failed_approach_chances']}",
         )
     console.print(table)
     curve = Table(title="critical-fact recall after each compaction")
@@ -326,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=600,
         help="characters of recent user words kept verbatim (small, so facts must be summarized)",
+    )
+    parser.add_argument(
+        "--reground-every",
+        type=int,
+        default=4,
+        help="the regrounded strategy re-grounds every Nth compaction",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument("--store", type=Path, default=None, help="keep the logs here")
@@ -373,7 +396,14 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     for strategy in STRATEGIES:
         runs = [
-            await run_session(settings, gateway_for(args, settings), strategy, n, args.compactions)
+            await run_session(
+                settings,
+                gateway_for(args, settings),
+                strategy,
+                n,
+                args.compactions,
+                args.reground_every,
+            )
             for n in range(args.sessions)
         ]
         strategies[strategy] = summarize(facts_for(0), runs, args.compactions)
@@ -384,6 +414,7 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
             "loss": args.loss if args.base_url is None else None,
             "seed": args.seed,
             "user_budget_chars": args.user_budget,
+            "reground_every": args.reground_every,
             "summarizer": summarizer,
             "facts": [
                 {"name": f.name, "kind": f.kind, "values": list(f.values)} for f in facts_for(0)
@@ -396,9 +427,16 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("console", "warning")  # the tables are the output, not the session logs
-    if args.compactions < 1 or args.sessions < 1 or not 0 <= args.loss < 1:
+    if (
+        args.compactions < 1
+        or args.sessions < 1
+        or not 0 <= args.loss < 1
+        or args.reground_every < 1
+    ):
         print(
-            "drift_eval: need --sessions >= 1, --compactions >= 1, 0 <= --loss < 1", file=sys.stderr
+            "drift_eval: need --sessions >= 1, --compactions >= 1, 0 <= --loss < 1, "
+            "--reground-every >= 1",
+            file=sys.stderr,
         )
         return 2
     with tempfile.TemporaryDirectory(prefix="drift-") as tmp:

@@ -20,10 +20,14 @@ from stowage.core import (
     ErrorRecord,
     HistoryEntry,
     ItemRecord,
+    ManifestSection,
     MicrocompactRecord,
+    MilestoneRecord,
     ProtectedRecord,
     Record,
+    RequestManifest,
     RoundCommittedRecord,
+    SectionName,
     SessionRecord,
     SettingsChangedRecord,
     TurnRecord,
@@ -71,12 +75,26 @@ def _enc_item(r: ItemRecord) -> dict[str, Any]:
 
 
 def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
-    return {
+    out = {
         "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "round_committed",
         "round": r.round, "usage": _usage_out(r.usage),
         "first_seq": r.first_seq, "last_seq": r.last_seq, "interrupted": r.interrupted,
         "truncated": r.truncated, "reported_usage": _usage_out(r.reported_usage),
     }  # fmt: skip
+    if r.manifest is not None:
+        out["manifest"] = _manifest_out(r.manifest)
+    return out
+
+
+def _manifest_out(m: RequestManifest) -> dict[str, Any]:
+    return {
+        "sha256": m.sha256,
+        "input_sha256": m.input_sha256,
+        # one row per section: [name, first_seq, last_seq, items, sha256, tokens]
+        "sections": [
+            [s.name, s.first_seq, s.last_seq, s.items, s.sha256, s.tokens] for s in m.sections
+        ],
+    }
 
 
 def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
@@ -88,7 +106,7 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         "removed": r.removed, "round": r.round, "turn": r.turn,
         "user_budget_chars": r.user_budget_chars, "protected": r.protected,
         "estimated": r.estimated, "chars_per_token": r.chars_per_token, "waited": r.waited,
-        "reattached": list(r.reattached),
+        "reattached": list(r.reattached), "regrounded": r.regrounded,
     }  # fmt: skip
 
 
@@ -132,6 +150,16 @@ def _enc_approval(r: ApprovalRecord) -> dict[str, Any]:
     return out
 
 
+def _enc_milestone(r: MilestoneRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "milestone",
+        "name": r.name, "source": r.source,
+    }  # fmt: skip
+    if r.note is not None:
+        out["note"] = r.note
+    return out
+
+
 def _enc_settings_changed(r: SettingsChangedRecord) -> dict[str, Any]:
     return {
         "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "settings_changed",
@@ -150,6 +178,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ErrorRecord: _enc_error,
     SettingsChangedRecord: _enc_settings_changed,
     ApprovalRecord: _enc_approval,
+    MilestoneRecord: _enc_milestone,
 }
 
 
@@ -292,6 +321,49 @@ def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
         interrupted=_bool(d, "interrupted"),
         truncated=_bool(d, "truncated"),
         reported_usage=_usage_in({"usage": d.get("reported_usage")}),
+        manifest=_manifest_in(d.get("manifest")),
+    )
+
+
+_SECTION_NAMES: dict[Any, SectionName] = {
+    "system": "system",
+    "protected": "protected",
+    "summary": "summary",
+    "history": "history",
+    "tools": "tools",
+}
+
+
+def _manifest_in(value: Any) -> RequestManifest | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'manifest' must be an object or null, got {value!r}")
+    sections = []
+    for row in _list(value, "sections"):
+        if not (isinstance(row, list) and len(row) == 6 and row[0] in _SECTION_NAMES):
+            raise ValueError(
+                f"a manifest section must be [name, first, last, items, sha, tokens], got {row!r}"
+            )
+        name, first, last, items, sha, tokens = row
+        if not (
+            (first is None or type(first) is int)
+            and (last is None or type(last) is int)
+            and type(items) is int
+            and isinstance(sha, str)
+            and type(tokens) is int
+        ):
+            raise ValueError(f"a manifest section has a bad field: {row!r}")
+        sections.append(
+            ManifestSection(
+                name=_SECTION_NAMES[name], first_seq=first, last_seq=last, items=items,
+                sha256=sha, tokens=tokens,
+            )
+        )  # fmt: skip
+    return RequestManifest(
+        sha256=_str(value, "sha256"),
+        input_sha256=_str(value, "input_sha256"),
+        sections=tuple(sections),
     )
 
 
@@ -321,6 +393,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         chars_per_token=_opt_float(d, "chars_per_token"),
         waited=_opt_float(d, "waited"),
         reattached=_ints(d.get("reattached") or [], "reattached"),
+        regrounded=_bool(d, "regrounded"),
     )
 
 
@@ -379,6 +452,18 @@ def _dec_approval(d: dict[str, Any]) -> ApprovalRecord:
     )  # fmt: skip
 
 
+def _dec_milestone(d: dict[str, Any]) -> MilestoneRecord:
+    source = d.get("source", "user")
+    if source not in ("user", "model"):
+        raise ValueError(f"field 'source' must be 'user' or 'model', got {source!r}")
+    note = d.get("note")
+    if note is not None and not isinstance(note, str):
+        raise ValueError(f"field 'note' must be a string, got {type(note).__name__}")
+    return MilestoneRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), name=_str(d, "name"), note=note, source=source
+    )
+
+
 def _dec_settings_changed(d: dict[str, Any]) -> SettingsChangedRecord:
     changes = d["changes"]
     if not isinstance(changes, dict):
@@ -399,6 +484,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "error": _dec_error,
     "settings_changed": _dec_settings_changed,
     "approval": _dec_approval,
+    "milestone": _dec_milestone,
 }
 
 

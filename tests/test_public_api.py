@@ -23,7 +23,7 @@ SURFACE = {
         "CompactionVetoed", "ModelRetrying",
         "ConfigError", "ContextLengthExceeded", "CorruptLogError", "Event", "EventBus",
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
-        "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted",
+        "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted", "MilestoneReached",
         "ModelAuthError", "ModelConnectionError", "ModelError", "ModelGateway", "ModelRequest",
         "ModelResponse", "ModelResponseError", "ProtectedChanged", "ProtectedEntry",
         "ProtectedRefused", "ProtectedState", "ProtectedStateViolation", "RateLimitError",

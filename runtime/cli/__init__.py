@@ -1,7 +1,9 @@
 """The ``stowage`` command line.
 
 It needs the ``[cli]`` extra (rich for the terminal, psutil for the load report). Without it the
-command says so in one line instead of a traceback, which is why ``main`` imports lazily here.
+command says so in one line instead of a traceback. Each command imports its own code when it
+runs (``--version`` and ``--help`` import none of the runtime), so the missing extra shows up
+when a command that needs it runs, and is caught here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status. Raises nothing a user should see."""
     try:
         from ._main import main as run
+
+        return run(argv)
     except ModuleNotFoundError as exc:
         if exc.name not in _CLI_EXTRA:
             raise
@@ -27,4 +31,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return run(argv)

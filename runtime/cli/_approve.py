@@ -9,18 +9,14 @@ a denied one gets a "denied" output, and the turn goes on with the session's own
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stowage.core import validate_session_id
-from stowage.facade import Runtime
-from stowage.storage import open_store
-
-from ._mcp_options import add_mcp_options, mcp_servers_from
-from ._run_options import add_model_options, continued_settings, tools_from_spec
+from ._parsing import fill_later
 
 __all__ = ["add_approval_commands", "approval_main"]
 
@@ -38,19 +34,32 @@ def add_approval_commands(
         ("deny", "deny call CALL_ID of session ID: it gets a denied output and the turn goes on"),
     ):
         parser = sub.add_parser(name, help=text)
-        parser.add_argument("session", help="session id (see 'stowage list')")
-        parser.add_argument("call_id", help="the call's id (see 'stowage show ID')")
-        if name == "deny":
-            parser.add_argument("--reason", default=None, help="why: the model reads it")
-        # the turn goes on: the session's model and tools options, as for resume
-        add_model_options(parser, system_help=argparse.SUPPRESS)
-        add_mcp_options(parser)
-        if common is not None:
-            common(parser)
-        else:
-            parser.add_argument("--store", default=None)
-            parser.add_argument("--log-format", choices=["console", "json"], default="console")
-            parser.add_argument("--log-level", default="warning")
+        # the options are added when the command is used (see ``_parsing``)
+        fill_later(parser, functools.partial(_options, deny=name == "deny", common=common))
+
+
+def _options(
+    parser: argparse.ArgumentParser,
+    *,
+    deny: bool,
+    common: Callable[[argparse.ArgumentParser], None] | None,
+) -> None:
+    from ._mcp_options import add_mcp_options
+    from ._run_options import add_model_options
+
+    parser.add_argument("session", help="session id (see 'stowage list')")
+    parser.add_argument("call_id", help="the call's id (see 'stowage show ID')")
+    if deny:
+        parser.add_argument("--reason", default=None, help="why: the model reads it")
+    # the turn goes on: the session's model and tools options, as for resume
+    add_model_options(parser, system_help=argparse.SUPPRESS)
+    add_mcp_options(parser)
+    if common is not None:
+        common(parser)
+    else:
+        parser.add_argument("--store", default=None)
+        parser.add_argument("--log-format", choices=["console", "json"], default="console")
+        parser.add_argument("--log-level", default="warning")
 
 
 async def approval_main(args: argparse.Namespace) -> int:
@@ -60,6 +69,13 @@ async def approval_main(args: argparse.Namespace) -> int:
     Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2), and what
     ``Runtime.resume`` raises; the CLI turns them into its exit statuses.
     """
+    from stowage.core import validate_session_id
+    from stowage.facade import Runtime
+    from stowage.storage import open_store
+
+    from ._mcp_options import mcp_servers_from
+    from ._run_options import continued_settings, tools_from_spec
+
     session_id = validate_session_id(args.session)
     servers = mcp_servers_from(args)  # before anything opens: a missing extra is a usage error
     spec = args.store or os.environ.get(_STORE_ENV) or _DEFAULT_STORE

@@ -13,19 +13,47 @@ from stowage.core import (
     Event,
     HistoryCompacted,
     LogStore,
+    MilestoneReached,
+    Settings,
     SettingsChanged,
 )
 from stowage.facade import Runtime
 
 from ._run_options import continued_settings, settings_notice
 
-__all__ = ["add_compact_arguments", "compact_main"]
+__all__ = ["add_compact_arguments", "add_milestone_arguments", "compact_main", "milestone_main"]
 
 
 def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage compact ID [--focus TEXT]``."""
+    """``stowage compact ID [--focus TEXT] [--reground]``."""
     parser.add_argument("session")
     parser.add_argument("--focus", default=None, help="what the summary must cover in full detail")
+    parser.add_argument(
+        "--reground",
+        action="store_true",
+        help="make the summary from the log's original records since the last re-grounded "
+        "compaction, not from the summary before it",
+    )
+
+
+async def _as_the_session(
+    args: argparse.Namespace,
+    store: LogStore,
+    store_dir: Path,
+    durability: str | None,
+    **extra: object,
+) -> tuple[Settings, dict[str, object]]:
+    """The settings session ``args.session`` continues with (typed options over its
+    identity), and the typed overrides to record; the store is closed on a failure."""
+    extra["store"] = store_dir
+    if durability is not None:
+        extra["durability"] = durability
+    try:
+        settings, overrides, _ = await continued_settings(args, store, args.session, **extra)
+    except BaseException:
+        await store.aclose()
+        raise
+    return settings, overrides
 
 
 def _report(event: Event) -> None:
@@ -48,14 +76,9 @@ async def compact_main(
     status is still 0. Returns the exit status; raises what ``Runtime.resume`` raises
     (``SessionBusy`` among them) and ``ConfigError``.
     """
-    extra: dict[str, object] = {"store": store_dir, "compact_only_if_smaller": True}
-    if durability is not None:
-        extra["durability"] = durability
-    try:
-        settings, overrides, _ = await continued_settings(args, store, args.session, **extra)
-    except BaseException:
-        await store.aclose()
-        raise
+    settings, overrides = await _as_the_session(
+        args, store, store_dir, durability, compact_only_if_smaller=True
+    )
     compacted: list[HistoryCompacted] = []
     skipped: list[CompactionSkipped] = []
     async with Runtime(settings, store=store, overrides=overrides) as rt:
@@ -63,7 +86,7 @@ async def compact_main(
         rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
         rt.subscribe(lambda e: skipped.append(e) if isinstance(e, CompactionSkipped) else None)
         session = await rt.resume(args.session)
-        done = await session.compact(args.focus)
+        done = await session.compact(args.focus, reground=args.reground)
     if not done or not compacted:
         why = f": {skipped[-1].reason}" if skipped else ""
         print(f"{args.session}: nothing compacted{why}")
@@ -74,4 +97,38 @@ async def compact_main(
         f"{args.session}: compacted ({event.kind}): tokens {event.tokens_before} -> "
         f"{event.tokens_after}{est}, removed {event.removed}, retained {event.retained}"
     )
+    return 0
+
+
+def add_milestone_arguments(parser: argparse.ArgumentParser) -> None:
+    """``stowage milestone ID NAME [--note TEXT]``."""
+    parser.add_argument("session")
+    parser.add_argument("name", help="the phase of the work that ended")
+    parser.add_argument("--note", default=None, help="what it found or left, in a sentence")
+
+
+async def milestone_main(
+    args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
+) -> int:
+    """Record milestone ``args.name`` of session ``args.session``, as the session (its own
+    model and endpoint: above the soft mark it compacts there); prints what happened.
+
+    Returns the exit status; raises what ``Runtime.resume`` raises and ``ConfigError``.
+    """
+    settings, overrides = await _as_the_session(args, store, store_dir, durability)
+    compacted: list[HistoryCompacted] = []
+    reached: list[MilestoneReached] = []
+    async with Runtime(settings, store=store, overrides=overrides) as rt:
+        rt.subscribe(_report)
+        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
+        rt.subscribe(lambda e: reached.append(e) if isinstance(e, MilestoneReached) else None)
+        session = await rt.resume(args.session)
+        await session.milestone(args.name, args.note)
+    where = f" at round {reached[-1].round} of turn {reached[-1].turn}" if reached else ""
+    print(f"{args.session}: milestone {args.name!r} recorded{where}")
+    for event in compacted:
+        print(
+            f"{args.session}: compacted at it ({event.kind}): tokens {event.tokens_before} -> "
+            f"{event.tokens_after}"
+        )
     return 0

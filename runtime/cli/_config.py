@@ -1,8 +1,9 @@
 """Configuration of the command line: options, ``STOWAGE_*`` variables, ``stowage.toml`` files.
 
 Precedence, highest first: an option typed on the command line; a ``STOWAGE_*`` environment
-variable; ``./stowage.toml`` (the project's); the user's ``stowage.toml``
-(``$XDG_CONFIG_HOME/stowage/``, else ``~/.config/stowage/``); the built-in defaults. A session
+variable; the selected ``[models.NAME]`` profile; ``./stowage.toml`` (the project's); the
+user's ``stowage.toml`` (``$XDG_CONFIG_HOME/stowage/``, else ``~/.config/stowage/``); the
+built-in defaults. A session
 that is continued runs with its recorded identity instead of everything below the typed
 options (see ``core.continue_settings``): configuration shapes new sessions, an option typed
 now is an explicit override. API keys are read here at every start and never recorded.
@@ -16,35 +17,43 @@ from __future__ import annotations
 import functools
 import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from stowage.core import ConfigError
+from stowage.core import ConfigError, SettingInfo, setting_infos
 
-__all__ = ["CONFIG_NAME", "ModelProfile", "StowageConfig", "load_config", "user_config_path"]
+__all__ = [
+    "CONFIG_NAME",
+    "ConfigBase",
+    "ConfigLayers",
+    "ModelProfile",
+    "ProfileBase",
+    "StowageConfig",
+    "load_config",
+    "load_layers",
+    "user_config_path",
+]
 
 CONFIG_NAME = "stowage.toml"
 
 
-class ModelProfile(BaseModel):
-    """One ``[models.NAME]`` table: an endpoint and what is known about its model."""
+class ProfileBase(BaseModel):
+    """One ``[models.NAME]`` table: an endpoint and what is known about its model. Its keys
+    are the settings that declare ``profile=True`` (``ModelProfile`` is made from them); the
+    key is secret here."""
 
     model_config = ConfigDict(extra="forbid")
 
-    #: the model id sent to the endpoint (default: the profile's name)
-    model: str | None = None
-    base_url: str | None = None
     api_key: SecretStr | None = None
-    wire_api: Literal["chat", "responses"] | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    compact_model: str | None = None
 
 
-class StowageConfig(BaseSettings):
-    """Every configured value; None where nothing was configured (the default applies).
+class ConfigBase(BaseSettings):
+    """Every configured value; None where nothing was configured (the default applies). The
+    keys are the settings that declare ``config=True`` (``StowageConfig`` is made from them),
+    plus what only the command line reads: the store, MCP servers, tracing, profiles.
 
     ``StowageConfig()`` reads the ``STOWAGE_*`` variables; ``model_validate`` (which runs no
     settings source) checks what a ``stowage.toml`` holds: an unknown key is an error.
@@ -52,41 +61,14 @@ class StowageConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="STOWAGE_", extra="forbid")
 
-    model: str | None = None
-    profile: str | None = None
-    base_url: str | None = None
     api_key: SecretStr | None = None
-    wire_api: Literal["chat", "responses"] | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    compact_threshold: int | None = None
-    compact_model: str | None = None
-    require_reported_usage: bool | None = None
-    soft_mark: float | None = None
-    compact_mark: float | None = None
-    hard_mark: float | None = None
-    target_after: float | None = None
-    keep_rounds: int | None = None
-    micro_min_free: float | None = None
-    reattach_share: float | None = None
-    max_answer_chars: int | None = None
-    prompt_cache_key: str | None = None
-    compact_prompt_file: str | None = None
-    auto_compact: bool | None = None
-    background_compaction: bool | None = None
-    tools: Literal["workspace", "none"] | None = None
-    system: str | None = None
     store: str | None = None
-    durability: Literal["fsync", "none"] | None = None
-    stream: bool | None = None
-    request_timeout: float | None = None
-    max_retries: int | None = None
     #: MCP servers whose tools new and continued sessions get: commands (stdio) and URLs
     mcp: list[str] | None = None
     mcp_url: list[str] | None = None
     #: trace turns, rounds, tools and compactions with OpenTelemetry (the ``otel`` extra)
     otel: bool | None = None
-    models: dict[str, ModelProfile] = {}
+    models: dict[str, ProfileBase] = {}
 
     @classmethod
     def settings_customise_sources(
@@ -100,12 +82,40 @@ class StowageConfig(BaseSettings):
         """Typed options (init), then ``STOWAGE_*``, then the files (given as init values)."""
         return (init_settings, env_settings)
 
-    def profile_named(self, name: str | None) -> tuple[str, ModelProfile] | None:
+    def profile_named(self, name: str | None) -> tuple[str, ProfileBase] | None:
         """The profile ``name`` selects, with the model id it names; None when it names none."""
         if name is None or name not in self.models:
             return None
         profile = self.models[name]
-        return (profile.model or name), profile
+        return (getattr(profile, "model", None) or name), profile
+
+
+def _optional(info: SettingInfo) -> tuple[Any, Any]:
+    """A configuration key of a setting: its type and bounds, or None (not configured)."""
+    b = info.bounds
+    bounds = Field(gt=b.get("gt"), ge=b.get("ge"), lt=b.get("lt"), le=b.get("le"))
+    kind = Annotated[info.annotation, bounds] if b else info.annotation
+    return (kind | None, Field(default=None, description=info.help))
+
+
+def _made(base: type[BaseModel], name: str, infos: Any) -> Any:
+    fields: dict[str, Any] = {
+        i.name: _optional(i) for i in infos if i.name not in base.model_fields
+    }
+    return create_model(name, __base__=base, **fields)
+
+
+ModelProfile: type[ProfileBase] = _made(
+    ProfileBase, "ModelProfile", (i for i in setting_infos() if i.profile)
+)
+# the profiles of the full configuration are ``ModelProfile`` (every key a profile may set)
+StowageConfig: type[ConfigBase] = _made(
+    create_model(
+        "ConfigWithProfiles", __base__=ConfigBase, models=(cast(Any, dict)[str, ModelProfile], {})
+    ),
+    "StowageConfig",
+    (i for i in setting_infos() if i.config),
+)
 
 
 def user_config_path() -> Path:
@@ -153,13 +163,29 @@ def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_config(*, project_dir: Path | None = None) -> StowageConfig:
+@dataclass(frozen=True, slots=True)
+class ConfigLayers:
+    """The configuration, and which of its keys each layer set: ``from_env`` the
+    ``STOWAGE_*`` variables, ``from_files`` the two files (the profile layer sits between:
+    it is applied over the files and under the variables)."""
+
+    config: ConfigBase
+    from_files: frozenset[str]
+    from_env: frozenset[str]
+
+
+def load_config(*, project_dir: Path | None = None) -> ConfigBase:
     """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed
     options are applied over it by the caller). Read once per distinct input: a command asks
     for it several times, and the files (path, size, time) and the variables are the key.
 
     Raises ``ConfigError`` naming the file (or variable) and key.
     """
+    return load_layers(project_dir=project_dir).config
+
+
+def load_layers(*, project_dir: Path | None = None) -> ConfigLayers:
+    """``load_config`` with the keys each layer set. Raises ``ConfigError`` as it does."""
     user, project = user_config_path(), (project_dir or Path.cwd()) / CONFIG_NAME
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("STOWAGE_")))
     return _load(user, _stamp(user), project, _stamp(project), env)
@@ -180,8 +206,8 @@ def _load(
     project: Path,
     project_stamp: tuple[int, int] | None,
     env: tuple[tuple[str, str], ...],
-) -> StowageConfig:
-    """``load_config`` for one set of inputs (the stamps and ``env`` are only the cache key)."""
+) -> ConfigLayers:
+    """``load_layers`` for one set of inputs (the stamps and ``env`` are only the cache key)."""
     files = _merge(_read_file(user), _read_file(project))
     try:
         from_env = StowageConfig().model_dump(exclude_unset=True)  # the STOWAGE_* variables
@@ -190,6 +216,7 @@ def _load(
         name = "STOWAGE_" + ".".join(str(p) for p in error["loc"]).upper()
         raise ConfigError(f"environment variable {name}: {error['msg']}") from None
     try:
-        return StowageConfig.model_validate(_merge(files, from_env))
+        config = StowageConfig.model_validate(_merge(files, from_env))
     except ValidationError as exc:
         raise ConfigError(f"configuration: {_first_problem(exc)}") from None
+    return ConfigLayers(config, frozenset(files), frozenset(from_env))

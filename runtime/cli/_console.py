@@ -6,8 +6,6 @@ import argparse
 import os
 from typing import Any
 
-from stowage.core import ConfigError
-
 __all__ = ["add_console_command", "console_main"]
 
 _SERVER_EXTRA = ("jinja2", "starlette", "uvicorn")
@@ -45,6 +43,8 @@ def add_console_command(subparsers: Any) -> None:
 async def console_main(args: argparse.Namespace) -> int:
     """Run the console until interrupted. Raises ``ConfigError`` for a bad option, a missing
     ``[server]`` extra or a bad store spec."""
+    from stowage.core import ConfigError
+
     try:
         from stowage.console import serve_console
     except ModuleNotFoundError as exc:

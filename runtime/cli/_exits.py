@@ -18,17 +18,10 @@ A user error is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from stowage.core import (
-    FencingError,
-    ModelAuthError,
-    ModelConnectionError,
-    ModelError,
-    SessionBusy,
-    SessionLeaseLost,
-    SessionNotFound,
-    StowageError,
-)
+if TYPE_CHECKING:
+    from stowage.core import ModelError, SessionBusy, StowageError
 
 __all__ = [
     "EXIT_BUSY",
@@ -74,6 +67,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def stowage_error(exc: BaseException) -> StowageError | None:
     """The ``StowageError`` ``exc`` is, or the only one inside an exception group."""
+    # the errors are imported when one is met: ``stowage --help`` loads none of the runtime
+    from stowage.core import StowageError
+
     if isinstance(exc, StowageError):
         return exc
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -83,6 +79,8 @@ def stowage_error(exc: BaseException) -> StowageError | None:
 
 def exit_status(exc: StowageError) -> int:
     """The exit status for an error that ended a command (see the module docstring)."""
+    from stowage.core import FencingError, ModelError, SessionBusy, SessionLeaseLost
+
     chain = _chain(exc)
     if any(isinstance(e, (SessionBusy, SessionLeaseLost, FencingError)) for e in chain):
         return EXIT_BUSY
@@ -93,6 +91,8 @@ def exit_status(exc: StowageError) -> int:
 
 def error_line(exc: StowageError) -> str:
     """One line for stderr: what happened and, for a busy session, who holds it and what to do."""
+    from stowage.core import ModelError, SessionBusy, SessionLeaseLost, SessionNotFound
+
     for error in _chain(exc):
         if isinstance(error, SessionBusy):
             return _busy_line(error)
@@ -136,6 +136,8 @@ _REQUEST = re.compile(
 def _endpoint_line(error: ModelError) -> str | None:
     """A line naming the URL (as the gateway redacted it) and the fix, for the failures a
     person can fix: a wrong URL, a server that is down, a refused key."""
+    from stowage.core import ModelAuthError, ModelConnectionError
+
     found = _REQUEST.search(str(error))
     if found is None:
         return None

@@ -5,6 +5,11 @@ Every command names its store the same way (``--store`` or ``STOWAGE_STORE``: a 
 ``show`` and ``check`` only read: they create, lock and change nothing (``check --repair`` is the
 one exception: it takes the session's writer lease to cut a torn last line). Exit statuses are
 in ``_exits``.
+
+Startup is kept short: building the parser imports none of the runtime (a command's options
+are added when that command is parsed, see ``_parsing``), and each handler imports what its
+command uses, so ``stowage --version`` and ``--help`` load argparse and little else, and
+``stowage list`` or ``show`` the store and the records, not the model client or the actors.
 """
 
 from __future__ import annotations
@@ -12,73 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-from stowage._version import DISTRIBUTION, __version__
-from stowage.core import (
-    AssistantDelta,
-    CompactionDecided,
-    CorruptLogError,
-    Event,
-    HistoryCompacted,
-    LogRepaired,
-    LogStore,
-    Microcompacted,
-    RoundCommitted,
-    RoundStarted,
-    SessionExists,
-    Settings,
-    SettingsChanged,
-    ToolFinished,
-    ToolStarted,
-    TurnFinished,
-    configure_logging,
-    validate_session_id,
-)
-from stowage.facade import Runtime
-from stowage.load import add_load_arguments, main_load
-from stowage.model import probe_endpoint
-from stowage.policy import check_log
-from stowage.storage import encode_record, open_store
+from ._parsing import CommandParser
 
-from ._approve import add_approval_commands, approval_main
-from ._chat import chat_loop
-from ._compact import add_compact_arguments, compact_main
-from ._config import load_config
-from ._console import add_console_command, console_main
-from ._demo import run_demo
-from ._exits import (
-    EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_STATUSES,
-    error_line,
-    exit_status,
-    stowage_error,
-)
-from ._mcp_options import add_mcp_options, mcp_servers_from
-from ._protected import add_protect_options, protect_main
-from ._run_options import (
-    add_model_options,
-    continued_settings,
-    settings_from_options,
-    settings_notice,
-    tools_from_spec,
-)
-from ._sessions import (
-    EXPORT_FORMATS,
-    context_main,
-    export_main,
-    last_active_session,
-    list_main,
-)
-from ._show import render_transcript
-from ._status import StatusLine
-from ._tracing import trace_if_configured
-from ._worker import add_worker_commands, send_main, worker_main
+if TYPE_CHECKING:
+    from stowage.core import Event, LogStore, Settings
+    from stowage.facade import Runtime
+
+    from ._status import StatusLine
 
 __all__ = ["main"]
 
@@ -104,6 +53,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _model_options(parser: argparse.ArgumentParser, *, new: bool = True, pin: bool = True) -> None:
     """The session options; ``new``: the command may start a session (``--system`` is shown),
     ``pin``: it sends a message (``--pin`` applies)."""
+    from ._run_options import add_model_options
+
     add_model_options(parser, system_help="system message for a new session")
     if not new:
         # a continued session keeps the system message it was created with
@@ -126,20 +77,29 @@ def _hide(parser: argparse.ArgumentParser, option: str) -> None:
             action.help = argparse.SUPPRESS
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``stowage``."""
-    parser = argparse.ArgumentParser(
-        prog="stowage",
-        description="A runtime for long-running LLM agents.",
-        epilog=EXIT_STATUSES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--version", action="version", version=f"stowage {__version__} ({DISTRIBUTION})"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Version(argparse.Action):
+    """``--version``: reads the installed version only when asked."""
 
-    run = sub.add_parser("run", help="start a new session with MESSAGE")
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest=dest,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        from stowage._version import DISTRIBUTION, __version__
+
+        sys.stdout.write(f"stowage {__version__} ({DISTRIBUTION})\n")
+        parser.exit()
+
+
+def _run_command(run: argparse.ArgumentParser) -> None:
+    from ._mcp_options import add_mcp_options
+    from ._protected import add_protect_options
+
     run.add_argument("message")
     run.add_argument(
         "--session",
@@ -151,9 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_mcp_options(run)
     _common(run)
 
-    resume = sub.add_parser(
-        "resume", help="continue session ID (or --last) with MESSAGE, as it was created"
-    )
+
+def _resume_command(resume: argparse.ArgumentParser) -> None:
+    from ._mcp_options import add_mcp_options
+    from ._protected import add_protect_options
+
     resume.add_argument("session", nargs="?", help="session id (see 'stowage list')")
     resume.add_argument("message", nargs="?")
     resume.add_argument(
@@ -164,28 +126,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_mcp_options(resume)
     _common(resume)
 
-    chat = sub.add_parser(
-        "chat",
-        help="talk with a new session, or continue ID; Ctrl-C stops a turn, twice (or Ctrl-D) exits",
-    )
+
+def _chat_command(chat: argparse.ArgumentParser) -> None:
+    from ._mcp_options import add_mcp_options
+
     chat.add_argument("session", nargs="?", help="continue this session (default: a new one)")
     chat.add_argument("--last", action="store_true", help="continue the most recent session")
     _model_options(chat, pin=False)
     add_mcp_options(chat)
     _common(chat)
 
-    listing = sub.add_parser("list", help="every session of the store: model, turns, tokens, state")
+
+def _list_command(listing: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     _common(listing)
 
-    context = sub.add_parser(
-        "context", help="what fills the window of session ID, and what compaction does next"
-    )
+
+def _context_command(context: argparse.ArgumentParser) -> None:
     context.add_argument("session")
     context.add_argument("--json", action="store_true", help="the figures as one JSON object")
     _common(context)
 
-    export = sub.add_parser("export", help="write session ID as markdown, JSONL or OpenAI input")
+
+def _export_command(export: argparse.ArgumentParser) -> None:
+    from ._sessions import EXPORT_FORMATS
+
     export.add_argument("session")
     export.add_argument(
         "--format",
@@ -197,33 +162,59 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     _common(export)
 
-    show = sub.add_parser("show", help="print the transcript and every compaction of session ID")
+
+def _show_command(show: argparse.ArgumentParser) -> None:
     show.add_argument("session")
     show.add_argument("--json", action="store_true", help="the records as JSON lines")
+    show.add_argument(
+        "--requests",
+        action="store_true",
+        help="under each round, what its request was built from (sections, seqs, tokens)",
+    )
     _common(show)
 
-    protect = sub.add_parser(
-        "protect", help="change the objective or constraints of session ID and print its state"
-    )
+
+def _protect_command(protect: argparse.ArgumentParser) -> None:
+    from ._protected import add_protect_options
+
     protect.add_argument("session")
     add_protect_options(protect, drop=True)
     _common(protect)
 
-    compact = sub.add_parser("compact", help="compact session ID now, optionally with --focus")
+
+def _compact_command(compact: argparse.ArgumentParser) -> None:
+    from ._compact import add_compact_arguments
+
     add_compact_arguments(compact)
     _model_options(compact, new=False, pin=False)
     _common(compact)
 
-    check = sub.add_parser("check", help="verify the log of session ID; exit 1 if it is not sound")
+
+def _milestone_command(milestone: argparse.ArgumentParser) -> None:
+    from ._compact import add_milestone_arguments
+
+    add_milestone_arguments(milestone)
+    _model_options(milestone, new=False, pin=False)
+    _common(milestone)
+
+
+def _check_command(check: argparse.ArgumentParser) -> None:
     check.add_argument("session")
     check.add_argument(
         "--repair",
         action="store_true",
         help="take the session's writer lease and cut an incomplete last line, then check",
     )
+    check.add_argument(
+        "--requests",
+        action="store_true",
+        help="also rebuild from the log the input of every request a round recorded sending, "
+        "and compare it with the round's manifest",
+    )
     _common(check)
 
-    demo = sub.add_parser("demo", help="an offline long session that compacts several times")
+
+def _demo_command(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--turns", type=int, default=10)
     demo.add_argument(
         "--compact-threshold",
@@ -239,12 +230,77 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(demo)
 
-    load = sub.add_parser(
-        "load", help="many sessions x turns with compaction, then verify every log; exit 1 if not"
-    )
+
+def _load_command(load: argparse.ArgumentParser) -> None:
+    from stowage.load import add_load_arguments
+
     add_load_arguments(load)
     load.add_argument("--log-format", choices=["console", "json"], default="console")
     load.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+
+
+#: the commands whose options ``build_parser`` adds when they are used: name, help, options
+_COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("run", "start a new session with MESSAGE", _run_command),
+    (
+        "resume",
+        "continue session ID (or --last) with MESSAGE, as it was created",
+        _resume_command,
+    ),
+    (
+        "chat",
+        "talk with a new session, or continue ID; Ctrl-C stops a turn, twice (or Ctrl-D) exits",
+        _chat_command,
+    ),
+    ("list", "every session of the store: model, turns, tokens, state", _list_command),
+    (
+        "context",
+        "what fills the window of session ID, and what compaction does next",
+        _context_command,
+    ),
+    ("export", "write session ID as markdown, JSONL or OpenAI input", _export_command),
+    ("show", "print the transcript and every compaction of session ID", _show_command),
+    (
+        "protect",
+        "change the objective or constraints of session ID and print its state",
+        _protect_command,
+    ),
+    ("compact", "compact session ID now, optionally with --focus", _compact_command),
+    (
+        "milestone",
+        "record that a phase of session ID's work ended (NAME, --note); it may compact there",
+        _milestone_command,
+    ),
+    ("check", "verify the log of session ID; exit 1 if it is not sound", _check_command),
+    ("demo", "an offline long session that compacts several times", _demo_command),
+    (
+        "load",
+        "many sessions x turns with compaction, then verify every log; exit 1 if not",
+        _load_command,
+    ),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``stowage``. Each command's options are added when that command
+    is parsed or its help printed (``_parsing.CommandParser``): building it imports nothing of
+    the runtime."""
+    from ._approve import add_approval_commands
+    from ._console import add_console_command
+    from ._exits import EXIT_STATUSES
+    from ._worker import add_worker_commands
+
+    parser = argparse.ArgumentParser(
+        prog="stowage",
+        description="A runtime for long-running LLM agents.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    for name, text, options in _COMMANDS:
+        command = sub.add_parser(name, help=text)
+        command.later(options)
     add_worker_commands(sub)
     add_console_command(sub)
     add_approval_commands(sub, _common)
@@ -254,7 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
 def store_spec(args: argparse.Namespace) -> str:
     """The store the command names: ``--store``, else ``$STOWAGE_STORE``, else ``store`` in a
     ``stowage.toml`` (the project's over the user's), else ``.stowage``."""
-    spec: str | None = args.store or os.environ.get(STORE_ENV) or load_config().store
+    spec: str | None = args.store or os.environ.get(STORE_ENV)
+    if not spec:
+        from ._config import load_config  # the configuration (pydantic) only when it is read
+
+        spec = load_config().store
     return spec if spec else _DEFAULT_STORE
 
 
@@ -263,7 +323,16 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
     Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
     """
+    from stowage.storage import open_store
+
     return open_store(store_spec(args), durability=getattr(args, "durability", None) or "fsync")
+
+
+def _open_store(args: argparse.Namespace) -> LogStore:
+    """The store the command names, as a reader (the store's default durability)."""
+    from stowage.storage import open_store
+
+    return open_store(store_spec(args))
 
 
 def _store_dir(spec: str) -> Path:
@@ -274,6 +343,8 @@ def _store_dir(spec: str) -> Path:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from parsed options. Raises ``ConfigError`` for bad values."""
+    from ._run_options import settings_from_options
+
     return settings_from_options(args, **_store_fields(args))
 
 
@@ -284,11 +355,38 @@ def _store_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-#: the live status line of ``run``/``resume`` (drawn only when stderr is a terminal)
-_STATUS = StatusLine()
+#: the live status line of ``run``/``resume`` (drawn only when stderr is a terminal); made on
+#: first use, since it needs rich
+_STATUS: StatusLine | None = None
+
+
+def _status_line() -> StatusLine:
+    global _STATUS
+    if _STATUS is None:
+        from ._status import StatusLine
+
+        _STATUS = StatusLine()
+    return _STATUS
 
 
 def _printer(stream_answer: bool) -> Any:
+    from stowage.core import (
+        AssistantDelta,
+        CompactionDecided,
+        HistoryCompacted,
+        LogRepaired,
+        Microcompacted,
+        RoundCommitted,
+        RoundStarted,
+        SettingsChanged,
+        ToolFinished,
+        ToolStarted,
+        TurnFinished,
+    )
+
+    from ._run_options import settings_notice
+
+    status = _status_line()
     reader_gone = False
 
     def on_event(event: Event) -> None:
@@ -296,9 +394,9 @@ def _printer(stream_answer: bool) -> Any:
         if isinstance(event, TurnFinished | AssistantDelta) or not isinstance(
             event, RoundStarted | ToolStarted | ToolFinished | RoundCommitted | CompactionDecided
         ):
-            _STATUS.hide()  # before anything is written: the status line never shares a line
+            status.hide()  # before anything is written: the status line never shares a line
         else:
-            _STATUS.on_event(event)
+            status.on_event(event)
         if isinstance(event, AssistantDelta) and stream_answer and not reader_gone:
             try:
                 sys.stdout.write(event.text)
@@ -334,6 +432,13 @@ async def _runtime_for(
     its recorded identity (typed options override it, recorded), a new one with the options
     and configuration; ``--tools-from`` and the MCP servers either way. Closes ``store`` and
     raises ``ConfigError`` (and what reading the session raises) when it cannot be built."""
+    from stowage.core import validate_session_id
+    from stowage.facade import Runtime
+    from stowage.model import probe_endpoint
+
+    from ._mcp_options import mcp_servers_from
+    from ._run_options import continued_settings, tools_from_spec
+
     overrides: dict[str, Any] = {}
     try:
         if session_id is not None:
@@ -355,6 +460,11 @@ async def _runtime_for(
 
 
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
+    from stowage.core import validate_session_id
+
+    from ._tracing import trace_if_configured
+
+    _status_line()  # rich: a missing [cli] extra is said before anything is opened
     store = open_cli_store(args)
     try:
         # continuing runs with the session's recorded identity; typed options override it
@@ -388,7 +498,9 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    store = open_store(store_spec(args))
+    from stowage.core import validate_session_id
+
+    store = _open_store(args)
     try:
         # a reader: no lease, no lock file, a torn last line shown as it is and left alone
         read = await store.read(validate_session_id(args.session), repair=False)
@@ -402,16 +514,25 @@ async def _show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
+        from stowage.storage import encode_record
+
         for record in read.records:
             sys.stdout.write(encode_record(record).decode())
     else:
-        sys.stdout.write(render_transcript(args.session, read.records))
+        from ._show import render_transcript
+
+        sys.stdout.write(render_transcript(args.session, read.records, requests=args.requests))
     return 0
 
 
 async def _check(args: argparse.Namespace) -> int:
+    from stowage.core import CorruptLogError, validate_session_id
+    from stowage.policy import check_log
+
+    from ._exits import EXIT_CHECK_FAILED, EXIT_OK
+
     session_id = validate_session_id(args.session)
-    store = open_store(store_spec(args))
+    store = _open_store(args)
     try:
         if args.repair:
             # the writer's lease: only its holder may cut; SessionBusy if another holds it
@@ -449,6 +570,21 @@ async def _check(args: argparse.Namespace) -> int:
             f"torn last line: {torn.bytes_removed} bytes at {torn.path}:{torn.line} (a write cut "
             f"short by a crash), left as it is; 'stowage check {session_id} --repair' cuts it"
         )
+    if args.requests:
+        from stowage.policy import check_requests
+
+        requests = check_requests(session_id, full.records)
+        print(
+            f"requests: {requests.checked} rebuilt from the log and matched their manifests"
+            if requests.ok
+            else f"requests: {requests.checked} with manifests, {len(requests.problems)} differ"
+        )
+        if requests.unrecorded:
+            print(
+                f"note: {requests.unrecorded} round(s) have no manifest (recovered rounds, "
+                "rounds an approval resumed, or rounds logged before manifests)"
+            )
+        problems += requests.problems
     for problem in problems:
         print(f"problem: {problem}")
     ok = not problems
@@ -458,9 +594,11 @@ async def _check(args: argparse.Namespace) -> int:
 
 async def _run_new(args: argparse.Namespace) -> int:
     """``run``: always a new session; an id that exists is refused (``resume`` continues it)."""
+    from stowage.core import SessionExists, validate_session_id
+
     if args.session is not None:
         session_id = validate_session_id(args.session)
-        store = open_store(store_spec(args))
+        store = _open_store(args)
         try:
             exists = await store.exists(session_id)
         finally:
@@ -474,7 +612,9 @@ async def _run_new(args: argparse.Namespace) -> int:
 
 
 async def _last_session(args: argparse.Namespace) -> str:
-    store = open_store(store_spec(args))
+    from ._sessions import last_active_session
+
+    store = _open_store(args)
     try:
         return await last_active_session(store)
     finally:
@@ -492,6 +632,10 @@ async def _resume(args: argparse.Namespace) -> int:
 
 async def _chat(args: argparse.Namespace) -> int:
     """``chat [ID | --last]``: an interactive loop over a new or a continued session."""
+    from ._chat import chat_loop
+    from ._tracing import trace_if_configured
+
+    _status_line()  # rich: a missing [cli] extra is said before anything is opened
     session_id = await _last_session(args) if args.last else args.session
     async with await _runtime_for(args, open_cli_store(args), session_id) as rt:
         settings = rt.settings
@@ -506,11 +650,15 @@ async def _chat(args: argparse.Namespace) -> int:
 
 def _notices(event: Event) -> None:
     """What a chat says on stderr besides its status line: compactions, repairs, overrides."""
+    from stowage.core import HistoryCompacted, LogRepaired, Microcompacted, SettingsChanged
+
     if isinstance(event, (HistoryCompacted, Microcompacted, LogRepaired, SettingsChanged)):
         _printer(stream_answer=False)(event)
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
     return await run_demo(
         store=store_spec(args),
         turns=args.turns,
@@ -520,8 +668,102 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _load(args: argparse.Namespace) -> int:
+    from stowage.load import main_load
+
     return await main_load(args)
 
+
+async def _list(args: argparse.Namespace) -> int:
+    from ._sessions import list_main
+
+    return await list_main(args, _open_store(args))
+
+
+async def _context(args: argparse.Namespace) -> int:
+    from ._sessions import context_main
+
+    return await context_main(args, _open_store(args))
+
+
+async def _export(args: argparse.Namespace) -> int:
+    from ._sessions import export_main
+
+    return await export_main(args, _open_store(args))
+
+
+async def _compact(args: argparse.Namespace) -> int:
+    from ._compact import compact_main
+
+    return await compact_main(
+        args,
+        open_cli_store(args),
+        store_dir=_store_dir(store_spec(args)),
+        durability=getattr(args, "durability", None),
+    )
+
+
+async def _milestone(args: argparse.Namespace) -> int:
+    from ._compact import milestone_main
+
+    return await milestone_main(
+        args,
+        open_cli_store(args),
+        store_dir=_store_dir(store_spec(args)),
+        durability=getattr(args, "durability", None),
+    )
+
+
+async def _protect(args: argparse.Namespace) -> int:
+    from ._protected import protect_main
+
+    return await protect_main(args, open_cli_store(args))
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    from ._worker import worker_main
+
+    return await worker_main(args)
+
+
+async def _send(args: argparse.Namespace) -> int:
+    from ._worker import send_main
+
+    return await send_main(args)
+
+
+async def _console(args: argparse.Namespace) -> int:
+    from ._console import console_main
+
+    return await console_main(args)
+
+
+async def _approval(args: argparse.Namespace) -> int:
+    from ._approve import approval_main
+
+    return await approval_main(args)
+
+
+#: each command's handler: it imports what the command uses when it runs
+_HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "run": _run_new,
+    "resume": _resume,
+    "chat": _chat,
+    "list": _list,
+    "context": _context,
+    "export": _export,
+    "show": _show,
+    "check": _check,
+    "compact": _compact,
+    "milestone": _milestone,
+    "protect": _protect,
+    "demo": _demo,
+    "load": _load,
+    "worker": _worker,
+    "send": _send,
+    "console": _console,
+    "approve": _approval,
+    "deny": _approval,
+}
 
 # events the command's own one-line error (or the status line) already reports: printing them
 # too would say one failure two to six times
@@ -542,9 +784,16 @@ def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
     if name == "model_call_retry":
         delay = fields.get("delay")
         wait = f"{float(delay):.1f} s" if isinstance(delay, int | float) else "a moment"
-        _STATUS.show(
+        _status_line().show(
             f"waiting {wait} to retry (attempt {fields.get('attempt')}: {fields.get('error')})"
         )
+
+
+def configure_logging(log_format: str, level: str, **kwargs: Any) -> None:
+    """``stowage.core.configure_logging``, imported when a command runs (structlog loads rich)."""
+    from stowage.core import configure_logging as configure
+
+    configure(log_format, level, **kwargs)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -560,37 +809,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = [word for word in (args.session, args.message) if word is not None]
         if len(given) != (1 if args.last else 2):
             parser.error("resume takes ID MESSAGE, or --last MESSAGE")
-    handlers = {
-        "run": lambda: _run_new(args),
-        "resume": lambda: _resume(args),
-        "chat": lambda: _chat(args),
-        "list": lambda: list_main(args, open_store(store_spec(args))),
-        "context": lambda: context_main(args, open_store(store_spec(args))),
-        "export": lambda: export_main(args, open_store(store_spec(args))),
-        "show": lambda: _show(args),
-        "check": lambda: _check(args),
-        "compact": lambda: compact_main(
-            args,
-            open_cli_store(args),
-            store_dir=_store_dir(store_spec(args)),
-            durability=getattr(args, "durability", None),
-        ),
-        "protect": lambda: protect_main(args, open_cli_store(args)),
-        "demo": lambda: _demo(args),
-        "load": lambda: _load(args),
-        "worker": lambda: worker_main(args),
-        "send": lambda: send_main(args),
-        "console": lambda: console_main(args),
-        "approve": lambda: approval_main(args),
-        "deny": lambda: approval_main(args),
-    }
+    handler = _HANDLERS[args.command]
     if args.command in ("run", "resume", "chat", "worker") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable
+    import anyio
+
+    from ._exits import EXIT_INTERRUPTED, EXIT_OK, error_line, exit_status, stowage_error
+
     try:
         try:
-            return int(anyio.run(handlers[args.command]))
+            return int(anyio.run(handler, args))
         finally:
-            _STATUS.hide()
+            if _STATUS is not None:
+                _STATUS.hide()
     except KeyboardInterrupt:
         # SIGINT cancels the command; the runtime stops every session at once, writing nothing
         # half-done (a round is written whole or not at all)

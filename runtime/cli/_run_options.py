@@ -23,12 +23,13 @@ from stowage.core import (
     Settings,
     SettingsChanged,
     continue_settings,
+    setting_infos,
 )
 from stowage.facade import session_identity
 from stowage.tools import ToolRegistry
 
-from ._config import StowageConfig, load_config
-from ._policy_options import add_policy_options, policy_settings
+from ._config import ConfigBase, ConfigLayers, StowageConfig, load_layers
+from ._setting_options import add_setting_options, typed_settings
 
 __all__ = [
     "add_model_options",
@@ -47,87 +48,50 @@ _CONFIG_FIELDS = tuple(
     if name in {f.name for f in dataclasses.fields(Settings)}
     and name not in ("store", "api_key", "profile")
 )
-_PROFILE_FIELDS = ("base_url", "wire_api", "context_window", "max_output_tokens", "compact_model")
+# what a profile sets besides its model id (and its key, read apart: never recorded)
+_PROFILE_FIELDS = tuple(
+    i.name for i in setting_infos() if i.profile and i.name not in ("model", "api_key")
+)
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, system_help: str) -> None:
-    """The model, endpoint, policy and tool options of a session."""
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="a model name, or the name of a [models.NAME] profile in stowage.toml "
-        "(default: configuration, else 'scripted', the offline model)",
-    )
-    parser.add_argument(
-        "--profile", default=None, help="a [models.NAME] profile of stowage.toml to run with"
-    )
-    parser.add_argument(
-        "--base-url", default=None, help="OpenAI-compatible endpoint (else OPENAI_BASE_URL)"
-    )
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        help="API key (else the profile's, STOWAGE_API_KEY or OPENAI_API_KEY); never stored",
-    )
-    parser.add_argument("--wire-api", choices=["chat", "responses"], default=None)
-    add_policy_options(parser)
-    parser.add_argument(
-        "--no-auto-compact", action="store_true", default=None, help="never compact on its own"
-    )
-    parser.add_argument("--system", default=None, help=system_help)
-    parser.add_argument(
-        "--tools",
-        choices=["workspace", "none"],
-        default=None,
-        help="read-only tools over the current directory (default) or none",
-    )
+    """The model, endpoint, policy and tool options of a session: one per setting that
+    declares a flag (``_setting_options``), and ``--tools-from``."""
+    add_setting_options(parser, help_overrides={"system": system_help})
     parser.add_argument(
         "--tools-from",
         default=None,
         metavar="MODULE:NAME",
         help="your own tools: a ToolRegistry (or a function returning one) importable as MODULE:NAME",
     )
-    parser.add_argument(
-        "--no-stream", action="store_true", default=None, help="ask for whole responses"
-    )
 
 
 def _typed(args: argparse.Namespace) -> dict[str, Any]:
-    """The options the user typed, by config key (None: not typed)."""
-    values: dict[str, Any] = {
-        "model": getattr(args, "model", None),
-        "profile": getattr(args, "profile", None),
-        "base_url": getattr(args, "base_url", None),
-        "wire_api": getattr(args, "wire_api", None),
-        "system": getattr(args, "system", None),
-        "tools": getattr(args, "tools", None),
-        **policy_settings(args),
-    }
-    if getattr(args, "no_auto_compact", None):
-        values["auto_compact"] = False
-    if getattr(args, "no_stream", None):
-        values["stream"] = False
-    return {k: v for k, v in values.items() if v is not None}
+    """The settings the user typed, by config key (the API key is read apart: never
+    recorded)."""
+    typed = typed_settings(args)
+    typed.pop("api_key", None)
+    return typed
 
 
-def _profile_name(config: StowageConfig) -> str | None:
+def _profile_name(config: ConfigBase) -> str | None:
     """The profile the options or configuration select: ``--profile``, else ``--model`` when
     it names one, else ``profile``/``model`` of the configuration when it names one.
 
     Raises ``ConfigError`` for a ``--profile`` (or ``STOWAGE_PROFILE``/``profile``) that names
     no profile."""
-    if config.profile is not None:
-        if config.profile not in config.models:
-            raise ConfigError(
-                f"profile {config.profile!r}: no [models.{config.profile}] table in stowage.toml"
-            )
-        return config.profile
-    if config.model is not None and config.model in config.models:
-        return config.model
+    profile: str | None = getattr(config, "profile", None)
+    if profile is not None:
+        if profile not in config.models:
+            raise ConfigError(f"profile {profile!r}: no [models.{profile}] table in stowage.toml")
+        return profile
+    model: str | None = getattr(config, "model", None)
+    if model is not None and model in config.models:
+        return model
     return None
 
 
-def _profile_values(config: StowageConfig, name: str | None) -> dict[str, Any]:
+def _profile_values(config: ConfigBase, name: str | None) -> dict[str, Any]:
     """The Settings fields profile ``name`` sets (its model id and name included), or {}."""
     found = config.profile_named(name)
     if found is None:
@@ -140,21 +104,51 @@ def _profile_values(config: StowageConfig, name: str | None) -> dict[str, Any]:
     return values
 
 
-def typed_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _config_values(layers: ConfigLayers, profile: str | None) -> dict[str, Any]:
+    """The Settings fields the configuration gives, in its precedence: the files, then the
+    profile ``profile``, then the ``STOWAGE_*`` variables (a variable that only selects the
+    profile does not set the model id over the profile's)."""
+    config = layers.config
+    values: dict[str, Any] = {
+        k: getattr(config, k)
+        for k in _CONFIG_FIELDS
+        if k in layers.from_files and getattr(config, k) is not None
+    }
+    values.update(_profile_values(config, profile))
+    for k in _CONFIG_FIELDS:
+        if k not in layers.from_env or getattr(config, k) is None:
+            continue
+        if k == "model" and profile is not None and getattr(config, k) == profile:
+            continue  # STOWAGE_MODEL=NAME selected the profile
+        values[k] = getattr(config, k)
+    return values
+
+
+def typed_overrides(args: argparse.Namespace, *, below: tuple[str, ...] = ()) -> dict[str, Any]:
     """The identity fields the user typed, a typed profile (``--profile NAME``, or
     ``--model NAME`` naming one) expanded into the fields it sets; typed fields win over it.
+    ``below=("env",)``: a typed profile's fields that a ``STOWAGE_*`` variable sets are left
+    to the variable (the profile layer is under the environment; only typed fields are not).
     Raises ``ConfigError`` for a bad configuration or an unknown ``--profile``."""
     typed = _typed(args)
     typed.pop("stream", None)
     if not typed:
         return {}
-    config = load_config()
+    layers = load_layers()
+    config = layers.config
     overrides: dict[str, Any] = {}
     name = typed.get("profile") or typed.get("model")
     if "profile" in typed and name not in config.models:
         raise ConfigError(f"--profile {name}: no [models.{name}] table in stowage.toml")
     if name in config.models:
-        overrides.update(_profile_values(config, name))
+        profile = _profile_values(config, name)
+        if "env" in below:
+            profile = {
+                k: v
+                for k, v in profile.items()
+                if k in ("model", "profile") or k not in layers.from_env
+            }
+        overrides.update(profile)
         typed.pop("model", None)
     elif "model" in typed:
         overrides["profile"] = None  # a plain model id leaves any profile behind
@@ -178,15 +172,13 @@ def settings_from_options(
 
     Raises ``ConfigError`` for bad values, naming the file or option.
     """
-    options = typed_overrides(args) if typed else {}
-    config = load_config()
-    values: dict[str, Any] = {
-        k: getattr(config, k) for k in _CONFIG_FIELDS if getattr(config, k) is not None
-    }
+    options = typed_overrides(args, below=("env",)) if typed else {}
+    layers = load_layers()
+    config = layers.config
     name = continuing_profile if not typed and continuing_profile else _profile_name(config)
-    values.update(_profile_values(config, name))
+    values = _config_values(layers, name)
     values.update(options)
-    if getattr(args, "no_stream", None):
+    if getattr(args, "stream", None) is False:
         values["stream"] = False
     if values.get("base_url") is None:
         values["base_url"] = os.environ.get("OPENAI_BASE_URL")
@@ -194,7 +186,7 @@ def settings_from_options(
     return Settings(workspace=Path.cwd(), **{**values, **extra})
 
 
-def _api_key(args: argparse.Namespace, config: StowageConfig, profile: str | None) -> str | None:
+def _api_key(args: argparse.Namespace, config: ConfigBase, profile: str | None) -> str | None:
     """--api-key, else the profile's key, else STOWAGE_API_KEY or a file's, else
     OPENAI_API_KEY."""
     typed: str | None = getattr(args, "api_key", None)

@@ -38,7 +38,6 @@ from stowage.core import (
     validate_session_id,
 )
 from stowage.facade import recorded_budget
-from stowage.model import chat_messages, responses_input
 from stowage.policy import (
     Watermarks,
     calibrated_ratio,
@@ -368,6 +367,9 @@ def export_text(session_id: str, records: Sequence[Record], fmt: str) -> str:
     projection = build_projection(
         state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
     )
+    # the model's wire formats only for this export: ``list`` and ``context`` never load them
+    from stowage.model import chat_messages, responses_input
+
     wire = chat_messages(projection) if fmt == "openai-chat" else responses_input(projection)
     return json.dumps(wire, indent=2, ensure_ascii=False) + "\n"
 

@@ -16,8 +16,10 @@ from stowage.core import (
     Item,
     ItemRecord,
     MicrocompactRecord,
+    MilestoneRecord,
     ProtectedRecord,
     Record,
+    RequestManifest,
     RoundCommittedRecord,
     SessionRecord,
     SettingsChangedRecord,
@@ -62,8 +64,26 @@ def _applied_at(tokens_before: int | None, usable: int | None) -> list[str]:
     return [f"         applied at {tokens_before / usable:.0%} of usable ({usable:,} tokens)"]
 
 
-def render_transcript(session_id: str, records: Sequence[Record]) -> str:
-    """Every record of a log as text, one line each; compactions in full with their summary."""
+def _manifest_line(manifest: RequestManifest) -> str:
+    """What a round's request was built from, in one line: its hash, then each section."""
+    parts = []
+    for section in manifest.sections:
+        seqs = ""
+        if section.first_seq is not None:
+            seqs = (
+                f" #{section.first_seq}"
+                if section.first_seq == section.last_seq
+                else f" #{section.first_seq}-{section.last_seq}"
+            )
+        parts.append(f"{section.name}{seqs} ({section.items}, ~{section.tokens:,})")
+    return f"         request {manifest.sha256[:12]} ~{manifest.tokens:,} tokens: " + ", ".join(
+        parts
+    )
+
+
+def render_transcript(session_id: str, records: Sequence[Record], *, requests: bool = False) -> str:
+    """Every record of a log as text, one line each; compactions in full with their summary.
+    ``requests``: under each round, what its request was built from (its manifest)."""
     lines: list[str] = []
     compactions = 0
     has_stubs = any(isinstance(r, MicrocompactRecord) for r in records)
@@ -95,11 +115,13 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     figures += f" cached {usage.cached_tokens}"
                 flag = " (interrupted, closed on resume)" if interrupted else ""
                 lines.append(f"#{record.seq:<5} -- round {round_} committed{flag}: {figures}")
+                if requests and record.manifest is not None:
+                    lines.append(_manifest_line(record.manifest))
             case CompactionRecord():
                 compactions += 1
                 est = " (estimated)" if record.estimated else ""
                 lines.append(
-                    f"#{record.seq:<5} == compaction {compactions} ({record.kind}) at round {record.round}: "
+                    f"#{record.seq:<5} == compaction {compactions} ({record.kind}{', re-grounded' if record.regrounded else ''}) at round {record.round}: "
                     f"tokens {record.tokens_before} -> {record.tokens_after}{est}, covers through "
                     f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
                 )
@@ -138,6 +160,9 @@ def render_transcript(session_id: str, records: Sequence[Record]) -> str:
                     f"{name} {change[0]!r} -> {change[-1]!r}" for name, change in changes.items()
                 )
                 lines.append(f"#{record.seq:<5} ** settings changed ({source}): {figures}")
+            case MilestoneRecord(name=name, note=note, source=source):
+                said = f": {note}" if note else ""
+                lines.append(f"#{record.seq:<5} ** milestone ({source}) {name!r}{said}")
             case ApprovalRecord(call_id=call_id, decision=decision, reason=reason):
                 why = f": {reason}" if reason else ""
                 lines.append(f"#{record.seq:<5} ** approval {decision} for call {call_id}{why}")

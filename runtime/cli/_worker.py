@@ -12,15 +12,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-from stowage.core import ConfigError, StowageError, configure_logging, redact_url
-from stowage.facade import GC_YOUNG_THRESHOLD, tune_gc
-from stowage.storage import PostgresStore
-from stowage.worker import Client, MessageFailed, Worker, WorkerOptions
+from ._parsing import fill_later
 
-from ._run_options import add_model_options, settings_from_options, tools_from_spec
+if TYPE_CHECKING:
+    from stowage.worker import Worker
 
 __all__ = ["add_worker_commands", "main", "send_main", "worker_main"]
 
@@ -51,12 +48,29 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_worker_commands(subparsers: Any) -> None:
-    """Add ``worker`` and ``send`` to the subparsers of ``stowage``."""
-    d = WorkerOptions()
+    """Add ``worker`` and ``send`` to the subparsers of ``stowage`` (their options are added
+    when they are used, see ``_parsing``)."""
     worker = subparsers.add_parser(
         "worker",
         help="serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
     )
+    fill_later(worker, _worker_options)
+    worker.set_defaults(handler=worker_main)
+
+    send = subparsers.add_parser(
+        "send", help="queue MESSAGE for session ID; --wait prints the answer once committed"
+    )
+    fill_later(send, _send_options)
+    send.set_defaults(handler=send_main)
+
+
+def _worker_options(worker: argparse.ArgumentParser) -> None:
+    from stowage.facade import GC_YOUNG_THRESHOLD
+    from stowage.worker import WorkerOptions
+
+    from ._run_options import add_model_options
+
+    d = WorkerOptions()
     _store_options(worker)
     worker.add_argument("--log-level", default="info", help="debug, info (default), warning")
     worker.add_argument(
@@ -110,11 +124,9 @@ def add_worker_commands(subparsers: Any) -> None:
         ),
     )
     add_model_options(worker, system_help="system message of the sessions a worker creates")
-    worker.set_defaults(handler=worker_main)
 
-    send = subparsers.add_parser(
-        "send", help="queue MESSAGE for session ID; --wait prints the answer once committed"
-    )
+
+def _send_options(send: argparse.ArgumentParser) -> None:
     send.add_argument("session")
     send.add_argument("message")
     _store_options(send)
@@ -135,10 +147,11 @@ def add_worker_commands(subparsers: Any) -> None:
     send.add_argument(
         "--pin", action="store_true", help="keep this message verbatim through compactions"
     )
-    send.set_defaults(handler=send_main)
 
 
 def _postgres_url(url: str) -> str:
+    from stowage.core import ConfigError, redact_url
+
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
             f"--store {redact_url(url)!r}: workers share a PostgreSQL store (postgresql://...)"
@@ -148,6 +161,13 @@ def _postgres_url(url: str) -> str:
 
 async def worker_main(args: argparse.Namespace) -> int:
     """Run a worker until SIGTERM or SIGINT; 0 once it drained and gave every lease back."""
+    import anyio
+    from stowage.facade import tune_gc
+    from stowage.storage import PostgresStore
+    from stowage.worker import Worker, WorkerOptions
+
+    from ._run_options import settings_from_options, tools_from_spec
+
     options = WorkerOptions(
         concurrency=args.concurrency,
         idle_timeout=args.idle_timeout,
@@ -181,6 +201,8 @@ async def worker_main(args: argparse.Namespace) -> int:
 
 async def _drain_on_signal(worker: Worker) -> None:
     """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once."""
+    import anyio
+
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         draining = False
         async for signum in signals:
@@ -196,6 +218,9 @@ async def _drain_on_signal(worker: Worker) -> None:
 
 async def send_main(args: argparse.Namespace) -> int:
     """Queue the message; with ``--wait`` print the answer. 1 when it failed or timed out."""
+    import anyio
+    from stowage.worker import Client, MessageFailed
+
     client = Client(_postgres_url(args.store), schema=args.schema)
     try:
         with anyio.fail_after(args.timeout if args.wait else None):
@@ -228,6 +253,9 @@ async def send_main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m stowage.cli._worker worker|send ...``; returns the exit status."""
+    import anyio
+    from stowage.core import StowageError, configure_logging
+
     parser = argparse.ArgumentParser(prog="stowage")
     add_worker_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -6,19 +6,24 @@ Needs the ``[server]`` extra (Starlette, uvicorn, Jinja2). ``stowage console`` s
 
 from __future__ import annotations
 
-from ._app import create_app
-from ._serve import serve_console
-from ._source import StoreReader
-from ._views import (
-    ChartPoint,
-    CompactionCard,
-    ProtectedRow,
-    SessionRow,
-    SessionView,
-    TimelineEntry,
-    session_row,
-    session_view,
-)
+from typing import TYPE_CHECKING
+
+from stowage._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._app import create_app
+    from ._serve import serve_console
+    from ._source import StoreReader
+    from ._views import (
+        ChartPoint,
+        CompactionCard,
+        ProtectedRow,
+        SessionRow,
+        SessionView,
+        TimelineEntry,
+        session_row,
+        session_view,
+    )
 
 __all__ = [
     "ChartPoint",
@@ -33,3 +38,20 @@ __all__ = [
     "session_row",
     "session_view",
 ]
+
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {
+    "create_app": "._app",
+    "serve_console": "._serve",
+    "StoreReader": "._source",
+    "ChartPoint": "._views",
+    "CompactionCard": "._views",
+    "ProtectedRow": "._views",
+    "SessionRow": "._views",
+    "SessionView": "._views",
+    "TimelineEntry": "._views",
+    "session_row": "._views",
+    "session_view": "._views",
+}
+if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -11,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-import structlog
-
 from ._records import Usage
 
 __all__ = [
+    "MilestoneReached",
     "CompactionLanded",
     "SettingsChanged",
     "AssistantDelta",
@@ -42,7 +41,15 @@ __all__ = [
     "TurnFinished",
 ]
 
-_log = structlog.get_logger("stowage.events")
+
+def _log_subscriber_failed(subscriber: Subscriber) -> None:
+    # structlog (and the rich it pulls in) is imported only when there is something to log:
+    # the events are imported by every command, ``stowage list`` among them
+    import structlog
+
+    structlog.get_logger("stowage.events").exception(
+        "subscriber_failed", subscriber=repr(subscriber)
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +199,19 @@ class ModelRetrying:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MilestoneReached:
+    """A phase of the work ended (``Session.milestone``, ``stowage milestone``, or the model's
+    ``mark_milestone`` call): its ``name`` and ``note``, at ``round`` of ``turn``."""
+
+    session_id: str
+    name: str
+    note: str | None
+    source: str
+    round: int
+    turn: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSkipped:
     """A compaction was considered and not done, with why (e.g. a stale plan)."""
 
@@ -288,7 +308,8 @@ class SettingsChanged:
 
 
 Event: TypeAlias = (
-    RoundStarted
+    MilestoneReached
+    | RoundStarted
     | AssistantDelta
     | ToolStarted
     | ToolFinished
@@ -334,5 +355,5 @@ class EventBus:
             try:
                 subscriber(event)
             except Exception:  # a subscriber must never break the session that published
-                _log.exception("subscriber_failed", subscriber=repr(subscriber))
+                _log_subscriber_failed(subscriber)
                 self._subscribers.remove(subscriber)

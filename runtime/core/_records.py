@@ -15,6 +15,10 @@ from ._items import HistoryEntry, Item
 
 __all__ = [
     "ApprovalRecord",
+    "ManifestSection",
+    "MilestoneRecord",
+    "RequestManifest",
+    "SectionName",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -69,6 +73,37 @@ class ItemRecord:
     round: int | None = None
 
 
+SectionName: TypeAlias = Literal["system", "protected", "summary", "history", "tools"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestSection:
+    """One part of a request: its kind, the log seqs it came from (history entries; None for
+    protected state and tools), how many items, their hash and estimated tokens."""
+
+    name: SectionName
+    first_seq: int | None
+    last_seq: int | None
+    items: int
+    sha256: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestManifest:
+    """What one request was built from (``core._manifest`` makes it)."""
+
+    #: sha256 of the request's canonical bytes (``request_bytes``)
+    sha256: str
+    #: sha256 of the input items' lines alone: what the log determines
+    input_sha256: str
+    sections: tuple[ManifestSection, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.sections)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoundCommittedRecord:
     """Closes a round: every call of it has its output, and ``usage`` is what was reported."""
@@ -85,6 +120,9 @@ class RoundCommittedRecord:
     #: usage the provider reported but that cannot be true (zero, or far below what the
     #: request's own size allows): kept for audit, while ``usage`` is None and estimates stand
     reported_usage: Usage | None = None
+    #: what the request the round sent was built from (None: a round no request made, as a
+    #: recovered one, or a log older than manifests)
+    manifest: RequestManifest | None = None
 
 
 CompactionKind: TypeAlias = Literal["full", "fallback"]
@@ -124,6 +162,9 @@ class CompactionRecord:
     #: seqs of the current turn's tool steps kept among ``retained`` although the compaction
     #: covers them (what the turn most recently read; see ``apply_compaction``)
     reattached: tuple[int, ...] = ()
+    #: the summary was made from the log's original records since the last re-grounded
+    #: compaction (``reground_every``), not from the summary before it
+    regrounded: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +237,19 @@ class ErrorRecord:
     message: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MilestoneRecord:
+    """A phase of the work ended: ``name`` (and a ``note``), said by the user or the model.
+    Above the soft mark it is the preferred place for a full compaction, whose summary is
+    told the phase that ended."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    name: str
+    note: str | None = None
+    source: Literal["user", "model"] = "user"
+
+
 Record: TypeAlias = (
     SessionRecord
     | ItemRecord
@@ -207,4 +261,5 @@ Record: TypeAlias = (
     | ErrorRecord
     | SettingsChangedRecord
     | ApprovalRecord
+    | MilestoneRecord
 )

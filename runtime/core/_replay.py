@@ -30,6 +30,7 @@ from ._records import (
     ErrorRecord,
     ItemRecord,
     MicrocompactRecord,
+    MilestoneRecord,
     ProtectedRecord,
     Record,
     RoundCommittedRecord,
@@ -81,6 +82,15 @@ class SessionState:
     _awaiting_usage_base: bool = field(default=False, repr=False)
     compactions: int = 0
     microcompactions: int = 0
+    #: ``covers_through`` of the newest re-grounded compaction (0: none seen), and the full
+    #: compactions since it (both as far as the records applied go: a resumed tail starts at
+    #: the newest compaction)
+    reground_base: int = 0
+    fulls_since_reground: int = 0
+    #: milestones applied, the newest of them, and turns finished since the newest compaction
+    milestones: int = 0
+    last_milestone: MilestoneRecord | None = None
+    turns_since_compaction: int = 0
     #: token accounting (``runtime._tokens``): characters of history as projected (stubs
     #: counted as stubs), the last seq the reported usage covers, characters microcompaction
     #: took out of that covered part since, and the calibration sums of reported rounds
@@ -156,6 +166,12 @@ class SessionState:
                 self.usage_after_compaction = None
                 self._awaiting_usage_base = True
                 self.compactions += 1
+                self.turns_since_compaction = 0
+                if record.regrounded:
+                    self.reground_base = record.covers_through
+                    self.fulls_since_reground = 0
+                elif record.kind == "full":
+                    self.fulls_since_reground += 1
             case MicrocompactRecord():
                 self._stub(record.stubbed)
                 self.microcompactions += 1
@@ -163,6 +179,8 @@ class SessionState:
                 self.protected_ops.extend(record.ops)
                 self._protected_cache = None
             case TurnRecord():
+                if record.phase != "started" and self.turn_open:
+                    self.turns_since_compaction += 1
                 self.turn = max(self.turn, record.turn)
                 self.turn_open = record.phase == "started"
                 self.ledger = TurnLedger() if self.turn_open else None
@@ -170,6 +188,9 @@ class SessionState:
                 self.meta = record
             case ErrorRecord():
                 pass
+            case MilestoneRecord():
+                self.milestones += 1
+                self.last_milestone = record
             case SettingsChangedRecord():
                 pass  # identity, not history: see ``core._identity``
             case ApprovalRecord():

@@ -1,12 +1,25 @@
-"""Settings of a session or a runtime, validated once, with errors that name the bad value."""
+"""Settings of a session or a runtime: each declared once, validated once, with errors that name
+the bad value.
+
+``Settings`` is a pydantic dataclass: every field carries its type, default, bounds and help,
+and, where a person may set it, its command-line flag (``setting(..., cli="--flag")``) and
+whether ``stowage.toml`` files and ``STOWAGE_<NAME>`` variables may (``config``) and a
+``[models.NAME]`` profile may (``profile``). The command line's options, the configuration
+model of files and variables and the README's table of settings are made from these
+declarations (``stowage.cli``), so they cannot disagree. A bad value is a ``ConfigError`` that
+names the setting and the value.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 
 from ._errors import ConfigError, InvalidSessionId
 from ._redact import redact_url
@@ -15,7 +28,9 @@ __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
     "DEFAULT_USER_BUDGET_CHARS",
     "Settings",
+    "SettingInfo",
     "new_session_id",
+    "setting_infos",
     "validate_session_id",
 ]
 
@@ -41,110 +56,360 @@ def new_session_id() -> str:
     return "s-" + secrets.token_hex(6)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+def setting(
+    help: str,
+    *,
+    cli: str | None = None,
+    cli_value: object = None,
+    metavar: str | None = None,
+    config: bool = True,
+    profile: bool = False,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+) -> Any:
+    """The declaration of one setting: ``help``; ``cli``, its command-line flag (with
+    ``cli_value``: a flag that takes no value and sets this one); ``config``: files and
+    ``STOWAGE_*`` variables may set it; ``profile``: a ``[models.NAME]`` table may; the bounds
+    (``gt``, ``ge``, ``lt``, ``le``) that every value must keep."""
+    extra: dict[str, Any] = {"config": config, "profile": profile}
+    if cli is not None:
+        extra["cli"] = cli
+    if cli_value is not None:
+        extra["cli_value"] = cli_value
+    if metavar is not None:
+        extra["metavar"] = metavar
+    return Field(description=help, json_schema_extra=extra, gt=gt, ge=ge, lt=lt, le=le)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+@dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
 class Settings:
     """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
 
-    model: str = "scripted"
+    model: Annotated[
+        str,
+        setting(
+            "a model name, or the name of a [models.NAME] profile in stowage.toml "
+            "('scripted' is the offline model)",
+            cli="--model",
+            profile=True,
+        ),
+    ] = "scripted"
     #: the ``[models.NAME]`` profile of a configuration file the model came from, if any
-    profile: str | None = None
+    profile: Annotated[
+        str | None, setting("a [models.NAME] profile of stowage.toml to run with", cli="--profile")
+    ] = None
     #: the endpoint; it may carry credentials, so only ``redact_url(base_url)`` is ever recorded
-    base_url: str | None = field(default=None, repr=False)
-    api_key: str | None = field(default=None, repr=False)
-    wire_api: Literal["chat", "responses"] = "chat"
-    store: Path = Path(".stowage")
-    durability: Literal["fsync", "none"] = "fsync"
-    system: str | None = None
-    tools: Literal["workspace", "none"] = "workspace"
-    workspace: Path = Path(".")
-    #: a fixed threshold (the seed's rule) that, when set, takes precedence over the watermarks
-    compact_threshold: int | None = None
-    #: window of the model; None looks it up in ``runtime._budget.MODEL_REGISTRY``
-    context_window: int | None = None
-    #: model for summaries (a cheaper one, say); None uses ``model``
-    compact_model: str | None = None
-    #: the seed's conservative rule: no reported usage, no compaction (no estimates)
-    require_reported_usage: bool = False
-    #: watermarks, as fractions of the usable budget (see README, "Compaction policy")
-    soft_mark: float = 0.70
-    compact_mark: float = 0.85
-    hard_mark: float = 0.95
-    target_after: float = 0.50
-    #: tool outputs of the newest ``keep_rounds`` rounds are never microcompacted
-    keep_rounds: int = 3
-    #: a safety cap on compactions in one turn; what stops a turn that keeps compacting is
-    #: the loop rule of ``compaction_loop_repeats``
-    max_compactions_per_turn: int = 8
-    #: a compaction must free at least this share of the usable budget to be worth its
-    #: prompt-cache break: microcompaction acts in batches that free this much (or nothing),
-    #: then leaves the prefix alone until the soft mark is crossed again; and below the hard
-    #: mark a compaction that would free less is not applied
-    micro_min_free: float = 0.20
-    #: the share of the usable budget that the outputs the current turn read most recently
-    #: may take when they are re-attached after a compaction, so the model need not read them
-    #: again
-    reattach_share: float = 0.20
-    #: ``prompt_cache_key`` sent with every request: "session" derives it from the session
-    #: id, "" (or None) sends none, anything else is sent as is
-    prompt_cache_key: str | None = "session"
-    #: a tool output above this share of the usable budget (and at least 16,000 characters)
-    #: is shown to the model as its head and tail with its artifact reference as soon as it
-    #: comes back (the log keeps it whole; ``recall_artifact`` pages through it); 0: no cap
-    tool_output_cap: float = 0.25
-    #: a file whose text replaces the built-in instructions of the summary request
-    compact_prompt_file: Path | None = None
-    #: skip a manual compaction, too, whose summary is no smaller than what it replaces
-    #: (an automatic one always is); ``stowage compact`` sets it
-    compact_only_if_smaller: bool = False
-    #: plan compactions while rounds go on (True), or wait for each plan at the compaction mark
-    background_compaction: bool = True
-    #: summary failures in a row before the breaker opens and the no-model fallback takes over
-    breaker_failures: int = 3
-    user_budget_chars: int = DEFAULT_USER_BUDGET_CHARS
-    auto_compact: bool = True
-    tool_timeout: float = 30.0
-    max_rounds_per_turn: int = 50
-    max_output_tokens: int | None = None
-    request_timeout: float = 120.0
-    #: seconds a streamed response may go without an event (SSE comments and keep-alives do
-    #: not count) before it is abandoned as a transient failure and retried
-    stream_idle_timeout: float = 60.0
-    #: seconds one model request may take in all, streamed or not, before it is abandoned
-    request_deadline: float = 600.0
-    max_retries: int = 2
-    #: the most seconds one retry waits, whatever the server asks for (Retry-After and kin)
-    max_retry_wait: float = 60.0
-    #: compactions in one turn, each followed by re-issuing calls (same name and arguments)
-    #: whose outputs it absorbed with no new distinct call in between, before the turn stops
-    #: as a loop (``CompactionLoop``)
-    compaction_loop_repeats: int = 3
-    #: the most characters of one answer (assistant text plus call arguments) accepted; a
-    #: response past it is not read further and fails as ``ResponseTooLarge`` (retried)
-    max_answer_chars: int = 1_000_000
-    stream: bool = True
-    #: workspace tools: the most bytes one read_file call returns (it never reads more)
-    read_max_bytes: int = 256 * 1024
-    #: workspace tools: the most matching lines one search_text call returns
-    search_max_matches: int = 200
-    #: workspace tools: search_text skips files larger than this many bytes
-    search_max_file_bytes: int = 1024 * 1024
-    #: workspace tools: hide and refuse paths the workspace's .gitignore files ignore
-    workspace_gitignore: bool = True
-    #: workspace tools: gitignore-style patterns readable even if ignored or secret-looking
-    #: (never the session store)
-    workspace_allow: tuple[str, ...] = ()
+    base_url: Annotated[
+        str | None,
+        setting(
+            "OpenAI-compatible endpoint (else OPENAI_BASE_URL)",
+            cli="--base-url",
+            profile=True,
+        ),
+    ] = dataclasses.field(default=None, repr=False)
+    api_key: Annotated[
+        str | None,
+        setting(
+            "API key (else the profile's, STOWAGE_API_KEY or OPENAI_API_KEY); never stored",
+            cli="--api-key",
+            profile=True,
+        ),
+    ] = dataclasses.field(default=None, repr=False)
+    wire_api: Annotated[
+        Literal["chat", "responses"],
+        setting(
+            "the endpoint's API: chat completions or responses", cli="--wire-api", profile=True
+        ),
+    ] = "chat"
+    store: Annotated[
+        Path, setting("the session store: a directory, sqlite:///FILE or postgresql://…")
+    ] = Path(".stowage")
+    durability: Annotated[
+        Literal["fsync", "none"],
+        setting("fsync every batch before it is acknowledged, or leave it to the OS"),
+    ] = "fsync"
+    system: Annotated[
+        str | None, setting("the system message of a new session", cli="--system")
+    ] = None
+    tools: Annotated[
+        Literal["workspace", "none"],
+        setting("read-only tools over the current directory, or none", cli="--tools"),
+    ] = "workspace"
+    workspace: Annotated[Path, setting("the directory the workspace tools read", config=False)] = (
+        Path(".")
+    )
+    compact_threshold: Annotated[
+        PositiveInt | None,
+        setting(
+            "a fixed threshold: compact when reported usage reaches N tokens; when given it "
+            f"replaces the watermarks (without a window: {DEFAULT_COMPACT_THRESHOLD})",
+            cli="--compact-threshold",
+            metavar="N",
+        ),
+    ] = None
+    context_window: Annotated[
+        PositiveInt | None,
+        setting(
+            "model window in tokens (default: the profile, the registry, or the endpoint's answer)",
+            cli="--context-window",
+            metavar="N",
+            profile=True,
+        ),
+    ] = None
+    compact_model: Annotated[
+        str | None,
+        setting(
+            "model for summaries (default: the session's model)",
+            cli="--compact-model",
+            profile=True,
+        ),
+    ] = None
+    require_reported_usage: Annotated[
+        bool,
+        setting(
+            "never compact on an estimate: without reported usage, no compaction",
+            cli="--require-reported-usage",
+            cli_value=True,
+        ),
+    ] = False
+    soft_mark: Annotated[
+        float,
+        setting(
+            "share of usable at which old tool outputs are microcompacted",
+            cli="--soft-mark",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.70
+    compact_mark: Annotated[
+        float,
+        setting(
+            "share of usable at which a summary is asked for in the background",
+            cli="--compact-mark",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.85
+    hard_mark: Annotated[
+        float,
+        setting(
+            "share of usable at which the next request waits until compacted",
+            cli="--hard-mark",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.95
+    target_after: Annotated[
+        float,
+        setting(
+            "the most a compaction may leave, as a share of usable, else it falls back",
+            cli="--target-after",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.50
+    keep_rounds: Annotated[
+        int,
+        setting("tool rounds whose outputs are never microcompacted", cli="--keep-rounds", ge=0),
+    ] = 3
+    max_compactions_per_turn: Annotated[
+        int,
+        setting(
+            "a safety cap on compactions in one turn (what stops a turn that keeps compacting "
+            "is the loop rule of compaction_loop_repeats)",
+            ge=1,
+        ),
+    ] = 8
+    micro_min_free: Annotated[
+        float,
+        setting(
+            "a compaction must free at least this share of usable to be worth its prompt-cache "
+            "break: microcompaction stubs only in batches that free that much (and room for "
+            "four rounds at the recent growth), once per crossing of the soft mark, and below "
+            "the hard mark a compaction that would free less is not applied; 0: every round",
+            cli="--micro-min-free",
+            ge=0,
+            lt=1,
+        ),
+    ] = 0.20
+    reattach_share: Annotated[
+        float,
+        setting(
+            "share of usable that the outputs the current turn read most recently may take "
+            "when re-attached after a compaction",
+            cli="--reattach-share",
+            ge=0,
+            lt=1,
+        ),
+    ] = 0.20
+    prompt_cache_key: Annotated[
+        str | None,
+        setting(
+            "prompt_cache_key sent with each request: 'session' derives one from the session "
+            "id, '' sends none, anything else is sent as is",
+            cli="--prompt-cache-key",
+            metavar="KEY",
+        ),
+    ] = "session"
+    tool_output_cap: Annotated[
+        float,
+        setting(
+            "a tool output above this share of usable (and at least 16,000 characters) is shown "
+            "as its head and tail with its artifact reference; 0: no cap",
+            ge=0,
+            le=1,
+        ),
+    ] = 0.25
+    compact_prompt_file: Annotated[
+        Path | None,
+        setting(
+            "a file whose text replaces the built-in instructions of the summary request",
+            cli="--compact-prompt-file",
+            metavar="PATH",
+        ),
+    ] = None
+    compact_only_if_smaller: Annotated[
+        bool,
+        setting(
+            "skip a manual compaction, too, whose summary is no smaller than what it replaces",
+            config=False,
+        ),
+    ] = False
+    background_compaction: Annotated[
+        bool,
+        setting(
+            "plan compactions while rounds go on, or wait for each plan at the compaction mark"
+        ),
+    ] = True
+    breaker_failures: Annotated[
+        int,
+        setting(
+            "summary failures in a row before the no-model fallback takes over", ge=1, config=False
+        ),
+    ] = 3
+    user_budget_chars: Annotated[
+        int, setting("characters of recent user messages kept verbatim by a compaction", ge=0)
+    ] = DEFAULT_USER_BUDGET_CHARS
+    auto_compact: Annotated[
+        bool, setting("compact on its own", cli="--no-auto-compact", cli_value=False)
+    ] = True
+    tool_timeout: Annotated[float, setting("seconds one tool call may take", gt=0)] = 30.0
+    max_rounds_per_turn: Annotated[int, setting("rounds one turn may take", ge=1)] = 50
+    max_output_tokens: Annotated[
+        PositiveInt | None,
+        setting(
+            "output cap per request, reserved from the window (default: the registry, at most "
+            "a quarter of the window)",
+            cli="--max-output-tokens",
+            metavar="N",
+            profile=True,
+        ),
+    ] = None
+    request_timeout: Annotated[
+        float, setting("seconds to connect and to wait for a byte", gt=0)
+    ] = 120.0
+    stream_idle_timeout: Annotated[
+        float,
+        setting(
+            "seconds a streamed response may go without an event before it is abandoned and "
+            "retried",
+            gt=0,
+        ),
+    ] = 60.0
+    request_deadline: Annotated[
+        float, setting("seconds one model request may take in all, streamed or not", gt=0)
+    ] = 600.0
+    max_retries: Annotated[int, setting("retries of a failed model call", ge=0)] = 2
+    max_retry_wait: Annotated[
+        float,
+        setting("the most seconds one retry waits, whatever the server asks for", gt=0),
+    ] = 60.0
+    compaction_loop_repeats: Annotated[
+        int,
+        setting(
+            "compactions in one turn, each followed by re-issuing calls whose outputs it "
+            "absorbed with no new distinct call between, before the turn stops as a loop",
+            ge=1,
+        ),
+    ] = 3
+    compact_every_turns: Annotated[
+        int,
+        setting(
+            "a full compaction once this many turns finished since the last one, whatever the "
+            "watermarks say; 0: never on its own",
+            ge=0,
+        ),
+    ] = 0
+    milestone_tool: Annotated[
+        bool,
+        setting(
+            "give the model a mark_milestone tool: a phase it says ended is recorded like "
+            "stowage milestone"
+        ),
+    ] = False
+    reground_every: Annotated[
+        int,
+        setting(
+            "every Nth full compaction makes its summary from the log's original records since "
+            "the last such one, not from the summary before it; 0: never on its own",
+            ge=0,
+        ),
+    ] = 0
+    max_answer_chars: Annotated[
+        int,
+        setting(
+            "the most characters of one answer (text plus call arguments); a response past it "
+            "is not read further and is refused, then retried",
+            cli="--max-answer-chars",
+            metavar="N",
+            gt=0,
+        ),
+    ] = 1_000_000
+    http_client: Annotated[
+        Literal["aiohttp", "sdk"] | None,
+        setting(
+            "how model calls are sent: aiohttp, or the openai SDK's public API (default: the "
+            "STOWAGE_HTTP_CLIENT variable, else aiohttp)"
+        ),
+    ] = None
+    stream: Annotated[
+        bool, setting("ask for streamed responses", cli="--no-stream", cli_value=False)
+    ] = True
+    read_max_bytes: Annotated[
+        int, setting("workspace tools: the most bytes one read_file call returns", gt=0)
+    ] = 256 * 1024
+    search_max_matches: Annotated[
+        int, setting("workspace tools: the most matching lines one search_text call returns", gt=0)
+    ] = 200
+    search_max_file_bytes: Annotated[
+        int, setting("workspace tools: search_text skips files larger than this many bytes", gt=0)
+    ] = 1024 * 1024
+    workspace_gitignore: Annotated[
+        bool, setting("workspace tools: hide and refuse paths the .gitignore files ignore")
+    ] = True
+    workspace_allow: Annotated[
+        tuple[str, ...],
+        setting(
+            "workspace tools: gitignore-style patterns readable even if ignored or "
+            "secret-looking (never the session store)"
+        ),
+    ] = ()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _named_errors(cls, values: Any, handler: Any) -> Any:
+        """A bad value is a ``ConfigError`` naming the setting, the rule and the value."""
+        try:
+            return handler(values)
+        except ValidationError as exc:
+            raise ConfigError(_described(exc)) from None
 
     def __post_init__(self) -> None:
-        if self.wire_api not in ("chat", "responses"):
-            raise ConfigError(f"wire_api must be 'chat' or 'responses', got {self.wire_api!r}")
-        if self.durability not in ("fsync", "none"):
-            raise ConfigError(f"durability must be 'fsync' or 'none', got {self.durability!r}")
-        if self.tools not in ("workspace", "none"):
-            raise ConfigError(f"tools must be 'workspace' or 'none', got {self.tools!r}")
-        if self.compact_threshold is not None and self.compact_threshold <= 0:
-            raise ConfigError(
-                f"compact_threshold must be a positive token count, got {self.compact_threshold}"
-            )
         if not 0 < self.soft_mark <= self.compact_mark <= self.hard_mark <= 1:
             raise ConfigError(
                 "watermarks must satisfy 0 < soft_mark <= compact_mark <= hard_mark <= 1, got "
@@ -154,58 +419,10 @@ class Settings:
             raise ConfigError(
                 f"target_after must be > 0 and below compact_mark, got {self.target_after}"
             )
-        if self.context_window is not None and self.context_window <= 0:
-            raise ConfigError(
-                f"context_window must be a positive token count, got {self.context_window}"
-            )
-        if self.max_output_tokens is not None and self.max_output_tokens <= 0:
-            raise ConfigError(
-                f"max_output_tokens must be a positive token count, got {self.max_output_tokens}"
-            )
-        if self.keep_rounds < 0:
-            raise ConfigError(f"keep_rounds must be >= 0, got {self.keep_rounds}")
-        if not 0 <= self.tool_output_cap <= 1:
-            raise ConfigError(
-                f"tool_output_cap must be a share of the usable budget in [0, 1], "
-                f"got {self.tool_output_cap}"
-            )
-        if not 0 <= self.micro_min_free < 1:
-            raise ConfigError(
-                f"micro_min_free must be a share of the usable budget in [0, 1), "
-                f"got {self.micro_min_free}"
-            )
-        if not 0 <= self.reattach_share < 1:
-            raise ConfigError(
-                f"reattach_share must be a share of the usable budget in [0, 1), "
-                f"got {self.reattach_share}"
-            )
-        if self.max_compactions_per_turn < 1 or self.breaker_failures < 1:
-            raise ConfigError(
-                "max_compactions_per_turn and breaker_failures must be >= 1, got "
-                f"{self.max_compactions_per_turn} and {self.breaker_failures}"
-            )
-        if self.user_budget_chars < 0:
-            raise ConfigError(f"user_budget_chars must be >= 0, got {self.user_budget_chars}")
-        if self.tool_timeout <= 0:
-            raise ConfigError(f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
-        if self.max_rounds_per_turn < 1:
-            raise ConfigError(f"max_rounds_per_turn must be >= 1, got {self.max_rounds_per_turn}")
-        for name in ("stream_idle_timeout", "request_deadline", "max_retry_wait"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
-        if self.compaction_loop_repeats < 1:
-            raise ConfigError(
-                f"compaction_loop_repeats must be >= 1, got {self.compaction_loop_repeats}"
-            )
-        if self.max_answer_chars <= 0:
-            raise ConfigError(
-                f"max_answer_chars must be a positive number of characters, "
-                f"got {self.max_answer_chars}"
-            )
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
-        return replace(self, **changes)
+        return dataclasses.replace(self, **changes)
 
     def public(self) -> dict[str, Any]:
         """The settings worth recording in a log: no secrets, paths as strings."""
@@ -238,3 +455,105 @@ class Settings:
             "system": self.system,
             "profile": self.profile,
         }
+
+
+_RULES = {
+    "greater_than": "> {gt:g}",
+    "greater_than_equal": ">= {ge:g}",
+    "less_than": "< {lt:g}",
+    "less_than_equal": "<= {le:g}",
+}
+
+
+def _described(exc: ValidationError) -> str:
+    """One line for the first problem: ``NAME must be RULE, got VALUE``."""
+    error = exc.errors()[0]
+    name = ".".join(str(part) for part in error["loc"]) or "settings"
+    value = error.get("input")
+    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"{name} is not a setting (see the table of settings in the README)"
+    rule = _RULES.get(error["type"])
+    if rule is not None:
+        return f"{name} must be {rule.format(**error.get('ctx', {}))}, got {value!r}"
+    message = str(error["msg"])
+    message = message.removeprefix("Input should be ").removeprefix("Value error, ")
+    return f"{name} must be {message}, got {value!r}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SettingInfo:
+    """The declaration of one setting, as the command line and the configuration read it."""
+
+    name: str
+    #: the field's type, ``X | None`` unwrapped to ``X`` (``optional`` says it was)
+    annotation: Any
+    optional: bool
+    default: Any
+    help: str
+    cli: str | None
+    #: the value a flag without an argument sets (``--no-stream``: False)
+    cli_value: Any
+    metavar: str | None
+    config: bool
+    profile: bool
+    bounds: dict[str, float]
+
+    @property
+    def env(self) -> str | None:
+        """The environment variable that sets it, when files and variables may."""
+        return f"STOWAGE_{self.name.upper()}" if self.config else None
+
+
+def setting_infos() -> tuple[SettingInfo, ...]:
+    """Every setting's declaration, in declaration order."""
+    return _INFOS
+
+
+def _info(name: str, info: Any) -> SettingInfo:
+    extra = dict(info.json_schema_extra or {})
+    annotation, optional = _unwrapped(info.annotation)
+    bounds: dict[str, float] = {}
+    for meta in (*info.metadata, *_inner_metadata(annotation)):
+        for key in ("gt", "ge", "lt", "le"):
+            if getattr(meta, key, None) is not None:
+                bounds[key] = getattr(meta, key)
+    default = info.default
+    return SettingInfo(
+        name=name,
+        annotation=_bare(annotation),
+        optional=optional,
+        default=default,
+        help=info.description or "",
+        cli=extra.get("cli"),
+        cli_value=extra.get("cli_value"),
+        metavar=extra.get("metavar"),
+        config=bool(extra.get("config", True)),
+        profile=bool(extra.get("profile", False)),
+        bounds=bounds,
+    )
+
+
+def _unwrapped(annotation: Any) -> tuple[Any, bool]:
+    args = getattr(annotation, "__args__", ())
+    if type(None) in args and len(args) == 2 and not hasattr(annotation, "__metadata__"):
+        return next(a for a in args if a is not type(None)), True
+    return annotation, False
+
+
+def _inner_metadata(annotation: Any) -> tuple[Any, ...]:
+    """The constraints inside ``Annotated[T, Field(...)]`` (``PositiveInt`` and kin)."""
+    found: list[Any] = []
+    for meta in getattr(annotation, "__metadata__", ()):
+        found.extend(getattr(meta, "metadata", (meta,)))
+    return tuple(found)
+
+
+def _bare(annotation: Any) -> Any:
+    return (
+        getattr(annotation, "__origin__", annotation)
+        if hasattr(annotation, "__metadata__")
+        else annotation
+    )
+
+
+_INFOS = tuple(_info(name, info) for name, info in cast(Any, Settings).__pydantic_fields__.items())

@@ -1,11 +1,18 @@
 """The facade users hold: ``Runtime`` hosts sessions and their actors, ``Session`` is one of them."""
 
-from stowage.actors import TurnResult
+from __future__ import annotations
 
-from ._gc import GC_YOUNG_THRESHOLD, tune_gc
-from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
-from ._runtime import Runtime
-from ._session import Session
+from typing import TYPE_CHECKING
+
+from stowage._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from stowage.actors import TurnResult
+
+    from ._gc import GC_YOUNG_THRESHOLD, tune_gc
+    from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
+    from ._runtime import Runtime
+    from ._session import Session
 
 __all__ = [
     "GC_YOUNG_THRESHOLD",
@@ -18,3 +25,18 @@ __all__ = [
     "session_identity",
     "tune_gc",
 ]
+
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {
+    "TurnResult": "stowage.actors",
+    "GC_YOUNG_THRESHOLD": "._gc",
+    "tune_gc": "._gc",
+    "RecordedBudget": "._identity",
+    "recorded_budget": "._identity",
+    "recorded_usable": "._identity",
+    "session_identity": "._identity",
+    "Runtime": "._runtime",
+    "Session": "._session",
+}
+if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

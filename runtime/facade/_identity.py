@@ -23,7 +23,6 @@ from stowage.core import (
     identity_from_records,
     validate_session_id,
 )
-from stowage.model import discover_context_window
 from stowage.policy import Budget, effective_threshold, lookup_model, resolve_budget
 from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
@@ -126,6 +125,10 @@ class WindowFinder:
             return WindowFound(context_window=None, source="none")
         key = (settings.base_url, settings.model)
         if key not in self._asked:
+            # the model package (and its HTTP client) only when an endpoint is asked:
+            # ``stowage list`` and ``show`` read budgets from logs and never ask one
+            from stowage.model import discover_context_window
+
             self._asked[key] = await discover_context_window(
                 settings.base_url, settings.api_key, settings.model
             )

@@ -4,11 +4,14 @@ A session is written only while its runtime holds the session's lease, so two pr
 never write one log. Leases that expire (SQLite, PostgreSQL) are renewed in the background in
 one round trip for all of them; a lease found lost is reported to the runtime, which stops that
 session alone.
+
+The leases themselves live in the runtime's session records (``_slots.SessionSlot.lease``);
+``Leases`` takes, renews, checks and gives them back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import anyio
 import structlog
@@ -23,41 +26,40 @@ _RELEASE_TIMEOUT = 10.0
 
 
 class Leases:
-    """The leases one runtime holds in ``store``, by session id.
+    """The leases one runtime holds in ``store``.
 
-    ``on_lost(session_id, reason)`` is called (synchronously, from the renewal task) for every
-    held lease a renewal finds lost; it must not block.
+    ``held()`` lists the held leases by session id (the runtime keeps each in its session's
+    record). ``on_lost(session_id, reason)`` is called (synchronously, from the renewal task)
+    for every held lease a renewal finds lost; it must not block.
     """
 
-    def __init__(self, store: LogStore, on_lost: Callable[[str, str], None]) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        on_lost: Callable[[str, str], None],
+        held: Callable[[], Iterable[tuple[str, WriterLease]]],
+    ) -> None:
         self._store = store
         self._on_lost = on_lost
-        self._held: dict[str, WriterLease] = {}
+        self._held = held
         self._wake = anyio.Event()
 
-    def __contains__(self, session_id: object) -> bool:
-        return session_id in self._held
-
-    def __len__(self) -> int:
-        return len(self._held)
-
     async def acquire(self, session_id: str) -> WriterLease:
-        """Take the session's lease (cutting a torn tail off its log, see ``lease.repaired``).
+        """Take the session's lease (cutting a torn tail off its log, see ``lease.repaired``)
+        for the caller to keep where ``held()`` finds it.
 
         Raises what ``LogStore.acquire`` raises: ``SessionBusy`` naming the holder,
         ``SessionNotFound``, ``InvalidSessionId``, ``CorruptLogError``, ``StoreError``.
         """
         lease = await self._store.acquire(session_id)
-        self._held[session_id] = lease
         if lease.renew_every is not None:
             self._wake.set()
         _log.debug("lease_acquired", session=session_id, token=lease.token)
         return lease
 
-    async def release(self, session_id: str) -> None:
-        """Give the session's lease back, if held; never raises (a failed release is logged,
-        and an expiring lease lapses on its own)."""
-        lease = self._held.pop(session_id, None)
+    async def release(self, session_id: str, lease: WriterLease | None) -> None:
+        """Give the session's lease back (the caller no longer lists it in ``held()``); never
+        raises (a failed release is logged, and an expiring lease lapses on its own)."""
         if lease is None:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
@@ -68,13 +70,12 @@ class Leases:
                 return
             _log.debug("lease_released", session=session_id, token=lease.token)
 
-    async def confirm_lost(self, session_id: str) -> bool:
-        """Whether the session's lease is really lost: a renewal is refused (``FencingError``).
+    async def confirm_lost(self, lease: WriterLease | None) -> bool:
+        """Whether ``lease`` is really lost: a renewal is refused (``FencingError``).
 
         A write refused with ``FencingError`` may name another session of a group commit; this
         asks the store about this one. False when it is not held or the store cannot answer.
         """
-        lease = self._held.get(session_id)
         if lease is None:
             return False
         try:
@@ -105,15 +106,19 @@ class Leases:
             try:
                 lost = await self._store.renew_leases()
             except StoreError as exc:
-                _log.warning("lease_renew_failed", leases=len(self._held), error=str(exc))
+                held = sum(1 for _ in self._held())
+                _log.warning("lease_renew_failed", leases=held, error=str(exc))
                 continue
+            if not lost:
+                continue
+            held_ids = {session_id for session_id, _ in self._held()}
             for session_id in lost:
-                if session_id in self._held:
+                if session_id in held_ids:
                     _log.error("lease_lost", session=session_id, found_by="renewal")
                     self._on_lost(session_id, "a renewal found it taken over by another writer")
 
     def _interval(self) -> float | None:
         intervals = [
-            lease.renew_every for lease in self._held.values() if lease.renew_every is not None
+            lease.renew_every for _, lease in self._held() if lease.renew_every is not None
         ]
         return min(intervals) if intervals else None

@@ -14,12 +14,17 @@ hibernated, failed). Another process holding it makes ``create``/``open``/``resu
 raise ``SessionBusy`` with nothing started. A lease found lost (a renewal or an append fenced)
 stops that session alone, without another write: ``SessionLeaseLost`` for its askers and a
 ``SessionLeaseLostEvent``.
+
+All the runtime knows of a session is in its one record (``_slots.SessionSlot``): its state
+(creating, live, parked, running, closing, hibernated; closed and failed once gone) moved only
+as ``_slots.TRANSITIONS`` allows, its handle, settings, lease and stop scope.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext, suppress
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -79,6 +84,7 @@ from stowage.core import (
     StowageError,
     StreamEvent,
     SystemMessage,
+    WriterLease,
     configure_logging,
     continue_settings,
     identity_from_records,
@@ -98,6 +104,7 @@ from stowage.tools import (
     ToolRegistry,
     add_mcp_tools,
     mcp_server,
+    with_milestone,
     with_recall,
     workspace_tools,
 )
@@ -105,6 +112,7 @@ from stowage.tools import (
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
 from ._session import Session
+from ._slots import SessionSlot, SlotState
 
 __all__ = ["Runtime"]
 
@@ -188,8 +196,6 @@ class Runtime:
         self._own_gateway = gateway is None
         self._tools_given = tools is not None
         self._windows = WindowFinder()
-        # what each live session runs with (its identity merged with ``overrides``)
-        self._session_settings: dict[str, Settings] = {}
         self.store = (
             store
             if store is not None
@@ -232,20 +238,12 @@ class Runtime:
         }
         self.idle_timeout = idle_timeout
         self._capacity = mailbox_capacity
-        self._sessions: dict[str, Session] = {}
-        # ids being opened (concurrent opens of one id wait for the first) and being hibernated
-        self._opening: dict[str, anyio.Event] = {}
-        self._hibernating: dict[str, Session] = {}
-        # a hibernated session costs its id, nothing more
-        self._hibernated: set[str] = set()
+        # one record per session this runtime knows, by id: from the open or create that
+        # claims the id until the session is gone; a hibernated one keeps its id, nothing more
+        self._slots: dict[str, SessionSlot] = {}
         self._reaper: anyio.CancelScope | None = None
-        self._leases = Leases(self.store, self._lease_lost)
+        self._leases = Leases(self.store, self._lease_lost, self._held_leases)
         self._renewer: anyio.CancelScope | None = None
-        # per live session: the scope that stops its actors at once, and why it was stopped
-        self._stops: dict[str, anyio.CancelScope] = {}
-        self._lost: dict[str, SessionLeaseLost] = {}
-        # sessions whose actors ended and whose lease is being given back
-        self._stopping: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._persistence: MemoryObjectSendStream[Append] | None = None
 
@@ -262,12 +260,43 @@ class Runtime:
     @property
     def sessions(self) -> dict[str, Session]:
         """The live sessions, by id."""
-        return dict(self._sessions)
+        return {
+            session_id: slot.session
+            for session_id, slot in self._slots.items()
+            if slot.live and slot.session is not None
+        }
 
     @property
     def hibernated(self) -> frozenset[str]:
         """Ids of the sessions hibernated by this runtime and not woken since."""
-        return frozenset(self._hibernated)
+        return frozenset(
+            session_id
+            for session_id, slot in self._slots.items()
+            if slot.state is SlotState.HIBERNATED
+            # being woken: it is hibernated until its log has been read
+            or (slot.state is SlotState.CREATING and slot.from_hibernation)
+        )
+
+    # read by tests/facade/test_hibernation.py: views of the records, by the names they had
+    # as the runtime's own dicts
+    @property
+    def _opening(self) -> dict[str, SessionSlot]:
+        """The ids being opened (a read-only view of the records)."""
+        return {i: s for i, s in self._slots.items() if s.state is SlotState.CREATING}
+
+    @property
+    def _hibernating(self) -> dict[str, Session]:
+        """The sessions being hibernated (a read-only view of the records)."""
+        return {
+            i: s.session
+            for i, s in self._slots.items()
+            if s.state is SlotState.CLOSING and s.hibernating and s.session is not None
+        }
+
+    def _held_leases(self) -> Iterator[tuple[str, WriterLease]]:
+        for session_id, slot in self._slots.items():
+            if slot.lease is not None:
+                yield session_id, slot.lease
 
     async def __aenter__(self) -> Self:
         await self._start_mcp()
@@ -298,12 +327,17 @@ class Runtime:
             with anyio.CancelScope(shield=True), anyio.move_on_after(30):
                 if self._reaper is not None:
                     self._reaper.cancel()
-                closing = [*self._sessions.values(), *self._hibernating.values()]
-                for session in closing:  # all at once: their actors wind down concurrently
+                # live, and leaving (hibernating, or giving its lease back)
+                closing = [
+                    (slot.session, slot.stop)
+                    for slot in self._slots.values()
+                    if slot.session is not None and (slot.live or slot.state is SlotState.CLOSING)
+                ]
+                for session, stop in closing:  # all at once: their actors wind down concurrently
                     session.close_input()
-                    if stop_now and session.id in self._stops:
-                        self._stops[session.id].cancel()
-                for session in closing:
+                    if stop_now and stop is not None:
+                        stop.cancel()
+                for session, _ in closing:
                     await session.close()
                 if self._renewer is not None:
                     self._renewer.cancel()
@@ -373,6 +407,27 @@ class Runtime:
         """
         self._check_running()
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
+        records, settings = await self._first_records(
+            system=system, objective=objective, constraints=constraints
+        )
+        slot = await self._claim(session_id)
+        if slot is None:
+            raise SessionExists(f"session {session_id!r} is live in this runtime")
+        try:
+            return await self._create(slot, records, settings)
+        except BaseException:
+            await self._unclaim(slot)
+            raise
+
+    async def _first_records(
+        self,
+        *,
+        system: str | None = None,
+        objective: str | None = None,
+        constraints: Sequence[str] = (),
+    ) -> tuple[list[Record], Settings]:
+        """The records a new session's log starts with, and the settings it runs with; checked
+        before the log exists and before any model call."""
         if self._gateway_error is not None:
             raise self._gateway_error
         settings = self.settings.with_(**self.overrides) if self.overrides else self.settings
@@ -410,12 +465,18 @@ class Runtime:
             records.append(ItemRecord(seq=2, item=SystemMessage(text=system)))
         if protected_ops:
             records.append(ProtectedRecord(seq=len(records) + 1, ops=protected_ops, source="user"))
-        await self.store.create(session_id, records)
+        return records, settings
+
+    async def _create(
+        self, slot: SessionSlot, records: list[Record], settings: Settings
+    ) -> Session:
+        """Write the new log of the id ``slot`` claimed, take its lease and start it."""
+        await self.store.create(slot.id, records)
         # the create took the lease; acquiring hands it to this runtime to hold and renew
-        await self._leases.acquire(session_id)
-        state = replay(session_id, records)
-        _log.info("session_created", session=session_id, model=settings.model)
-        return self._start(state, settings)
+        slot.lease = await self._leases.acquire(slot.id)
+        state = replay(slot.id, records)
+        _log.info("session_created", session=slot.id, model=settings.model)
+        return self._start(slot, state, settings)
 
     async def resume(self, session_id: str) -> Session:
         """Rebuild a session from its log (newest compaction + tail) and start it; the live
@@ -453,9 +514,9 @@ class Runtime:
     async def close(self, session_id: str) -> None:
         """Finish the work sent to a live session and stop it (its log stays); a session
         that is not live is left alone. Raises ``InvalidSessionId``."""
-        session = self._sessions.get(validate_session_id(session_id))
-        if session is not None:
-            await session.close()
+        slot = self._slots.get(validate_session_id(session_id))
+        if slot is not None and slot.live and slot.session is not None:
+            await slot.session.close()
 
     async def hibernate(self, session_id: str) -> bool:
         """Stop a live session's actors and drop it from memory now; the next ``open`` or
@@ -463,25 +524,22 @@ class Runtime:
 
         Work already sent to it is finished first. Raises ``InvalidSessionId``.
         """
-        session = self._sessions.get(validate_session_id(session_id))
-        if session is None:
+        slot = self._slots.get(validate_session_id(session_id))
+        if slot is None or not slot.live:
             return False
-        await self._hibernate(session)
+        await self._hibernate(slot)
         return True
 
-    async def _hibernate(self, session: Session) -> None:
-        idle = anyio.current_time() - session.last_active
+    async def _hibernate(self, slot: SessionSlot) -> None:
+        """Hibernate live ``slot``: closing now, hibernated once its actors stopped (see
+        ``_supervise``), which this waits for."""
+        session = slot.session
+        assert session is not None
+        slot.move(SlotState.CLOSING)
+        slot.hibernating = True
+        slot.idle = anyio.current_time() - session.last_active
         session.mark_hibernated()
-        self._sessions.pop(session.id, None)
-        self._hibernating[session.id] = session
-        try:
-            await session.close()
-        finally:
-            del self._hibernating[session.id]
-        if session.failed is None:
-            self._hibernated.add(session.id)
-            _log.debug("session_hibernated", session=session.id)
-            self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
+        await session.close()
 
     async def _reap(self, scope: anyio.CancelScope, idle_timeout: float) -> None:
         """Hibernate sessions idle for ``idle_timeout``; checks a few times per timeout."""
@@ -491,42 +549,88 @@ class Runtime:
                 await anyio.sleep(interval)
                 now = anyio.current_time()
                 idle = [
-                    session
-                    for session in self._sessions.values()
-                    if not session.busy and now - session.last_active >= idle_timeout
+                    slot
+                    for slot in self._slots.values()
+                    if slot.live
+                    and slot.session is not None
+                    and not slot.session.busy
+                    and now - slot.session.last_active >= idle_timeout
                 ]
-                for session in idle:
-                    await self._hibernate(session)
+                for slot in idle:
+                    if slot.live:  # not closed or hibernated while the ones before were
+                        await self._hibernate(slot)
+
+    async def _claim(self, session_id: str) -> SessionSlot | None:
+        """The id's record, moved to ``CREATING`` for the caller to open (a new record, or a
+        hibernated one to wake); None when the session is live here.
+
+        Waits while another open of the id or its close is under way: one open per id at a
+        time, never two sessions on one log, and a closing session's last writes land and its
+        lease is free before its log is read again.
+        """
+        while True:
+            slot = self._slots.get(session_id)
+            if slot is None:
+                slot = self._slots[session_id] = SessionSlot(session_id)
+                return slot
+            if slot.state is SlotState.CREATING:
+                await slot.wait_opened()
+            elif slot.state is SlotState.CLOSING:
+                assert slot.session is not None
+                await slot.session.close()
+            elif slot.state is SlotState.HIBERNATED:
+                slot.move(SlotState.CREATING)
+                slot.from_hibernation = True
+                return slot
+            else:
+                return None
+
+    async def _unclaim(self, slot: SessionSlot) -> None:
+        """An open or create that started nothing: its lease, if taken, is given back; a new
+        id is forgotten, a hibernated one stays hibernated."""
+        if slot.state is not SlotState.CREATING:
+            return
+        await self._give_back(slot)
+        if slot.from_hibernation:
+            slot.move(SlotState.HIBERNATED)
+        else:
+            self._forget(slot, SlotState.CLOSED)
+
+    def _forget(self, slot: SessionSlot, to: SlotState) -> None:
+        """Move ``slot`` to ``to``, a state of a session gone, and drop the record."""
+        slot.move(to)
+        if self._slots.get(slot.id) is slot:
+            del self._slots[slot.id]
+
+    async def _give_back(self, slot: SessionSlot) -> None:
+        """Release the slot's lease, if it holds one (never raises)."""
+        lease, slot.lease = slot.lease, None
+        await self._leases.release(slot.id, lease)
 
     async def _opened(self, session_id: str, *, create: bool) -> Session:
         self._check_running()
         while True:
-            live = self._sessions.get(session_id)
-            if live is not None:
-                return live
-            opening = self._opening.get(session_id)
-            if opening is None:
+            live = self._slots.get(session_id)
+            if live is not None and live.live and live.session is not None:
+                return live.session
+            slot = await self._claim(session_id)
+            if slot is not None:
                 break
-            await opening.wait()  # one open per id at a time: never two sessions on one log
-        opening = self._opening[session_id] = anyio.Event()
         try:
-            hibernating = self._hibernating.get(session_id) or self._stopping.get(session_id)
-            if hibernating is not None:
-                # already closing: its last writes land and its lease is free before we read
-                await hibernating.close()
-            known = session_id in self._hibernated
-            if create and not known and not await self.store.exists(session_id):
+            if create and not slot.from_hibernation and not await self.store.exists(session_id):
                 # another process may create it first: then it is resumed (or busy) below
                 with suppress(SessionExists):
-                    return await self.create(session_id)
-            return await self._resume(session_id)
-        finally:
-            del self._opening[session_id]
-            opening.set()
+                    records, settings = await self._first_records()
+                    return await self._create(slot, records, settings)
+            return await self._resume(slot)
+        except BaseException:
+            await self._unclaim(slot)
+            raise
 
-    async def _resume(self, session_id: str) -> Session:
+    async def _resume(self, slot: SessionSlot) -> Session:
+        session_id = slot.id
         # the lease first: only its holder may cut a torn tail, and nobody writes while we read
-        lease = await self._leases.acquire(session_id)
+        lease = slot.lease = await self._leases.acquire(session_id)
         try:
             if lease.repaired is not None:
                 torn = lease.repaired
@@ -544,7 +648,7 @@ class Runtime:
             state = replay(session_id, read.records)
             settings = await self._continued_settings(session_id, read.records, state)
         except BaseException:
-            await self._leases.release(session_id)
+            await self._give_back(slot)
             raise
         _log.info(
             "session_resumed",
@@ -552,10 +656,10 @@ class Runtime:
             records=len(read.records),
             items=len(state.history),
         )
-        if session_id in self._hibernated:
-            self._hibernated.discard(session_id)
+        if slot.from_hibernation:
+            slot.from_hibernation = False
             self.events.publish(SessionRehydrated(session_id=session_id, records=len(read.records)))
-        return self._start(state, settings)
+        return self._start(slot, state, settings)
 
     async def _continued_settings(
         self, session_id: str, tail: Sequence[Record], state: SessionState
@@ -651,13 +755,17 @@ class Runtime:
     def settings_of(self, session_id: str) -> Settings:
         """The settings live session ``session_id`` runs with. Raises ``KeyError`` when it is
         not live."""
-        return self._session_settings[session_id]
+        slot = self._slots.get(session_id)
+        if slot is None or slot.settings is None:
+            raise KeyError(session_id)
+        return slot.settings
 
     def _check_running(self) -> None:
         if self._tg is None or self._persistence is None:
             raise StowageError("the runtime is not running: use 'async with Runtime(...) as rt'")
 
-    def _start(self, state: SessionState, settings: Settings) -> Session:
+    def _start(self, slot: SessionSlot, state: SessionState, settings: Settings) -> Session:
+        """Start the session of ``slot`` (creating, its lease held): live from now on."""
         self._check_running()
         assert self._tg is not None
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
@@ -665,10 +773,12 @@ class Runtime:
         session = Session(
             state.session_id, state, send, subscribe=self.events.subscribe, on_input=doorbell.ring
         )
-        self._sessions[session.id] = session
-        self._session_settings[session.id] = settings
-        stop = self._stops[session.id] = anyio.CancelScope()
-        self._tg.start_soon(self._supervise, session, receive, stop, doorbell)
+        slot.move(SlotState.LIVE)
+        slot.session = session
+        slot.settings = settings
+        slot.stop = anyio.CancelScope()
+        slot.from_hibernation = False
+        self._tg.start_soon(self._supervise, slot, receive, doorbell)
         return session
 
     # -- leases --------------------------------------------------------------------------
@@ -679,36 +789,37 @@ class Runtime:
 
     def _lease_lost(self, session_id: str, reason: str) -> None:
         """Stop a session whose lease is gone, at once: it must not write another record."""
-        stop = self._stops.get(session_id)
-        if stop is None or session_id in self._lost:
+        slot = self._slots.get(session_id)
+        if slot is None or slot.stop is None or slot.lost is not None:
             return
-        self._lost[session_id] = SessionLeaseLost(session_id, reason)
-        stop.cancel()
+        slot.lost = SessionLeaseLost(session_id, reason)
+        slot.stop.cancel()
 
-    async def _stopped_by(self, session_id: str, failure: Exception | None) -> BaseException | None:
+    async def _stopped_by(
+        self, slot: SessionSlot, failure: Exception | None
+    ) -> BaseException | None:
         """What the session stopped on: ``SessionLeaseLost`` when its lease is gone (found by
         the renewal, or by an append fenced for this session), else ``failure``."""
-        lost = self._lost.pop(session_id, None)
+        lost, slot.lost = slot.lost, None
         if lost is not None:
             return lost
         fenced = _fencing_error(failure) if failure is not None else None
-        if fenced is not None and await self._leases.confirm_lost(session_id):
-            _log.error("lease_lost", session=session_id, found_by="append")
-            lost = SessionLeaseLost(session_id, f"an append was fenced: {fenced}")
+        if fenced is not None and await self._leases.confirm_lost(slot.lease):
+            _log.error("lease_lost", session=slot.id, found_by="append")
+            lost = SessionLeaseLost(slot.id, f"an append was fenced: {fenced}")
             lost.__cause__ = fenced
             return lost
         return failure
 
-    def _session_tools(self, session: Session) -> ToolRegistry:
+    def _session_tools(self, session: Session, settings: Settings) -> ToolRegistry:
         """The runtime's tools plus ``recall_artifact`` over this session, when it may stub."""
 
         async def read_log() -> tuple[Record, ...]:
             # this runtime holds the lease: nothing to repair, and a reader never cuts
             return tuple((await self.store.read(session.id, repair=False)).records)
 
-        settings = self._session_settings.get(session.id, self.settings)
         return with_recall(
-            self._tools_for(settings),
+            with_milestone(self._tools_for(settings), settings),
             settings,
             has_stubs=bool(session.state.stubbed),
             history=lambda: session.state.history,
@@ -717,17 +828,19 @@ class Runtime:
 
     async def _supervise(
         self,
-        session: Session,
+        slot: SessionSlot,
         commands: MemoryObjectReceiveStream[SamplerCommand],
-        stop: anyio.CancelScope,
         doorbell: Doorbell,
     ) -> None:
         assert self._persistence is not None
+        session, stop = slot.session, slot.stop
+        assert session is not None and stop is not None
+        settings = slot.settings or self.settings
         ctx = SessionContext(
             session_id=session.id,
-            settings=self._session_settings.get(session.id, self.settings),
+            settings=settings,
             gateway=self.gateway,
-            tools=self._session_tools(session),
+            tools=self._session_tools(session, settings),
             publish=self.events.publish,
             persistence=self._persistence.clone(),
             # every round and summary takes a place: a round before its request is built
@@ -735,6 +848,7 @@ class Runtime:
             compaction_limiter=self._limits["compaction"],
             tool_limiter=self._limits["tools"],
             before_compaction=self._hooks.before,
+            read_log=partial(_read_records, self.store, session.id),
         )
         committed = CompactorInbox(on_idle=doorbell.ring)
         plans: Slot[Advice] = Slot()
@@ -752,12 +866,14 @@ class Runtime:
                     # no command waiting and the compactor idle (or the input closed).
                     ended = False
                     while not ended:
+                        _between_runs(slot, SlotState.PARKED)
                         try:
                             first = await _next_command(commands, doorbell)
                         except anyio.EndOfStream:
                             break
                         # with a bound on running sessions, wait parked for a turn to run
                         async with runs or nullcontext():
+                            _between_runs(slot, SlotState.RUNNING)
                             ended = await _run_actors(
                                 ctx, sampler, commands, first, committed, plans, kept, doorbell
                             )
@@ -765,27 +881,38 @@ class Runtime:
         except Exception as exc:
             raised = exc
         finally:
-            self._sessions.pop(session.id, None)
-            self._stopping[session.id] = session
-            # idempotent; after a failure some were never closed by their owner
-            session.close_input()
-            commands.close()
-            with anyio.CancelScope(shield=True):
-                # the actors are done: nothing of this session can be written any more
-                failure = await self._stopped_by(session.id, raised)
-                await self._leases.release(session.id)
-            del self._stops[session.id], self._stopping[session.id]
-            self._session_settings.pop(session.id, None)
-            self._lost.pop(session.id, None)  # found lost while it was stopping anyway
-            if isinstance(failure, SessionLeaseLost):
-                _log.error("session_lease_lost", session=session.id, reason=failure.reason)
-                self.events.publish(
-                    SessionLeaseLostEvent(session_id=session.id, error=failure.reason)
-                )
-            elif failure is not None:
-                _log.error("session_failed", session=session.id, error=repr(failure))
-                self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(failure)))
-            session.mark_stopped(failure)
+            try:
+                if slot.state is not SlotState.CLOSING:  # not already hibernating
+                    slot.move(SlotState.CLOSING)
+                # idempotent; after a failure some were never closed by their owner
+                session.close_input()
+                commands.close()
+                with anyio.CancelScope(shield=True):
+                    # the actors are done: nothing of this session can be written any more
+                    failure = await self._stopped_by(slot, raised)
+                    await self._give_back(slot)
+                if isinstance(failure, SessionLeaseLost):
+                    _log.error("session_lease_lost", session=session.id, reason=failure.reason)
+                    self.events.publish(
+                        SessionLeaseLostEvent(session_id=session.id, error=failure.reason)
+                    )
+                elif failure is not None:
+                    _log.error("session_failed", session=session.id, error=repr(failure))
+                    self.events.publish(
+                        SessionFailedEvent(session_id=session.id, error=repr(failure))
+                    )
+                if failure is not None:
+                    self._forget(slot, SlotState.FAILED)
+                elif slot.hibernating:
+                    idle = slot.idle
+                    slot.move(SlotState.HIBERNATED)
+                    _log.debug("session_hibernated", session=session.id)
+                    self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
+                else:
+                    self._forget(slot, SlotState.CLOSED)
+            finally:
+                # its askers never wait forever, whatever happened above
+                session.mark_stopped(failure)
 
 
 class _Unbuilt:
@@ -831,6 +958,13 @@ async def _next_command(
         await doorbell.wait()  # no await since the check: no ring is missed
 
 
+def _between_runs(slot: SessionSlot, to: SlotState) -> None:
+    """Parked or running, as the supervisor goes; a session being hibernated (closing) stays
+    closing while it finishes the work already sent."""
+    if slot.state is not SlotState.CLOSING:
+        slot.move(to)
+
+
 async def _run_actors(
     ctx: SessionContext,
     sampler: Sampler,
@@ -863,6 +997,11 @@ async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[R
     )
 
 
+async def _read_records(store: LogStore, session_id: str) -> Sequence[Record]:
+    """The session's whole log, as a reader (a re-grounded summary is made from it)."""
+    return (await store.read(session_id, repair=False)).records
+
+
 async def _compactor(
     ctx: SessionContext,
     committed: CompactorInbox,
@@ -881,6 +1020,7 @@ async def _compactor(
         limiter=ctx.compaction_limiter,
         call_limiter=ctx.model_limiter,
         before=ctx.before_compaction,
+        read_log=ctx.read_log,
     )
 
 

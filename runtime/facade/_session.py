@@ -22,6 +22,7 @@ from stowage.actors import (
     ContinueTurn,
     Decide,
     Latch,
+    Milestone,
     Protect,
     Reply,
     SamplerCommand,
@@ -241,14 +242,29 @@ class Session:
         await self._ask(ContinueTurn(reply=reply))
         return await self._wait(reply)
 
-    async def compact(self, focus: str | None = None) -> bool:
+    async def compact(self, focus: str | None = None, *, reground: bool = False) -> bool:
         """Compact now, on the last committed round; True when history was compacted.
+        ``reground``: make the summary from the log's original records since the last
+        re-grounded compaction, not from the summary before it.
 
         Raises as ``send`` does.
         """
         reply: Reply[bool] = Reply()
-        await self._ask(CompactNow(focus=focus, reply=reply))
+        await self._ask(CompactNow(focus=focus, reply=reply, reground=reground))
         return await self._wait(reply)
+
+    async def milestone(self, name: str, note: str | None = None) -> None:
+        """Record that a phase of the work ended: a ``milestone`` record and a
+        ``MilestoneReached`` event. Above the soft mark the session compacts here (the
+        summary is told the phase that ended) rather than a few rounds later.
+
+        Raises ``ConfigError`` for an empty name; otherwise as ``send`` does.
+        """
+        if not name.strip():
+            raise ConfigError("a milestone needs a name: say which phase of the work ended")
+        reply: Reply[None] = Reply()
+        await self._ask(Milestone(name=name.strip(), note=note or None, reply=reply))
+        await self._wait(reply)
 
     @property
     def protected(self) -> ProtectedState:

@@ -1,5 +1,8 @@
 """Model endpoints: the OpenAI gateway and its wire formats, and the offline scripted model (a
 product feature: the demo and the default model run on it).
+
+Importing this package imports no HTTP client: the gateway (aiohttp, or the openai SDK's
+public API) is imported by ``make_gateway`` when a session first needs it.
 """
 
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage

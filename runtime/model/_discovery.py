@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import structlog
 from stowage.core import ModelAuthError, ModelConnectionError, redact_url
 
@@ -61,6 +60,8 @@ async def discover_context_window(
     nothing."""
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models/{quote(model, safe='/')}"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    import httpx  # here, not at import: ``import stowage.model`` stays light
+
     try:
         async with httpx.AsyncClient(timeout=wait) as client:
             response = await client.get(url, headers=headers)
@@ -88,6 +89,8 @@ async def probe_endpoint(base_url: str | None, api_key: str | None, *, wait: flo
     """
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    import httpx  # here, not at import: ``import stowage.model`` stays light
+
     try:
         async with httpx.AsyncClient(timeout=wait) as client:
             response = await client.get(url, headers=headers)

@@ -1,6 +1,6 @@
-"""Which gateway a session's settings name, without importing the OpenAI SDK until one is
-needed: ``import openai`` takes about 0.4 s, the largest part of a command's start, and the
-offline model, ``show``, ``check``, ``list`` and ``context`` never use it.
+"""Which gateway a session's settings name, without importing an HTTP client until one is
+needed: ``import aiohttp`` or ``import openai`` takes a good part of a command's start, and the
+offline model, ``show``, ``check``, ``list`` and ``context`` never use either.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["make_gateway"]
 
 def make_gateway(settings: Settings) -> ModelGateway:
     """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, else an
-    ``OpenAIGateway`` (the SDK is imported here, on first use).
+    ``OpenAIGateway`` (its HTTP client is imported here, on first use).
 
     Raises ``ConfigError`` when an OpenAI gateway has no API key.
     """
@@ -31,4 +31,5 @@ def make_gateway(settings: Settings) -> ModelGateway:
         request_deadline=settings.request_deadline,
         max_retry_wait=settings.max_retry_wait,
         max_answer_chars=settings.max_answer_chars,
+        http_client=settings.http_client,
     )

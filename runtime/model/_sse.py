@@ -1,23 +1,24 @@
 """Server-sent events decoded straight from the response bytes with orjson.
 
-The SDK's ``AsyncStream`` decodes events line by line in Python and each payload with the
-standard ``json`` module; on a streamed answer (one event per token at a real provider) that is
-most of the client's CPU. ``JsonEventStream`` reads the HTTP response the gateway's fast wire
-path sent through the SDK's own HTTP client. Errors keep the SDK's types: an ``error`` payload
-raises ``openai.APIError``, a transport failure ``openai.APIConnectionError``. An event that
-grows past ``max_event_bytes`` before it ends raises ``ResponseTooLarge``: an endpoint that
-streams one endless event must not fill memory.
+``JsonEventStream`` takes a ``read`` coroutine function that returns whatever bytes of the
+body have arrived (``b""`` at its end; the aiohttp transport hands it
+``response.content.readany``, wrapped so that a transport failure is a ``TransportError``), so
+one read returns every event that came together and a caller times each read, not each event.
+An ``error`` payload raises ``EventError``; an event that grows past ``max_event_bytes``
+before it ends raises ``ResponseTooLarge``: an endpoint that streams one endless event must
+not fill memory. Nothing here imports an HTTP library.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-import openai
 import orjson
 from stowage.core import ResponseTooLarge
+
+from ._http_errors import EventError
 
 __all__ = ["JsonEventStream", "sse_data"]
 
@@ -34,16 +35,24 @@ def sse_data(block: bytes) -> bytes | None:
 
 
 class JsonEventStream:
-    """The decoded JSON payloads of a streamed HTTP ``response`` (an httpx response of the
-    SDK's HTTP client), read a chunk of the body at a time and ending at ``[DONE]`` or the
-    body's end; closing it closes the response."""
+    """The decoded JSON payloads of a streamed body, read a chunk at a time with ``read`` and
+    ending at ``[DONE]`` or the body's end; leaving it calls ``close`` (with whether the body
+    was read to its end, so a connection can be kept for the next request)."""
 
-    def __init__(self, response: Any, *, max_event_bytes: int | None = None) -> None:
-        """``max_event_bytes``: the most bytes one event may take before it ends (None: no
-        limit)."""
-        self.response = response
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[bytes]],
+        close: Callable[[bool], Awaitable[None]],
+        *,
+        status: int | None = None,
+        max_event_bytes: int | None = None,
+    ) -> None:
+        """``status``: the HTTP status of the response, for errors to name; ``max_event_bytes``:
+        the most bytes one event may take before it ends (None: no limit)."""
+        self.status = status
+        self._read = read
+        self._close = close
         self._max_event_bytes = max_event_bytes
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._buffer = b""
         self._done = False  # [DONE] came: what is left of the body is read and dropped
         self._ended = False
@@ -54,25 +63,21 @@ class JsonEventStream:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.response.aclose()
+        await self._close(self._ended)
 
     async def next_events(self) -> list[Any] | None:
         """The events of the next chunks of the body (at least one, as many as arrived
-        together), or None at the end of the stream. One await per network read: a caller
-        times each call, not each event.
+        together), or None at the end of the stream. One await per network read.
 
-        Raises ``openai.APIError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
-        payload that is not JSON, ``openai.APIConnectionError`` when the transport fails,
+        Raises ``EventError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
+        payload that is not JSON, what ``read`` raises when the transport fails,
         ``ResponseTooLarge`` when an event passes ``max_event_bytes`` before it ends.
         """
         while not self._ended:
-            try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
+            chunk = await self._read()
+            if not chunk:
                 self._ended = True
                 return self._rest()
-            except Exception as exc:  # the transport's own error classes: a broken stream
-                raise openai.APIConnectionError(request=self.response.request) from exc
             if self._done:
                 continue  # drain the body so the connection can be reused
             events = self._decode(chunk)
@@ -81,7 +86,7 @@ class JsonEventStream:
         return None
 
     def _decode(self, chunk: bytes) -> list[Any]:
-        buffer = self._buffer + chunk
+        buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         events: list[Any] = []
@@ -94,7 +99,7 @@ class JsonEventStream:
                 self._done = True
                 buffer = b""
                 break
-            events.append(_checked(orjson.loads(data), self.response))
+            events.append(_checked(orjson.loads(data)))
         self._buffer = buffer
         limit = self._max_event_bytes
         if limit is not None and len(buffer) > limit:
@@ -112,16 +117,10 @@ class JsonEventStream:
         data = sse_data(rest)
         if data is None or data.startswith(b"[DONE]"):
             return None
-        return [_checked(orjson.loads(data), self.response)]
+        return [_checked(orjson.loads(data))]
 
 
-def _checked(event: Any, response: Any) -> Any:
+def _checked(event: Any) -> Any:
     if isinstance(event, dict) and event.get("error"):
-        error = event["error"]
-        message = error.get("message") if isinstance(error, dict) else None
-        raise openai.APIError(
-            message if isinstance(message, str) and message else "error in the event stream",
-            request=response.request,
-            body=error,
-        )
+        raise EventError(event["error"])
     return event

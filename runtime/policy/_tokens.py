@@ -29,6 +29,7 @@ from stowage.core import (
     ModelRequest,
     ModelResponse,
     SessionState,
+    ToolSpec,
     Usage,
     entry_chars,
     item_chars,
@@ -64,15 +65,32 @@ def request_chars(request: ModelRequest) -> int:
     nothing."""
     chars = sum(item_chars(item) for item in request.input)
     if request.tools:
-        chars += len(
-            json.dumps(
-                [
-                    {"name": t.name, "description": t.description, "parameters": t.parameters}
-                    for t in request.tools
-                ],
-                sort_keys=True,
-            )
+        chars += _tool_chars(request.tools)
+    return chars
+
+
+# the schemas' characters by the identity of the tools tuple: a session sends the same one
+# with every request, and serializing it each time cost more than the rest of the count
+_TOOL_CHARS: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+_TOOL_CHARS_MAX = 256
+
+
+def _tool_chars(tools: tuple[ToolSpec, ...]) -> int:
+    hit = _TOOL_CHARS.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    chars = len(
+        json.dumps(
+            [
+                {"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in tools
+            ],
+            sort_keys=True,
         )
+    )
+    if len(_TOOL_CHARS) >= _TOOL_CHARS_MAX:
+        _TOOL_CHARS.clear()
+    _TOOL_CHARS[id(tools)] = (tools, chars)
     return chars
 
 

@@ -1,12 +1,20 @@
 """Tools: the registry and its executor helper, ``@tool``, MCP servers' tools, the workspace
 tools (and the secret patterns they refuse), and ``recall_artifact``."""
 
-from ._decorator import DecoratedTool, tool
-from ._guard import DEFAULT_SECRET_PATTERNS
-from ._mcp import MCPServer, MCPTool, MCPToolSource, add_mcp_tools, mcp_server
-from ._recall import with_recall
-from ._registry import FunctionTool, ToolError, ToolRegistry, execute_call
-from ._workspace import workspace_tools
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stowage._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._decorator import DecoratedTool, tool
+    from ._guard import DEFAULT_SECRET_PATTERNS
+    from ._mcp import MCPServer, MCPTool, MCPToolSource, add_mcp_tools, mcp_server
+    from ._milestone import MILESTONE_TOOL, MilestoneArgs, with_milestone
+    from ._recall import with_recall
+    from ._registry import FunctionTool, ToolError, ToolRegistry, execute_call
+    from ._workspace import workspace_tools
 
 __all__ = [
     "DEFAULT_SECRET_PATTERNS",
@@ -22,5 +30,31 @@ __all__ = [
     "mcp_server",
     "tool",
     "with_recall",
+    "MILESTONE_TOOL",
+    "MilestoneArgs",
+    "with_milestone",
     "workspace_tools",
 ]
+
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {
+    "DecoratedTool": "._decorator",
+    "tool": "._decorator",
+    "DEFAULT_SECRET_PATTERNS": "._guard",
+    "MCPServer": "._mcp",
+    "MCPTool": "._mcp",
+    "MCPToolSource": "._mcp",
+    "add_mcp_tools": "._mcp",
+    "mcp_server": "._mcp",
+    "with_recall": "._recall",
+    "MILESTONE_TOOL": "._milestone",
+    "MilestoneArgs": "._milestone",
+    "with_milestone": "._milestone",
+    "FunctionTool": "._registry",
+    "ToolError": "._registry",
+    "ToolRegistry": "._registry",
+    "execute_call": "._registry",
+    "workspace_tools": "._workspace",
+}
+if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

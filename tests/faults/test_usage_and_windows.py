@@ -297,6 +297,10 @@ async def test_a_mid_turn_compaction_keeps_the_turns_newest_output_verbatim_when
             "soft_mark": 0.55,
             "compact_mark": 0.55,
             "background_compaction": False,
+            # whatever it frees: each read is a fifth of the window, and by default a summary
+            # asked for below the hard mark must free room for four of them (so this one
+            # would wait for the turn's end)
+            "micro_min_free": 0.0,
         }
         async with fault_run(
             tmp_path, "chat", True, brain=three_reads(), tools=tools, **settings
@@ -304,6 +308,7 @@ async def test_a_mid_turn_compaction_keeps_the_turns_newest_output_verbatim_when
             result = await run.turn("read the files")
         assert isinstance(result, TurnResult) and result.text == "done"
         compaction = next(r for r in run.log if isinstance(r, CompactionRecord))
+        print("DBG", [(type(r).__name__, r.seq, getattr(r, "kind", ""), getattr(r, "covers_through", ""), getattr(r, "reason", "")[:150]) for r in run.log if type(r).__name__ in ("CompactionRecord", "MicrocompactRecord", "ItemRecord", "ErrorRecord")])
         state = replay("faulty", [r for r in run.log if r.seq <= compaction.seq])
         kept = [e.item for e in state.history if isinstance(e.item, FunctionCallOutput)]
         calls = [

@@ -1,17 +1,16 @@
-"""The OpenAI gateway: pure wire mapping, and the real SDK against the fake server over HTTP, on
-the fast wire path and on the public API it falls back to."""
+"""The OpenAI gateway: pure wire mapping, and the gateway against the fake server over HTTP,
+sending through aiohttp and through the openai SDK's public API."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -39,17 +38,16 @@ from stowage.core import (
     UserMessage,
 )
 from stowage.model import PURPOSE_HEADER, ScriptedBrain, ScriptedModel, make_gateway
-from stowage.model import _openai_gateway as gateway_module
 from stowage.model._openai_gateway import (
     OpenAIGateway,
     chat_body,
     chat_messages,
-    fast_wire_gaps,
-    map_openai_error,
+    choose_http_client,
     parse_retry_after,
     responses_body,
     responses_input,
 )
+from stowage.model._openai_sdk import PlainEvents, map_openai_error
 from stowage.model._openai_wire import (
     ChatStreamAccumulator,
     ResponsesStreamAccumulator,
@@ -57,7 +55,6 @@ from stowage.model._openai_wire import (
 )
 from stowage.testing import FakeOpenAIServer, Fault
 from stowage.testing._fake_wire import request_from_chat, request_from_responses
-from structlog.testing import capture_logs
 
 WireApi = Literal["chat", "responses"]
 TOOLS = (
@@ -76,48 +73,38 @@ ITEMS = (
 )
 
 
-OPENAI_VERSION = tuple(int(n) for n in re.findall(r"\d+", openai.__version__)[:2])
-
-
 @pytest.fixture(params=["chat", "responses"])
 def gw_wire_api(request: pytest.FixtureRequest) -> WireApi:
     api: WireApi = request.param
     return api
 
 
-#: how a gateway sends: its ``fast_wire`` and ``lean_http`` arguments
-Sending = dict[str, bool]
+#: how a gateway sends: its ``http_client`` argument
+Sending = dict[str, str]
 
 
 @pytest.fixture(
     params=[
-        pytest.param({"fast_wire": True, "lean_http": True}, id="fast"),
-        pytest.param({"fast_wire": True, "lean_http": False}, id="fast-sdk-http"),
-        pytest.param({"fast_wire": False}, id="public"),
+        pytest.param({"http_client": "aiohttp"}, id="aiohttp"),
+        pytest.param({"http_client": "sdk"}, id="sdk"),
     ]
 )
 def gw_fast(request: pytest.FixtureRequest) -> Sending:
-    """The fast wire path through the lean HTTP client or the SDK's, or the public API the
-    gateway falls back to."""
+    """aiohttp, or the openai SDK's public API."""
     sending: Sending = request.param
     return sending
 
 
 @asynccontextmanager
 async def _serving(
-    wire_api: WireApi, *, fast_wire: bool | None = None, lean_http: bool | None = None
+    wire_api: WireApi, *, http_client: str | None = None
 ) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIGateway]]:
     # Not a fixture: the server's task group must be entered and left by the test's own task.
     async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
         gateway = OpenAIGateway(
-            base_url=server.base_url,
-            api_key="sk-test",
-            wire_api=wire_api,
-            fast_wire=fast_wire,
-            lean_http=lean_http,
+            base_url=server.base_url, api_key="sk-test", wire_api=wire_api, http_client=http_client
         )
-        assert fast_wire is None or gateway.fast_wire is fast_wire
-        assert lean_http is None or gateway.lean_http is lean_http
+        assert http_client is None or gateway.http_client == http_client
         try:
             yield server, gateway
         finally:
@@ -456,96 +443,111 @@ def test_context_length_errors_are_recognised_by_code_or_message(
     assert is_context_length_error(code, message) is expected
 
 
-# --- the fast wire path's hooks, and the public API without them ------------------------
+# --- the HTTP client: aiohttp by default, the SDK's public API when asked ----------------
 
 
-class _Client:
-    """An SDK client with every hook of the fast wire path."""
+@pytest.mark.parametrize(
+    ("given", "environ", "chosen"),
+    [
+        (None, {}, "aiohttp"),
+        (None, {"STOWAGE_HTTP_CLIENT": "sdk"}, "sdk"),
+        (None, {"STOWAGE_HTTP_CLIENT": " SDK "}, "sdk"),
+        (None, {"STOWAGE_HTTP_CLIENT": "lean"}, "aiohttp"),  # the name before aiohttp
+        (None, {"STOWAGE_HTTP_CLIENT": "aiohttp"}, "aiohttp"),
+        ("aiohttp", {"STOWAGE_HTTP_CLIENT": "sdk"}, "aiohttp"),  # the setting wins
+        ("sdk", {}, "sdk"),
+    ],
+)
+def test_the_http_client_is_the_setting_else_the_environment_else_aiohttp(
+    given: str | None, environ: dict[str, str], chosen: str
+) -> None:
+    assert choose_http_client(given, environ) == chosen
 
-    def _build_request(self, options: object) -> object: ...
 
-    def _make_status_error_from_response(self, response: object) -> object: ...
-
-
-def test_detection_names_each_missing_hook() -> None:
-    models = SimpleNamespace(FinalRequestOptions=openai._models.FinalRequestOptions)
-    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_Client, _models=models)) == ()
-
-    class Old:
-        """An SDK client without either hook."""
-
-    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=Old, _models=models)) == (
-        "AsyncOpenAI._build_request",
-        "AsyncOpenAI._make_status_error_from_response",
+def test_an_unknown_http_client_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="http_client must be 'aiohttp' or 'sdk', got 'curl'"):
+        OpenAIGateway(base_url="http://h/v1", api_key="k", wire_api="chat", http_client="curl")
+    with pytest.raises(ConfigError, match="http_client must be 'aiohttp' or 'sdk'"):
+        Settings(model="m", http_client="curl")  # type: ignore[arg-type]
+    monkeypatch.setenv("STOWAGE_HTTP_CLIENT", "curl")
+    with pytest.raises(
+        ConfigError, match="STOWAGE_HTTP_CLIENT must be 'aiohttp' or 'sdk', got 'curl'"
+    ):
+        OpenAIGateway(base_url="http://h/v1", api_key="k", wire_api="chat")
+    monkeypatch.setenv("STOWAGE_HTTP_CLIENT", "sdk")
+    gateway = make_gateway(Settings(model="m", base_url="http://h/v1", api_key="k"))
+    assert isinstance(gateway, OpenAIGateway) and gateway.http_client == "sdk"
+    gateway = make_gateway(
+        Settings(model="m", base_url="http://h/v1", api_key="k", http_client="aiohttp")
     )
-    assert fast_wire_gaps(SimpleNamespace(AsyncOpenAI=_Client)) == (
-        "_models.FinalRequestOptions.construct",
-    )
-    assert fast_wire_gaps(SimpleNamespace()) == ("AsyncOpenAI",)
+    assert isinstance(gateway, OpenAIGateway) and gateway.http_client == "aiohttp"
 
 
-async def test_the_installed_sdk_has_the_hooks() -> None:
-    assert fast_wire_gaps() == ()
-    # request options carry `security` from openai 2.34 on; before, the fast path leaves it out
-    assert gateway_module._takes_security() is (OPENAI_VERSION >= (2, 34))
-    gateway = OpenAIGateway(base_url=None, api_key="k", wire_api="chat")
-    await gateway.aclose()
-    assert gateway.fast_wire
+def test_an_endpoint_that_is_not_http_is_refused() -> None:
+    with pytest.raises(ConfigError, match="must be an http"):
+        OpenAIGateway(base_url="ftp://user:pw@h/v1", api_key="k", wire_api="chat")
 
 
-async def test_the_fast_wire_sends_the_sdks_headers_and_auth(gw_wire_api: WireApi) -> None:
+async def test_aiohttp_sends_the_key_the_purpose_and_the_account_headers(
+    gw_wire_api: WireApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj_1")
     with anyio.fail_after(15):
         async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
             server.api_key = "sk-secret"
             gateway = OpenAIGateway(base_url=server.base_url, api_key="sk-secret",
-                                    wire_api=gw_wire_api, fast_wire=True)  # fmt: skip
+                                    wire_api=gw_wire_api)  # fmt: skip
+            assert gateway.http_client == "aiohttp"
             try:
                 await gateway.create(_request())
                 [e async for e in gateway.stream(_request(purpose="summary"))]
             finally:
                 await gateway.aclose()
             wrong = OpenAIGateway(base_url=server.base_url, api_key="sk-wrong",
-                                  wire_api=gw_wire_api, fast_wire=True)  # fmt: skip
+                                  wire_api=gw_wire_api)  # fmt: skip
             try:
-                with pytest.raises(ModelAuthError, match="HTTP 401"):
+                with pytest.raises(ModelAuthError, match="HTTP 401") as caught:
                     await wrong.create(_request())
             finally:
                 await wrong.aclose()
         first, second = server.request_headers[:2]
-        assert first["user-agent"].startswith("AsyncOpenAI/Python")
+        assert first["user-agent"].startswith("stowage/")
         assert first[PURPOSE_HEADER.lower()] == "round"
         assert second[PURPOSE_HEADER.lower()] == "summary"
         assert first["content-type"] == "application/json"
+        assert first["openai-project"] == "proj_1"
+        assert "gzip" in first["accept-encoding"]
+        # the error carries the endpoint's words, worded as the SDK words them
+        assert "Error code: 401" in str(caught.value) and "Incorrect API key" in str(caught.value)
 
 
-async def test_without_the_hooks_the_gateway_warns_once_and_calls_the_public_api(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(
-        gateway_module, "fast_wire_gaps", lambda: ("AsyncOpenAI.post(content=...)",)
-    )
-    monkeypatch.setattr(gateway_module, "_fallback_logged", False)
+async def test_credentials_in_the_url_go_as_basic_auth_and_never_into_messages() -> None:
+    with anyio.fail_after(15):
+        async with FakeOpenAIServer(brain=ScriptedBrain(tool_rounds=1)) as server:
+            url = server.base_url.replace("http://", "http://user:pa%40ss@")
+            gateway = OpenAIGateway(base_url=url, api_key="k", wire_api="chat")
+            try:
+                assert "pa%40ss" not in gateway.url and "REDACTED@" in gateway.url
+                assert (await gateway.create(_request())).calls
+                server.inject(Fault.server_error(500))
+                with pytest.raises(ModelConnectionError) as caught:
+                    await gateway.create(_request())
+            finally:
+                await gateway.aclose()
+    assert "pa%40ss" not in str(caught.value) and "REDACTED@127.0.0.1" in str(caught.value)
+
+
+async def test_the_sdk_path_calls_the_public_api_with_the_same_answers() -> None:
     request = _request()
     expected = ScriptedBrain(tool_rounds=1)(request)
-    with anyio.fail_after(15), capture_logs() as logs:
+    with anyio.fail_after(15):
         for wire_api in ("chat", "responses"):
-            async with _serving(wire_api) as (_, gateway):
-                assert not gateway.fast_wire
+            async with _serving(wire_api, http_client="sdk") as (server, gateway):
                 created = await gateway.create(request)
                 streamed = [e async for e in gateway.stream(request)][-1]
             assert isinstance(streamed, ResponseDone)
             assert created == streamed.response == expected
-        with pytest.raises(ConfigError, match=r"post\(content=\.\.\.\)"):
-            OpenAIGateway(base_url=None, api_key="k", wire_api="chat", fast_wire=True)
-    assert logs == [
-        {
-            "event": "openai_fast_wire_unavailable",
-            "log_level": "warning",
-            "openai_version": openai.__version__,
-            "missing": ["AsyncOpenAI.post(content=...)"],
-            "using": "the public API (chat.completions.create / responses.create)",
-        }
-    ]
+            assert server.request_headers[0]["user-agent"].startswith("AsyncOpenAI/Python")
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["create", "stream"])
@@ -559,27 +561,25 @@ async def test_both_paths_put_the_same_body_on_the_wire(
     )
     bodies = []
     with anyio.fail_after(15):
-        for fast, lean_http in ((True, True), (True, False), (False, None)):
-            async with _serving(gw_wire_api, fast_wire=fast, lean_http=lean_http) as (
-                server,
-                gateway,
-            ):
+        for http_client in ("aiohttp", "sdk"):
+            async with _serving(gw_wire_api, http_client=http_client) as (server, gateway):
                 if streaming:
                     [e async for e in gateway.stream(request)]
                 else:
                     await gateway.create(request)
                 bodies.append(server.requests[-1])
-    assert bodies[0] == bodies[1] == bodies[2]
+    assert bodies[0] == bodies[1]
 
 
 async def test_body_fields_the_public_create_does_not_take_go_as_extra_body(
     gw_wire_api: WireApi,
 ) -> None:
     with anyio.fail_after(15):
-        async with _serving(gw_wire_api, fast_wire=False) as (server, gateway):
-            assert gateway._public_parameters is not None
+        async with _serving(gw_wire_api, http_client="sdk") as (server, gateway):
+            sdk: Any = gateway._sdk
+            assert sdk is not None and sdk.parameters is not None
             limit = "max_tokens" if gw_wire_api == "chat" else "max_output_tokens"
-            gateway._public_parameters -= {limit}
+            sdk.parameters -= {limit}
             await gateway.create(_request(max_output_tokens=32))
             assert server.requests[-1][limit] == 32
 
@@ -599,7 +599,7 @@ async def test_a_broken_public_stream_is_a_connection_error() -> None:
             self.closed = True
 
     broken = Broken()
-    async with gateway_module._PlainEvents(broken) as events:
+    async with PlainEvents(broken) as events:
         with pytest.raises(openai.APIConnectionError) as caught:
             await events.next_events()
     assert broken.closed

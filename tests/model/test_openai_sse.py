@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import anyio
-import httpx
-import openai
 import pytest
 from stowage.core import ResponseTooLarge
+from stowage.model._http_errors import EventError, TransportError
 from stowage.model._sse import JsonEventStream, sse_data
 
 
@@ -25,16 +24,22 @@ class _Body:
     def __init__(self, *chunks: bytes) -> None:
         self.chunks = list(chunks)
         self.read: list[bytes] = []
-        self.request = httpx.Request("POST", "http://x/v1/chat/completions")
-        self.closed = False
+        self.closed: bool | None = None  # whether it was closed read to its end
+        self._pieces: AsyncIterator[bytes] = self.pieces()
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+    async def pieces(self) -> AsyncIterator[bytes]:
         for chunk in self.chunks:
             self.read.append(chunk)
             yield chunk
 
-    async def aclose(self) -> None:
-        self.closed = True
+    async def read_chunk(self) -> bytes:
+        return await anext(self._pieces, b"")
+
+    async def close(self, ended: bool) -> None:
+        self.closed = ended
+
+    def events(self, **kw: int) -> JsonEventStream:
+        return JsonEventStream(self.read_chunk, self.close, status=200, **kw)
 
 
 async def test_events_that_arrive_together_come_back_as_one_batch() -> None:
@@ -45,34 +50,38 @@ async def test_events_that_arrive_together_come_back_as_one_batch() -> None:
         b': 3}\r\n\r\ndata: [DONE]\n\ndata: {"n": 4}\n\n',
         b"trailing bytes after [DONE]",
     )
-    async with JsonEventStream(body) as events:
+    async with body.events() as events:
+        assert events.status == 200
         assert await events.next_events() == [{"n": 1}, {"n": 2}]
         assert await events.next_events() == [{"n": 3}]  # split across chunks, CRLF lines
         assert await events.next_events() is None  # [DONE]: nothing after it is an event
     assert body.read == body.chunks  # the body was drained, so its connection can be reused
-    assert body.closed
+    assert body.closed is True
 
 
 async def test_a_last_event_without_its_blank_line_still_counts() -> None:
-    async with JsonEventStream(_Body(b'data: {"n": 1}\n\ndata: {"n": 2}')) as events:
+    async with _Body(b'data: {"n": 1}\n\ndata: {"n": 2}').events() as events:
         assert await events.next_events() == [{"n": 1}]
         assert await events.next_events() == [{"n": 2}]
         assert await events.next_events() is None
 
 
-async def test_an_error_payload_and_a_broken_body_keep_the_sdks_error_classes() -> None:
-    async with JsonEventStream(_Body(b'data: {"error": {"message": "overloaded"}}\n\n')) as events:
-        with pytest.raises(openai.APIError, match="overloaded"):
+async def test_an_error_payload_and_a_broken_body_raise_their_own_errors() -> None:
+    body = _Body(b'data: {"error": {"message": "overloaded", "code": "busy"}}\n\n')
+    async with body.events() as events:
+        with pytest.raises(EventError, match="overloaded") as caught:
             await events.next_events()
+    assert caught.value.code == "busy" and caught.value.error["message"] == "overloaded"
+    assert body.closed is False  # not read to its end: the connection is not kept
 
     class Broken(_Body):
-        async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        async def pieces(self) -> AsyncIterator[bytes]:
             yield b'data: {"n": 1}\n\n'
-            raise OSError("connection reset")
+            raise TransportError("ClientPayloadError: connection reset")
 
-    async with JsonEventStream(Broken()) as events:
+    async with Broken().events() as events:
         assert await events.next_events() == [{"n": 1}]
-        with pytest.raises(openai.APIConnectionError):
+        with pytest.raises(TransportError):
             await events.next_events()
 
 
@@ -80,9 +89,9 @@ async def test_an_event_that_never_ends_is_refused_at_its_limit_not_read_on() ->
     piece = b"x" * 65536
     body = _Body(b'data: {"n": 1}\n\ndata: {"text": "', *([piece] * 64))
     with anyio.fail_after(10), pytest.raises(ResponseTooLarge, match="one event of the stream"):
-        async with JsonEventStream(body, max_event_bytes=256 * 1024) as events:
+        async with body.events(max_event_bytes=256 * 1024) as events:
             assert await events.next_events() == [{"n": 1}]
             while await events.next_events() is not None:
                 pass
     assert len(body.read) <= 6  # about 256 KiB read of the 4 MiB it would have sent
-    assert body.closed
+    assert body.closed is False

@@ -9,7 +9,8 @@ from email.utils import format_datetime
 
 import pytest
 from stowage.core import ContextLengthExceeded, IncompleteResponse, ModelResponseError
-from stowage.model._openai_gateway import map_openai_error
+from stowage.model._http_errors import model_error
+from stowage.model._openai_sdk import map_openai_error
 from stowage.model._openai_wire import (
     ChatStreamAccumulator,
     ResponsesStreamAccumulator,
@@ -98,8 +99,8 @@ def test_a_body_that_is_not_json_is_an_incomplete_response_worth_retrying() -> N
     try:
         json.loads('{"choices": [')
     except json.JSONDecodeError as exc:
-        error = map_openai_error(exc)
-    assert isinstance(error, IncompleteResponse) and error.transient
+        errors = [model_error(exc), map_openai_error(exc)]
+    assert all(isinstance(error, IncompleteResponse) and error.transient for error in errors)
 
 
 @pytest.mark.parametrize(

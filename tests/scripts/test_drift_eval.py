@@ -27,6 +27,13 @@ def check(report: dict[str, Any], compactions: int) -> None:
     assert plain["constraint_preservation"] < 1.0
     assert plain["final_recall"] < protected["final_recall"]
     assert plain["drift_per_compaction"] > 0.0
+    # a model deciding from its request retries what its request does not show failed
+    assert protected["failed_approach_repeats"] == 0
+    assert plain["failed_approach_repeats"] > 0
+    assert plain["failed_approach_chances"] == protected["failed_approach_chances"] > 0
+    # summaries made from the original records lose less than summaries of summaries
+    regrounded = report["strategies"]["regrounded"]
+    assert regrounded["final_recall"] > plain["final_recall"]
 
 
 async def test_offline_run_shows_protected_state_beating_the_plain_summary(

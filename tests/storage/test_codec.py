@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stowage.core import ManifestSection, MilestoneRecord, RequestManifest
 from stowage.core._items import (
     AssistantMessage,
     CompactionSummary,
@@ -52,6 +53,24 @@ items = st.one_of(
     st.builds(CompactionSummary, text=text),
 )
 usages = st.none() | st.builds(Usage, input_tokens=ints, output_tokens=ints, total_tokens=ints)
+hexes = st.text(alphabet="0123456789abcdef", min_size=16, max_size=64)
+manifests = st.none() | st.builds(
+    RequestManifest,
+    sha256=hexes,
+    input_sha256=hexes,
+    sections=st.lists(
+        st.builds(
+            ManifestSection,
+            name=st.sampled_from(["system", "protected", "summary", "history", "tools"]),
+            first_seq=st.none() | seqs,
+            last_seq=st.none() | seqs,
+            items=ints,
+            sha256=hexes,
+            tokens=ints,
+        ),
+        max_size=5,
+    ).map(tuple),
+)
 
 
 def every_field(cls: type[Any], **strategies: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -83,6 +102,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         interrupted=st.booleans(),
         truncated=st.booleans(),
         reported_usage=usages,
+        manifest=manifests,
     ),
     every_field(
         CompactionRecord,
@@ -104,6 +124,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         chars_per_token=st.none() | st.floats(min_value=0.5, max_value=20, allow_nan=False),
         waited=st.none() | st.floats(min_value=0, max_value=3600, allow_nan=False),
         reattached=st.lists(ints, max_size=4).map(tuple),
+        regrounded=st.booleans(),
     ),
     every_field(
         MicrocompactRecord,
@@ -126,6 +147,14 @@ records: st.SearchStrategy[Record] = st.one_of(
         TurnRecord, seq=seqs, ts=text, turn=ints, phase=st.sampled_from(["started", "finished"])
     ),
     every_field(ErrorRecord, seq=seqs, ts=text, kind=text, message=text),
+    every_field(
+        MilestoneRecord,
+        seq=seqs,
+        ts=text,
+        name=text,
+        note=st.none() | text,
+        source=st.sampled_from(["user", "model"]),
+    ),
 )
 
 
@@ -228,6 +257,8 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
     fields = {f.name for f in dataclasses.fields(record)}
     if isinstance(record, ItemRecord) and record.round is None:
         fields.discard("round")
+    if isinstance(record, RoundCommittedRecord) and record.manifest is None:
+        fields.discard("manifest")  # written only when the round sent a request
     assert set(data) - {"v", "type"} == fields
 
 

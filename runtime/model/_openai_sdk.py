@@ -1,0 +1,193 @@
+"""The compatible path: the openai SDK's public API, ``chat.completions.create`` and
+``responses.create``, for a gateway set to ``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``).
+
+The bodies are the same ones ``_openai_wire`` builds for the aiohttp path: each field the
+public ``create`` takes goes as its keyword argument, the rest as ``extra_body``. The typed
+results are turned back into the plain JSON they came from (``to_dict``) and go through the
+same parsers; a stream's typed events likewise (``PlainEvents``, used like
+``JsonEventStream``). The SDK sends each request once (``max_retries=0``): retries are the
+caller's. Only public names of the SDK are used here; its errors become ``ModelError`` by
+``map_openai_error``. The SDK reads each event and body itself, so on this path only the
+parsed answer is checked against ``max_answer_chars``. ``import openai`` (about 0.4 s) happens
+when the first ``SdkClient`` is made, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from stowage.core import (
+    ConfigError,
+    IncompleteResponse,
+    ModelConnectionError,
+    ModelError,
+    ModelResponseError,
+)
+
+from ._http_errors import status_error
+from ._openai_wire import PURPOSE_HEADER, context_error, is_context_length_error
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["PlainEvents", "SdkClient", "map_openai_error", "plain"]
+
+
+def plain(value: Any) -> Any:
+    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from.
+
+    Raises ``IncompleteResponse`` for anything else, such as the text the SDK returns for an
+    answer that is not JSON.
+    """
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        raise IncompleteResponse(f"the response is not valid JSON: {type(value).__name__}")
+    return to_dict(warnings=False)
+
+
+def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
+    """The ``ModelError`` that stands for an openai/parse failure ``exc``; a wait the server
+    asked for (at most ``max_retry_wait`` seconds) is its ``retry_after``."""
+    import openai
+
+    if isinstance(exc, ModelError):
+        return exc
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
+    if isinstance(exc, openai.APIStatusError):
+        return status_error(
+            exc.status_code,
+            exc.code,
+            str(exc.message),
+            exc.response.headers,
+            max_retry_wait=max_retry_wait,
+        )
+    if isinstance(exc, openai.APIError):  # an error event inside a stream, a bad body
+        if is_context_length_error(exc.code, str(exc.message)):
+            return context_error(exc.code, str(exc.message))
+        return ModelResponseError(str(exc.message))
+    if isinstance(exc, json.JSONDecodeError):  # orjson's too: a cut or garbled body
+        return IncompleteResponse(f"the response is not valid JSON: {exc}")
+    return ModelResponseError(f"unusable model response: {type(exc).__name__}: {exc}")
+
+
+class PlainEvents:
+    """The SDK's typed ``AsyncStream`` as plain JSON events, used like ``JsonEventStream``: its
+    transport failures become ``openai.APIConnectionError``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        response = getattr(stream, "response", None)
+        status = getattr(response, "status_code", None)
+        #: the HTTP status of the stream's response, if it can be read
+        self.status: int | None = status if isinstance(status, int) else None
+
+    async def __aenter__(self) -> PlainEvents:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stream.close()
+
+    async def next_events(self) -> list[Any] | None:
+        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
+        the end."""
+        import openai
+
+        try:
+            event = await anext(self._stream)
+        except StopAsyncIteration:
+            return None
+        except (ModelError, openai.APIError, ValueError, TypeError, KeyError):
+            raise
+        except Exception as exc:  # the transport's own error classes: a broken stream
+            raise openai.APIConnectionError(request=self._stream.response.request) from exc
+        return [plain(event)]
+
+
+def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:
+    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any).
+
+    Raises ``ConfigError`` if the SDK has no public API for ``wire_api`` (the responses API came
+    with openai 1.66).
+    """
+    import openai
+
+    if wire_api == "chat":
+        endpoint = getattr(getattr(client, "chat", None), "completions", None)
+    else:
+        endpoint = getattr(client, "responses", None)
+    create = getattr(endpoint, "create", None)
+    if not callable(create):
+        version = getattr(openai, "__version__", "unknown")
+        raise ConfigError(f"openai {version} has no {wire_api} API: upgrade the openai package")
+    try:
+        parameters = inspect.signature(create).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters)
+
+
+def _split_body(
+    body: dict[str, Any], parameters: frozenset[str] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``body`` as the keyword arguments of a public ``create`` that takes ``parameters`` (None:
+    any), and the rest of it, to be sent as ``extra_body``."""
+    if parameters is None:
+        return body, {}
+    known = {k: v for k, v in body.items() if k in parameters}
+    return known, {k: v for k, v in body.items() if k not in parameters}
+
+
+class SdkClient:
+    """One ``openai.AsyncOpenAI`` client calling the public ``create`` of one wire API."""
+
+    def __init__(
+        self, *, api_key: str, base_url: str | None, timeout: float, wire_api: str
+    ) -> None:
+        """Raises ``ConfigError`` if the SDK cannot make a client of these, or has no public
+        API for ``wire_api``."""
+        import openai
+
+        #: what a call on this path may raise that is the provider's fault
+        self.errors: tuple[type[Exception], ...] = (openai.APIError,)
+        try:
+            self.client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                # the gateway sends each request once: retries are the caller's (the actors
+                # retry with jitter, Retry-After honoured and logged), never the SDK's as well
+                max_retries=0,
+            )
+        except openai.OpenAIError as exc:
+            raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
+        self.wire_api = wire_api
+        #: the keyword arguments the public ``create`` takes (None: any)
+        self.parameters = _public_parameters(self.client, wire_api)
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's base URL as the SDK resolved it (``OPENAI_BASE_URL``, its default)."""
+        return str(self.client.base_url)
+
+    async def create(self, body: dict[str, Any], purpose: str) -> Any:
+        """The SDK's typed result of ``create`` with ``body``: a response, or a stream when
+        ``body`` asks for one."""
+        known, extra = _split_body(body, self.parameters)
+        endpoint: Any = (
+            self.client.chat.completions if self.wire_api == "chat" else self.client.responses
+        )
+        return await endpoint.create(
+            **known, extra_headers={PURPOSE_HEADER: purpose}, extra_body=extra or None
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK's connections."""
+        await self.client.close()

@@ -1,0 +1,50 @@
+"""``mark_milestone``: the model says a phase of its work ended (``milestone_tool``).
+
+The tool itself only answers; the sampler records the milestone once the round that called it
+is committed (a ``milestone`` record with ``source="model"``), exactly as ``stowage
+milestone`` does for a person.
+"""
+
+from __future__ import annotations
+
+import pydantic
+from stowage.core import Settings
+
+from ._registry import FunctionTool, ToolRegistry
+
+__all__ = ["MILESTONE_TOOL", "MilestoneArgs", "with_milestone"]
+
+MILESTONE_TOOL = "mark_milestone"
+
+
+class MilestoneArgs(pydantic.BaseModel):
+    """What the model says ended."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    name: str = pydantic.Field(min_length=1, max_length=200, description="the phase that ended")
+    note: str | None = pydantic.Field(
+        default=None, max_length=2000, description="what it found or left, in a sentence"
+    )
+
+
+async def _mark(args: MilestoneArgs) -> str:
+    return f"milestone recorded: {args.name}"
+
+
+def with_milestone(tools: ToolRegistry, settings: Settings) -> ToolRegistry:
+    """``tools`` plus ``mark_milestone`` when ``settings.milestone_tool`` is on (and no tool has
+    that name already); ``tools`` itself otherwise. Raises nothing."""
+    if not settings.milestone_tool or MILESTONE_TOOL in tools:
+        return tools
+    tool = FunctionTool(
+        name=MILESTONE_TOOL,
+        description=(
+            "Mark that a phase of your work has ended (a milestone), with its name and a short "
+            "note. Call it when you finish a distinct part of the task; the history before it "
+            "may then be summarized as a finished phase."
+        ),
+        args_model=MilestoneArgs,
+        fn=_mark,
+    )
+    return ToolRegistry([*tools, tool])
