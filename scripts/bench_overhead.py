@@ -221,7 +221,9 @@ async def _aiohttp_chat(session: Any, args: argparse.Namespace, index: int) -> i
 
                 body |= {"stream": True, "stream_options": {"include_usage": True}}
                 text, slots = "", {}
-                async with session.post("chat/completions", data=orjson.dumps(body)) as response:
+                async with session.post(
+                    args.base_url.rstrip("/") + "/chat/completions", data=orjson.dumps(body)
+                ) as response:
                     response.raise_for_status()
                     async for chunk in _aiohttp_events(response):
                         for choice in chunk.get("choices") or ():
@@ -233,9 +235,11 @@ async def _aiohttp_chat(session: Any, args: argparse.Namespace, index: int) -> i
                                       function.get("arguments"))  # fmt: skip
                 message = _assistant(text, slots)
             else:
-                message = (await _aiohttp_post(session, "chat/completions", body))["choices"][0][
-                    "message"
-                ]
+                message = (
+                    await _aiohttp_post(
+                        session, args.base_url.rstrip("/") + "/chat/completions", body
+                    )
+                )["choices"][0]["message"]
             messages.append(message)
             pending = [(c["id"], c["function"]["name"]) for c in message.get("tool_calls") or ()]
             if not pending:
@@ -257,14 +261,16 @@ async def _aiohttp_responses(session: Any, args: argparse.Namespace, index: int)
 
                 body["stream"] = True
                 final: Any = None
-                async with session.post("responses", data=orjson.dumps(body)) as response:
+                async with session.post(
+                    args.base_url.rstrip("/") + "/responses", data=orjson.dumps(body)
+                ) as response:
                     response.raise_for_status()
                     async for event in _aiohttp_events(response):
                         if event.get("type") == "response.completed":
                             final = event["response"]
                 assert final is not None
             else:
-                final = await _aiohttp_post(session, "responses", body)
+                final = await _aiohttp_post(session, args.base_url.rstrip("/") + "/responses", body)
             output = final["output"]
             items.extend(output)
             pending = [(o["call_id"], o["name"]) for o in output if o["type"] == "function_call"]
@@ -278,8 +284,8 @@ async def _aiohttp_responses(session: Any, args: argparse.Namespace, index: int)
 async def _aiohttp_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
     import aiohttp
 
+    # full URLs, not ``base_url`` (a base with a path needs aiohttp 3.10; the floor is lower)
     session = aiohttp.ClientSession(
-        base_url=args.base_url.rstrip("/") + "/",
         headers={"Authorization": "Bearer fake-key", "Content-Type": "application/json"},
         connector=aiohttp.TCPConnector(limit=1000),
     )
