@@ -33,7 +33,7 @@ from stowage.core import (
     estimate_tokens,
     request_manifest,
 )
-from stowage.policy import cache_key_for
+from stowage.policy import cache_key_for, capabilities_for
 
 from ._context import SessionContext
 from ._gate import Gate
@@ -66,6 +66,8 @@ class Requester:
         self._log = log
         #: the ``prompt_cache_key`` the session's round requests carry
         self._cache_key = cache_key_for(ctx.settings, ctx.session_id)
+        #: what the model can take shapes every request (parallel calls or one a round)
+        self._parallel = capabilities_for(ctx.settings).parallel_tool_calls
         # the round's request as it is sent (rebuilt if a plan lands while it waits)
         self._sending: ModelRequest | None = None
         # the serialized items of the last request, for the next one's manifest
@@ -96,6 +98,7 @@ class Requester:
             tools=self.ctx.tools.specs(),
             max_output_tokens=settings.max_output_tokens,
             cache_key=self._cache_key,
+            parallel_tool_calls=self._parallel,
         )
 
     async def send(

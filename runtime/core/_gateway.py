@@ -45,6 +45,8 @@ class ModelRequest:
     purpose: Literal["round", "summary"] = "round"
     #: sent as ``prompt_cache_key`` so that requests of one session reach the same cache
     cache_key: str | None = None
+    #: sent as ``parallel_tool_calls`` with the tools (None: not sent)
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

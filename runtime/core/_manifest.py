@@ -62,6 +62,7 @@ def _header(request: ModelRequest) -> bytes:
             "max_output_tokens": request.max_output_tokens,
             "cache_key": request.cache_key,
             "purpose": request.purpose,
+            "parallel_tool_calls": request.parallel_tool_calls,
         }
     )
 

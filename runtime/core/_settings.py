@@ -370,6 +370,23 @@ class Settings:
             gt=0,
         ),
     ] = 1_000_000
+    parallel_tool_calls: Annotated[
+        bool | None,
+        setting(
+            "whether the model may make several tool calls a round (default: what the registry "
+            "or the endpoint says; unknown: nothing is sent)",
+            cli="--no-parallel-tool-calls",
+            cli_value=False,
+            profile=True,
+        ),
+    ] = None
+    max_tools: Annotated[
+        PositiveInt | None,
+        setting(
+            "the most tools one request may carry (default: the registry's, or the endpoint's)",
+            profile=True,
+        ),
+    ] = None
     http_client: Annotated[
         Literal["aiohttp", "sdk"] | None,
         setting(

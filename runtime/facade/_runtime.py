@@ -96,7 +96,7 @@ from stowage.core import (
     validate_session_id,
 )
 from stowage.model import make_gateway
-from stowage.policy import check_window, fixed_request_tokens
+from stowage.policy import check_tool_count, check_window, fixed_request_tokens
 from stowage.storage import open_store
 from stowage.tools import (
     MCPServer,
@@ -470,7 +470,9 @@ class Runtime:
     async def _create(
         self, slot: SessionSlot, records: list[Record], settings: Settings
     ) -> Session:
-        """Write the new log of the id ``slot`` claimed, take its lease and start it."""
+        """Write the new log of the id ``slot`` claimed, take its lease and start it. Raises
+        ``ConfigError`` (nothing written) when the model takes fewer tools than it has."""
+        self._check_tools(settings)
         await self.store.create(slot.id, records)
         # the create took the lease; acquiring hands it to this runtime to hold and renew
         slot.lease = await self._leases.acquire(slot.id)
@@ -647,6 +649,7 @@ class Runtime:
             read = await self.store.read_tail(session_id, repair=False)
             state = replay(session_id, read.records)
             settings = await self._continued_settings(session_id, read.records, state)
+            self._check_tools(settings)
         except BaseException:
             await self._give_back(slot)
             raise
@@ -742,6 +745,11 @@ class Runtime:
         if not changes:
             return settings, {}
         return settings.with_(base_url=ours.base_url, wire_api=ours.wire_api), changes
+
+    def _check_tools(self, settings: Settings) -> None:
+        """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than
+        the session would send (its own and ``mark_milestone``)."""
+        check_tool_count(settings, len(with_milestone(self._tools_for(settings), settings)))
 
     def _tools_for(self, settings: Settings) -> ToolRegistry:
         """The runtime's tools, or the tool set ``settings`` name when the runtime built its

@@ -158,6 +158,8 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     if request.tools:
         body["tools"] = chat_tools(request.tools)
         body["tool_choice"] = request.tool_choice
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_output_tokens is not None:
         body["max_tokens"] = request.max_output_tokens
     if request.cache_key:
@@ -174,6 +176,8 @@ def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     if request.tools:
         body["tools"] = responses_tools(request.tools)
         body["tool_choice"] = request.tool_choice
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_output_tokens is not None:
         body["max_output_tokens"] = request.max_output_tokens
     if request.cache_key:

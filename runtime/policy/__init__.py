@@ -25,6 +25,13 @@ if TYPE_CHECKING:
         cache_key_for,
         session_cache_figures,
     )
+    from ._capabilities import (
+        CAPABILITIES,
+        Capabilities,
+        capabilities_for,
+        capabilities_from_model_info,
+        check_tool_count,
+    )
     from ._check import check_log
     from ._compaction import (
         CompactionDecision,
@@ -69,6 +76,11 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "CAPABILITIES",
+    "Capabilities",
+    "capabilities_for",
+    "capabilities_from_model_info",
+    "check_tool_count",
     "RequestsReport",
     "check_requests",
     "Forecast",
@@ -124,6 +136,11 @@ __all__ = [
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
+    "CAPABILITIES": "._capabilities",
+    "Capabilities": "._capabilities",
+    "capabilities_for": "._capabilities",
+    "capabilities_from_model_info": "._capabilities",
+    "check_tool_count": "._capabilities",
     "RequestsReport": "._requests_check",
     "check_requests": "._requests_check",
     "Budget": "._budget",
