@@ -36,6 +36,14 @@ def add_console_command(subparsers: Any) -> None:
         action="store_true",
         help="allow a --host other than loopback (the console has no login)",
     )
+    console.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name the console answers besides the address it listens on and the "
+        "loopback names (repeatable; a remote console reached by its DNS name needs it)",
+    )
     console.add_argument("--log-format", choices=["console", "json"], default="console")
     console.add_argument("--log-level", default="warning", help="debug, info, warning, error")
 
@@ -58,5 +66,10 @@ async def console_main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port {args.port} is not a port; use 1-65535 (0: any free port)")
     spec = args.store or os.environ.get("STOWAGE_STORE") or ".stowage"
     return await serve_console(
-        spec, host=args.host, port=args.port, allow_remote=args.allow_remote, schema=args.schema
+        spec,
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        schema=args.schema,
+        allowed_hosts=tuple(args.allowed_host),
     )

@@ -100,7 +100,8 @@ def _run_command(run: argparse.ArgumentParser) -> None:
     from ._mcp_options import add_mcp_options
     from ._protected import add_protect_options
 
-    run.add_argument("message")
+    run.add_argument("message", nargs="?", help="the message ('-' reads it from stdin)")
+    _file_option(run)
     run.add_argument(
         "--session",
         default=None,
@@ -112,12 +113,45 @@ def _run_command(run: argparse.ArgumentParser) -> None:
     _common(run)
 
 
+def _file_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--file", default=None, metavar="PATH", help="read the message from this file (UTF-8)"
+    )
+
+
+def message_text(args: argparse.Namespace) -> str:
+    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``.
+
+    Raises ``ConfigError`` (nothing is opened or written) for both or neither given, an
+    unreadable file, or an empty message."""
+    from stowage.core import ConfigError
+
+    message, path = args.message, getattr(args, "file", None)
+    if path is not None and message is not None:
+        raise ConfigError("give the message as MESSAGE, '-' (stdin) or --file PATH, not two")
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--file {path}: cannot read it: {exc}") from None
+    elif message == "-":
+        text = sys.stdin.read()
+    else:
+        text = message or ""
+    if not text.strip():
+        raise ConfigError(
+            "empty message: nothing to send (give MESSAGE, '-' to read stdin, or --file PATH)"
+        )
+    return text
+
+
 def _resume_command(resume: argparse.ArgumentParser) -> None:
     from ._mcp_options import add_mcp_options
     from ._protected import add_protect_options
 
     resume.add_argument("session", nargs="?", help="session id (see 'stowage list')")
-    resume.add_argument("message", nargs="?")
+    resume.add_argument("message", nargs="?", help="the message ('-' reads it from stdin)")
+    _file_option(resume)
     resume.add_argument(
         "--last", action="store_true", help="continue the most recently active session"
     )
@@ -329,10 +363,35 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
 
 def _open_store(args: argparse.Namespace) -> LogStore:
-    """The store the command names, as a reader (the store's default durability)."""
+    """The store the command names, as a reader (the store's default durability).
+
+    Raises ``ConfigError`` naming the resolved path when a directory or SQLite store does
+    not exist: a reader creates nothing, and "no sessions" would hide a wrong path."""
+    from stowage.core import ConfigError
     from stowage.storage import open_store
 
-    return open_store(store_spec(args))
+    spec = store_spec(args)
+    local = spec.removeprefix("sqlite:///") if spec.startswith("sqlite:///") else None
+    if "://" not in spec:
+        local = spec
+    if local is not None and not Path(local).exists():
+        where = Path(local).expanduser().resolve()
+        raise ConfigError(
+            f"store {where}: no such {'directory' if '://' not in spec else 'file'}: name "
+            "the store with --store or STOWAGE_STORE ('stowage run MESSAGE' starts a session)"
+        )
+    return open_store(spec)
+
+
+def _store_label(args: argparse.Namespace) -> str:
+    """The store a command uses, as it may be shown: a resolved directory, or a URL without
+    its credentials."""
+    from stowage.core import redact_url
+
+    spec = store_spec(args)
+    if "://" in spec:
+        return redact_url(spec) or spec
+    return str(Path(spec).expanduser().resolve())
 
 
 def _store_dir(spec: str) -> Path:
@@ -465,6 +524,7 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
     from ._tracing import trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
+    args.message = message_text(args)  # refused before anything is opened
     store = open_cli_store(args)
     try:
         # continuing runs with the session's recorded identity; typed options override it
@@ -485,6 +545,7 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
         else:
             session = await rt.create(objective=args.objective, constraints=args.constraint)
             print(f"session: {session.id}", file=sys.stderr)
+            print(f"store: {_store_label(args)}", file=sys.stderr)
         if resume or args.session is not None:
             # the user's word, logged before the turn; repeating an existing entry is a no-op
             await session.protect(objective=args.objective, add_constraints=args.constraint)
@@ -598,7 +659,7 @@ async def _run_new(args: argparse.Namespace) -> int:
 
     if args.session is not None:
         session_id = validate_session_id(args.session)
-        store = _open_store(args)
+        store = open_cli_store(args)  # a new store is fine: run creates it
         try:
             exists = await store.exists(session_id)
         finally:
@@ -807,8 +868,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.command == "resume":
         given = [word for word in (args.session, args.message) if word is not None]
-        if len(given) != (1 if args.last else 2):
-            parser.error("resume takes ID MESSAGE, or --last MESSAGE")
+        needed = (1 if args.last else 2) - (1 if args.file is not None else 0)
+        if len(given) != needed:
+            parser.error("resume takes ID MESSAGE, or --last MESSAGE (or --file PATH for MESSAGE)")
     handler = _HANDLERS[args.command]
     if args.command in ("run", "resume", "chat", "worker") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable

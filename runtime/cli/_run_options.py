@@ -71,6 +71,11 @@ def _typed(args: argparse.Namespace) -> dict[str, Any]:
     recorded)."""
     typed = typed_settings(args)
     typed.pop("api_key", None)
+    if typed.get("model") == "scripted" and typed.get("base_url"):
+        raise ConfigError(
+            "--model scripted is the offline model and sends nothing: it takes no --base-url "
+            "(name the endpoint's model with --model, or leave out --base-url)"
+        )
     return typed
 
 

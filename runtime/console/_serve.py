@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
+from collections.abc import Sequence
 
 import uvicorn
 from stowage.core import ConfigError, redact_url
@@ -26,6 +27,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_names(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``Host`` names a console listening on ``host`` answers: that address (bracketed too,
+    for IPv6), the loopback names, and ``extra``. Never every name."""
+    names = [*LOOPBACK_HOSTS, "[::1]", host, *extra]
+    if ":" in host:
+        names.append(f"[{host}]")
+    return tuple(dict.fromkeys(n for n in names if n and n != "*"))
+
+
 async def serve_console(
     spec: str,
     *,
@@ -33,12 +43,17 @@ async def serve_console(
     port: int = 8377,
     allow_remote: bool = False,
     schema: str | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
     """Serve the console for the store ``spec`` names on ``host:port``; returns 0 when stopped.
 
     Raises ``ConfigError`` for a non-loopback ``host`` without ``allow_remote`` (the console
     shows every message and tool output of every session) and for a bad store spec.
     ``schema`` names the tables' schema of a PostgreSQL store (default ``public``).
+
+    Whatever the address, the console answers only requests whose ``Host`` names it: the
+    address it listens on, the loopback names, and ``allowed_hosts`` (so a page of another site
+    that resolves its own name to this address, DNS rebinding, is refused with 400).
     """
     if not is_loopback(host) and not allow_remote:
         raise ConfigError(
@@ -55,9 +70,7 @@ async def serve_console(
     label = (redact_url(spec) or "") if "://" in spec else spec
     sqlite_path = spec.partition("://")[2][1:] if spec.startswith("sqlite://") else None
     reader = StoreReader(store, sqlite_path=sqlite_path)
-    # a loopback console answers loopback names only; a remote one whatever name reaches it
-    local = host in LOOPBACK_HOSTS
-    app = create_app(reader, store_label=label, allowed_hosts=LOOPBACK_HOSTS if local else ("*",))
+    app = create_app(reader, store_label=label, allowed_hosts=host_names(host, allowed_hosts))
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     bound = sock.getsockname()[1]

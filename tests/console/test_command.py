@@ -111,3 +111,32 @@ async def test_the_console_reads_a_postgresql_store_in_its_schema(
         page = await anyio.to_thread.run_sync(look)
     assert 'data-testid="compactions-count">1<' in page
     assert "&lt;script&gt;window.__pwned" in page
+
+
+def test_the_host_check_applies_to_every_bind_address(tmp_path: Path) -> None:
+    """A console on another loopback address (no --allow-remote needed) still refuses a page
+    that rebinds its own name to that address (DNS rebinding): 400 unless Host names it."""
+    import httpx
+    from stowage.console._serve import host_names
+
+    assert "*" not in host_names("0.0.0.0", ("*",))
+    assert set(host_names("::1")) >= {"::1", "[::1]", "127.0.0.1", "localhost"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stowage.cli", "console", "--store", "st", "--host", "127.0.0.2",
+         "--port", "0"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://\S+/", line)
+        assert url is not None, line + (proc.stderr.read() if proc.stderr else "")
+        assert httpx.get(url.group(0), timeout=10).status_code == 200
+        evil = httpx.get(url.group(0), headers={"Host": "evil.example"}, timeout=10)
+        assert evil.status_code == 400
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
