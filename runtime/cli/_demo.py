@@ -26,8 +26,8 @@ __all__ = ["run_demo"]
 _SOURCES = Path(__file__).resolve().parent
 
 _PROMPTS = (
-    "Survey this project: what are its top-level folders for?",
-    "Read the README and tell me what the two first commands do.",
+    "Survey this package, starting with _main.py: what are its modules for?",
+    "Read _demo.py and tell me what the demo does first.",
     "Find where compaction decisions are made.",
     "Which tests cover the log format?",
     "Look for the word fsync and explain durability.",

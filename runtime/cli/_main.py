@@ -383,6 +383,21 @@ def _open_store(args: argparse.Namespace) -> LogStore:
     return open_store(spec)
 
 
+def _say_pending(session_id: str, calls: Sequence[Any], store: str) -> None:
+    """Each call awaiting approval, with its tool, arguments and the exact commands."""
+    import shlex
+
+    where = f" --store {shlex.quote(store)}"
+    for call in calls:
+        args = call.arguments if len(call.arguments) <= 300 else call.arguments[:300] + "…"
+        print(f"[awaiting approval: call {call.call_id}: {call.name}({args})]", file=sys.stderr)
+        print(
+            f"  stowage approve {session_id} {call.call_id}{where}\n"
+            f"  stowage deny {session_id} {call.call_id}{where} --reason '…'",
+            file=sys.stderr,
+        )
+
+
 def _store_label(args: argparse.Namespace) -> str:
     """The store a command uses, as it may be shown: a resolved directory, or a URL without
     its credentials."""
@@ -555,6 +570,8 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
         sys.stdout.write("\n")
         if result.stopped != "answered":
             print(f"[turn stopped: {result.stopped} after {result.rounds} rounds]", file=sys.stderr)
+        if result.stopped == "pending_approval":
+            _say_pending(session.id, session.pending_approvals, _store_label(args))
     return 0
 
 

@@ -209,14 +209,15 @@ def _arguments(tool: ToolSpec, items: Sequence[Item], user_text: str) -> dict[st
     if tool.name == "list_dir":
         return {"path": "."}
     if tool.name == "read_file":
-        return {"path": _file_to_read(items)}
+        return {"path": _file_to_read(items, user_text)}
     if tool.name == "search_text":
         words = _WORD.findall(user_text)
         return {"pattern": str(max(words, key=len)) if words else "TODO"}
     return {}
 
 
-def _file_to_read(items: Sequence[Item]) -> str:
+def _file_to_read(items: Sequence[Item], user_text: str = "") -> str:
+    """A file the user named (not read yet), else one a listing showed, else README.md."""
     listings = {i.call_id for i in items if isinstance(i, FunctionCall) and i.name == "list_dir"}
     read = {
         _path_argument(i.arguments)
@@ -229,8 +230,9 @@ def _file_to_read(items: Sequence[Item]) -> str:
         if isinstance(i, FunctionCallOutput) and i.call_id in listings
         for name in _FILE.findall(i.output)
     ]
+    named = [name for name in _FILE.findall(user_text) if name not in read]
     unread = [c for c in candidates if c not in read]
-    return (unread or candidates or ["README.md"])[0]
+    return (named or unread or candidates or ["README.md"])[0]
 
 
 def _path_argument(arguments: str) -> str | None:

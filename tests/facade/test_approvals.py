@@ -194,6 +194,10 @@ def test_stowage_approve_and_deny_answer_from_the_command_line(
         return [c.call_id for c in replay("s1", log).awaiting_approval]
 
     (first,) = waiting()
+    # the stop says which call waits, for what, and the exact commands that answer it
+    assert f"[awaiting approval: call {first}: guarded(" in run.stderr
+    assert f"stowage approve s1 {first} --store {store}" in run.stderr
+    assert f"stowage deny s1 {first} --store {store}" in run.stderr
     bad = cli("approve", "s1", "no-such-call", *common, cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "no-such-call" in bad.stderr

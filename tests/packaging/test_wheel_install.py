@@ -10,7 +10,7 @@ No dependency is downloaded for the install: a ``.pth`` file puts the developmen
 site-packages on the fresh venv's path. A plain path line in a ``.pth`` file is only appended to
 ``sys.path``; the ``.pth`` files inside that directory (the editable install's finder among them)
 are not run, so ``stowage`` itself can only come from the wheel. Building the wheel needs
-setuptools>=68: the development venv's, with ``--no-build-isolation``, when it is new enough;
+setuptools>=77: the development venv's, with ``--no-build-isolation``, when it is new enough;
 otherwise pip builds in isolation and fetches it from the index (or its cache).
 """
 
@@ -123,7 +123,7 @@ def _setuptools_is_new_enough() -> bool:
         parts = re.findall(r"\d+", version("setuptools"))
     except PackageNotFoundError:
         return False
-    return bool(parts) and int(parts[0]) >= 68
+    return bool(parts) and int(parts[0]) >= 77
 
 
 def _pip_env() -> dict[str, str]:
