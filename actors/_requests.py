@@ -126,11 +126,10 @@ class Requester:
     def _manifest(self, sent: ModelRequest) -> RequestManifest:
         """What ``sent`` was built from: the history as it stands (a plan applied while the
         round waited rebuilt the request from it, and nothing changes it after sending)."""
+        history = self.journal.state.history
+        # the projection adds one item to history, the protected state, when there is one
         return request_manifest(
-            sent,
-            self.journal.state.history,
-            has_protected=self.journal.protected_text() is not None,
-            lines=self._lines,
+            sent, history, has_protected=len(sent.input) > len(history), lines=self._lines
         )
 
     async def _sample_unless_interrupted(

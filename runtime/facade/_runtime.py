@@ -821,17 +821,12 @@ class Runtime:
 
     def _session_tools(self, session: Session, settings: Settings) -> ToolRegistry:
         """The runtime's tools plus ``recall_artifact`` over this session, when it may stub."""
-
-        async def read_log() -> tuple[Record, ...]:
-            # this runtime holds the lease: nothing to repair, and a reader never cuts
-            return tuple((await self.store.read(session.id, repair=False)).records)
-
         return with_recall(
             with_milestone(self._tools_for(settings), settings),
             settings,
             has_stubs=bool(session.state.stubbed),
             history=lambda: session.state.history,
-            read_log=read_log,
+            read_log=partial(_read_records, self.store, session.id),
         )
 
     async def _supervise(
@@ -1006,7 +1001,9 @@ async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[R
 
 
 async def _read_records(store: LogStore, session_id: str) -> Sequence[Record]:
-    """The session's whole log, as a reader (a re-grounded summary is made from it)."""
+    """The session's whole log, as a reader (``recall_artifact`` pages through it, a
+    re-grounded summary is made from it). This runtime holds the lease: nothing to repair,
+    and a reader never cuts."""
     return (await store.read(session_id, repair=False)).records
 
 
