@@ -30,6 +30,48 @@ def stowage(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
+def _waiting_session(store: Path) -> None:
+    """A session whose turn stopped for a person's word on a call, as the console shows it.
+    Written through the store (a tool that needs approval is the application's, not the
+    offline model's)."""
+    import anyio
+    from stowage.core import (
+        ApprovalRecord,
+        FunctionCall,
+        ItemRecord,
+        SessionRecord,
+        TurnRecord,
+        UserMessage,
+    )
+    from stowage.storage import JsonlStore
+
+    async def write() -> None:
+        jsonl = JsonlStore(store)
+        try:
+            await jsonl.create(
+                "deploy-prod",
+                [
+                    SessionRecord(seq=1, model="scripted", context_window=8000),
+                    ItemRecord(seq=2, item=UserMessage(text="ship release 4.2 to production")),
+                    TurnRecord(seq=3, turn=1, phase="started"),
+                    ItemRecord(
+                        seq=4,
+                        round=1,
+                        item=FunctionCall(
+                            call_id="call-deploy-1",
+                            name="deploy",
+                            arguments='{"env": "prod", "release": "4.2"}',
+                        ),
+                    ),
+                    ApprovalRecord(seq=5, call_id="call-deploy-1", decision="requested"),
+                ],
+            )
+        finally:
+            await jsonl.aclose()
+
+    anyio.run(write)
+
+
 def main(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -41,6 +83,7 @@ def main(out: Path) -> int:
         )
         stowage("run", "read the plan", "--session", "nightly-report", "--store", "store", cwd=work)
         stowage("resume", "nightly-report", "and summarise it", "--store", "store", cwd=work)
+        _waiting_session(work / "store")
         console = subprocess.Popen(
             [sys.executable, "-m", "stowage.cli", "console", "--store", "store", "--port", "0"],
             cwd=work, stdout=subprocess.PIPE, text=True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Hashable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,7 +52,26 @@ def _environment() -> Environment:
     )
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.0f}%"
     env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
+    env.filters["ago"] = ago
     return env
+
+
+def ago(ts: str, now: datetime | None = None) -> str:
+    """``ts`` (a record's ISO-8601 time) as people say it: "just now", "3 min ago", "2 h
+    ago", "5 d ago"; the string itself when it is not a time."""
+    try:
+        then = datetime.fromisoformat(ts)
+    except ValueError:
+        return ts
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    seconds = ((now or datetime.now(UTC)) - then).total_seconds()
+    if seconds < 45:
+        return "just now"
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
 
 
 def create_app(

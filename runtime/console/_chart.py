@@ -11,7 +11,12 @@ from ._views import ChartPoint, CompactionCard
 __all__ = ["Chart", "chart_geometry"]
 
 WIDTH, HEIGHT = 900, 260
-_LEFT, _RIGHT, _TOP, _BOTTOM = 56, 16, 14, 30
+#: the right margin holds the watermark labels, beside their lines rather than on them
+_LEFT, _RIGHT, _TOP, _BOTTOM = 56, 100, 14, 30
+#: a point more than this many times the scale the rest of the chart needs is off scale
+_OUTLIER = 1.5
+#: the least vertical distance between two watermark labels, in SVG units
+_LABEL_GAP = 15.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,8 +27,12 @@ class Chart:
     height: int
     points: tuple[tuple[float, float, ChartPoint], ...]
     polyline: str
-    #: (y, label, css class) of each watermark line
-    marks: tuple[tuple[float, str, str], ...]
+    #: (y, label, css class, label y) of each watermark line; labels are moved apart so
+    #: they never overlap, and sit in the right margin, clear of every line
+    marks: tuple[tuple[float, str, str, float], ...]
+    #: (x, y) of each point above the scale, drawn at the top edge with a marker; its
+    #: tooltip gives the real figure
+    clipped: tuple[tuple[float, float, ChartPoint], ...]
     #: (x, label, css class) of each compaction and microcompaction
     events: tuple[tuple[float, str, str], ...]
     #: (y, label) of the vertical axis ticks
@@ -42,8 +51,12 @@ def chart_geometry(
     usable: int | None,
 ) -> Chart:
     """Place ``points`` (tokens per round), the watermarks of ``usable`` and the compactions.
-    Raises nothing."""
-    top_value = max([p.tokens for p in points] + [usable or 0, 1]) * 1.05
+
+    The scale is what the watermarks and the bulk of the points need; a point far above it
+    (a spike, such as a round that read a huge file) is clipped to the top edge with a
+    marker instead of squashing every other point and mark into the bottom. Raises nothing.
+    """
+    top_value = _scale([p.tokens for p in points], usable)
     rounds = [p.round for p in points] + [c.round for c in cards]
     first, last = (min(rounds), max(rounds)) if rounds else (0, 1)
     span = max(1, last - first)
@@ -56,7 +69,8 @@ def chart_geometry(
     def y(tokens: float) -> float:
         return round(_TOP + plot_h - tokens / top_value * plot_h, 1)
 
-    placed = tuple((x(p.round), y(p.tokens), p) for p in points)
+    placed = tuple((x(p.round), y(min(p.tokens, top_value)), p) for p in points)
+    clipped = tuple(point for point in placed if point[2].tokens > top_value)
     mark_lines: list[tuple[float, str, str]] = []
     if usable:
         mark_lines.append((y(usable), f"usable {usable:,}", "usable"))
@@ -84,7 +98,8 @@ def chart_geometry(
         height=HEIGHT,
         points=placed,
         polyline=" ".join(f"{px},{py}" for px, py, _ in placed),
-        marks=tuple(mark_lines),
+        marks=_spread(mark_lines),
+        clipped=clipped,
         events=events,
         ticks=ticks,
         x_labels=x_labels,
@@ -93,3 +108,30 @@ def chart_geometry(
         plot_top=_TOP,
         plot_bottom=HEIGHT - _BOTTOM,
     )
+
+
+def _scale(tokens: Sequence[int], usable: int | None) -> float:
+    """The top of the vertical axis: room for the usable line and the points, except points
+    more than ``_OUTLIER`` times what the others (and the usable line) need."""
+    if not tokens:
+        return max(usable or 0, 1) * 1.05
+    ordered = sorted(tokens)
+    # the 90th percentile stands for "the bulk": one spike in ten rounds does not set it
+    bulk = ordered[(len(ordered) - 1) * 9 // 10]
+    need = max(usable or 0, bulk, 1)
+    highest = ordered[-1]
+    return (highest if highest <= _OUTLIER * need else _OUTLIER * need) * 1.05
+
+
+def _spread(lines: Sequence[tuple[float, str, str]]) -> tuple[tuple[float, str, str, float], ...]:
+    """Each mark line with the y of its label: the line's own, moved up as little as needed
+    so that no two labels are closer than ``_LABEL_GAP`` (marks at 85% and 95% of a small
+    chart would otherwise print on each other)."""
+    ordered = sorted(lines, key=lambda line: -line[0])  # from the bottom of the chart up
+    placed: list[tuple[float, str, str, float]] = []
+    floor = float("inf")
+    for y, label, css in ordered:
+        at = min(y + 3.5, floor - _LABEL_GAP)  # +3.5: the text's middle on its line
+        placed.append((y, label, css, round(at, 1)))
+        floor = at
+    return tuple(placed)

@@ -40,6 +40,8 @@ from stowage.policy import token_status
 __all__ = [
     "ChartPoint",
     "CompactionCard",
+    "CompactionTone",
+    "PendingCall",
     "ProtectedRow",
     "SessionRow",
     "SessionView",
@@ -133,6 +135,35 @@ class SessionRow:
     last_seq: int
     #: tokens of the tool schemas every request carries, outside ``usable`` (0 when unknown)
     tool_schemas: int = 0
+    #: calls that wait for a person's approval, in call order
+    pending: tuple[PendingCall, ...] = ()
+    #: what the last error record said, when the session failed
+    failure: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingCall:
+    """A call that waits for approval, with what a person needs to decide and the commands
+    that decide it."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    approve: str
+    deny: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionTone:
+    """What the Compactions tile's colour says: where the newest full compaction was applied.
+
+    ``none``: no compaction yet; ``ahead``: below the compact mark (done ahead of pressure,
+    between turns or at the soft mark); ``at-mark``: between the compact and the hard mark,
+    as planned; ``forced``: at or past the hard mark, where a round had to wait for it.
+    """
+
+    tone: str
+    note: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +178,7 @@ class SessionView:
     protected: tuple[ProtectedRow, ...]
     cached_input: int | None
     errors: tuple[str, ...] = field(default=())
+    tone: CompactionTone = field(default_factory=lambda: CompactionTone(tone="none", note=""))
 
 
 def _marks(meta: SessionRecord | None) -> dict[str, float]:
@@ -169,9 +201,51 @@ def _state(records: Sequence[Record], folded: SessionState, holder: str) -> str:
     last = records[-1] if records else None
     if isinstance(last, ErrorRecord):
         return "failed"
+    if folded.awaiting_approval:
+        # before "leased": a chat waiting for y/n holds the lease, and a person is what it needs
+        return "approval"
     if holder:
         return "leased"
     return "open" if folded.turn_open else "idle"
+
+
+_ARGUMENTS_SHOWN = 160
+
+
+def _pending(session_id: str, folded: SessionState) -> tuple[PendingCall, ...]:
+    def short(text: str) -> str:
+        return text if len(text) <= _ARGUMENTS_SHOWN else text[: _ARGUMENTS_SHOWN - 1] + "\u2026"
+
+    return tuple(
+        PendingCall(
+            call_id=call.call_id,
+            tool=call.name,
+            arguments=short(call.arguments),
+            approve=f"stowage approve {session_id} {call.call_id}",
+            deny=f"stowage deny {session_id} {call.call_id}",
+        )
+        for call in folded.awaiting_approval
+    )
+
+
+def _tone(cards: Sequence[CompactionCard], marks: dict[str, float]) -> CompactionTone:
+    full = [c for c in cards if c.kind != "micro"]
+    if not full:
+        return CompactionTone(tone="none", note="no compaction yet")
+    newest = full[-1]
+    if newest.applied_at is None:
+        return CompactionTone(tone="at-mark", note="newest: usable not recorded")
+    where = f"newest at {newest.applied_at:.0%} of usable"
+    if newest.applied_at >= marks["hard_mark"]:
+        return CompactionTone(
+            tone="forced",
+            note=f"{where}: at the hard mark ({marks['hard_mark']:.0%}), a round waited",
+        )
+    if newest.applied_at >= marks["compact_mark"]:
+        return CompactionTone(
+            tone="at-mark", note=f"{where}: at the compact mark ({marks['compact_mark']:.0%})"
+        )
+    return CompactionTone(tone="ahead", note=f"{where}: ahead of the compact mark")
 
 
 def _budget(records: Sequence[Record], *, has_stubs: bool) -> tuple[int | None, int]:
@@ -222,6 +296,7 @@ def _row(
 ) -> SessionRow:
     usable, tool_tokens = _budget(records, has_stubs=bool(folded.stubbed))
     tokens = _tokens(folded, tool_tokens)
+    last = records[-1] if records else None
     return SessionRow(
         session_id=session_id,
         state=_state(records, folded, holder),
@@ -237,6 +312,8 @@ def _row(
         last_activity=records[-1].ts if records else "",
         last_seq=records[-1].seq if records else 0,
         tool_schemas=tool_tokens,
+        pending=_pending(session_id, folded),
+        failure=last.message if isinstance(last, ErrorRecord) else "",
     )
 
 
@@ -425,15 +502,17 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
     except CorruptLogError as exc:
         problems.append(str(exc))
         protected = ()
+    marks = _marks(folded.meta)
     return SessionView(
         row=_row(session_id, records, folded, holder),
         timeline=tuple(timeline),
         chart=tuple(chart),
-        marks=_marks(folded.meta),
+        marks=marks,
         cards=tuple(cards),
         protected=protected,
         cached_input=cached_total,
         errors=tuple(problems),
+        tone=_tone(cards, marks),
     )
 
 

@@ -5,6 +5,7 @@ markup from a tool shown as text. Screenshots go to each test's temp dir."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import subprocess
 import sys
 from collections.abc import Callable
@@ -190,3 +191,54 @@ def test_a_session_started_by_another_process_appears_on_the_sessions_page(
         row = page.locator('tr[data-session="late"]')
         row.wait_for(timeout=WAIT_MS)
         assert "scripted" in row.inner_text()
+
+
+def test_waiting_and_failed_sessions_are_highlighted_and_times_are_local(
+    tmp_path: Path, console_server: Start, demo_store: Path
+) -> None:
+    from .test_attention import _failed, _waiting
+
+    async def write() -> None:
+        store = JsonlStore(tmp_path / "store")
+        try:
+            await store.create("waits", _waiting())
+            await store.create("broke", _failed())
+        finally:
+            await store.aclose()
+
+    anyio.run(write)
+    base = console_server("store", tmp_path)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page.goto(base + "/")
+        waiting = page.locator('tr[data-session="waits"]')
+        waiting.wait_for(timeout=WAIT_MS)
+        assert "waits for approval (1)" in waiting.inner_text()
+        # highlighted: its background is not the table's plain white
+        plain = "rgb(255, 255, 255)"
+        assert waiting.evaluate("r => getComputedStyle(r).backgroundColor") != plain
+        failed = page.locator('tr[data-session="broke"]')
+        assert failed.evaluate("r => getComputedStyle(r).backgroundColor") != plain
+        assert page.get_by_test_id("attention").is_visible()
+        # the page's script rewrote the hover text in the reader's zone and kept "ago" text
+        time = waiting.locator("time")
+        assert time.get_attribute("title") and "UTC" not in (time.get_attribute("title") or "")
+        assert time.inner_text() == "just now" or time.inner_text().endswith("ago")
+        page.screenshot(path=str(tmp_path / "attention.png"))
+        page.goto(f"{base}/s/waits")
+        banner = page.get_by_test_id("pending-approvals")
+        assert banner.is_visible()
+        assert "stowage approve waits call-7" in banner.inner_text()
+    # the demo session's chart: every watermark label is readable, none on another
+    demo_id = only_session(demo_store)
+    base = console_server(str(demo_store), demo_store.parent)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page.goto(f"{base}/s/{demo_id}")
+        labels = page.locator("svg.chart text.mark-label")
+        assert labels.count() >= 2
+        boxes = [labels.nth(i).bounding_box() for i in range(labels.count())]
+        assert all(box is not None for box in boxes)
+        spans = sorted((b["y"], b["y"] + b["height"]) for b in boxes if b is not None)
+        assert all(low_next >= high for (_, high), (low_next, _) in itertools.pairwise(spans))
+        page.screenshot(path=str(tmp_path / "chart.png"))
