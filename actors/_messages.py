@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeAlias
 
 from stowage.core import Cycle, FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
@@ -156,6 +156,12 @@ class Plan:
     fraction: float | None = None
     #: its summary was made from the original records since the last re-grounding
     regrounded: bool = False
+    #: what the summary was told to cover in full detail (``--focus``, a hook's text)
+    focus: str | None = None
+    #: a provider-native compaction's item (``summary`` is then its readable line)
+    provider_item: dict[str, Any] | None = field(default=None, hash=False)
+    #: (kind, message) notes written as error records with the compaction (said once)
+    notices: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -342,6 +342,7 @@ class Planner:
                 covers_through=plan.covers_through,
                 user_budget_chars=self.accounting.user_budget(view.ratio),
                 reattach=plan.reattach,
+                provider_item=plan.provider_item,
             )
         except CompactionError:
             return None

@@ -16,6 +16,7 @@ from stowage.core import (
     CompactionError,
     CompactionRecord,
     CompactionSkipped,
+    CompactionSummary,
     ErrorRecord,
     HistoryCompacted,
     ProtectedChanged,
@@ -28,6 +29,7 @@ from stowage.core import (
     build_projection,
     estimate_tokens,
     history_chars,
+    item_chars,
     prepare_all,
     review_updates,
     verify,
@@ -92,6 +94,7 @@ class PlanApplier:
                 covers_through=plan.covers_through,
                 user_budget_chars=user_budget_chars,
                 reattach=plan.reattach,
+                provider_item=plan.provider_item,
             )
         except CompactionError as exc:
             # a plan that does not fit the history it meets is a bug, not a reason to fail
@@ -137,7 +140,10 @@ class PlanApplier:
         if not (manual and not self.ctx.settings.compact_only_if_smaller):
             no_gain = compaction_shrinks(
                 replaced_chars=history_chars(replaced, state.stubbed),
-                summary_chars=len(plan.summary),
+                # what the summary item costs as sent (a provider's item, not its line)
+                summary_chars=item_chars(
+                    CompactionSummary(text=plan.summary, provider=plan.provider_item)
+                ),
                 chars_per_token=chars_per_token,
             )
             # nor may it leave more history than it found (protected state the summarizer
@@ -175,6 +181,8 @@ class PlanApplier:
             waited=waited,
             reattached=plan.reattach,
             regrounded=plan.regrounded,
+            focus=plan.focus,
+            provider_item=plan.provider_item,
         )
         await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)
@@ -224,7 +232,8 @@ class PlanApplier:
         """Error records for the summarizer's refused or malformed updates, then the
         ``protected`` record of the accepted ones; seqs follow the state's last one."""
         first = self.journal.state.last_seq + 1
-        notes = [("protected_updates_malformed", p) for p in plan.protected_problems]
+        notes = list(plan.notices)
+        notes += [("protected_updates_malformed", p) for p in plan.protected_problems]
         notes += [("protected_refused", f"{r.entry}: {r.reason}") for r in review.refused]
         records: list[Record] = [
             ErrorRecord(seq=first + n, kind=kind, message=message)

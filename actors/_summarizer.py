@@ -6,13 +6,17 @@ digest instead) and is sent again; after ``breaker_failures`` failed compactions
 session's breaker opens and every later compaction uses the no-model fallback. An urgent
 compaction (the sampler is blocked at the hard mark) falls back at once on failure: the run
 never dies because the summarizer did.
+
+A session that offers ``search_history`` gets a summary request that says so: what the summary
+leaves out is still found in the log, but only by its words, so the summary should keep the
+words a later search would use.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -31,18 +35,42 @@ from stowage.core import (
     ModelResponse,
     ModelRetrying,
     SystemMessage,
+    UserMessage,
     estimate_tokens,
 )
 from stowage.policy import digest, drop_oldest_rounds, fallback_summary, round_groups
+from stowage.tools import SEARCH_TOOL
 
 from ._retry import call_with_retries
 
-__all__ = ["Breaker", "SummaryOutcome", "summarize"]
+__all__ = ["SEARCH_NOTE", "Breaker", "SummaryOutcome", "summarize", "with_search_note"]
 
 # how many times an overflowing summary request is trimmed and sent again
 _MAX_TRIMS = 4
 # share of the remaining rounds each trim drops: few requests, little lost per step
 _TRIM_SHARE = 0.25
+
+SEARCH_NOTE = (
+    f"The agent can search this session's whole log with {SEARCH_TOOL} and read any record "
+    "of it whole: what the summary leaves out is not lost, but it is found only by its words. "
+    "For each topic you leave out, keep the exact words a search for it would use (names, "
+    "identifiers, numbers), and say in one line at the end that earlier details can be found "
+    f"with {SEARCH_TOOL}."
+)
+
+
+def with_search_note(request: ModelRequest) -> ModelRequest:
+    """``request`` with ``SEARCH_NOTE`` after its closing instruction when the session offers
+    ``search_history`` (its tools are in the request for the prefix cache); else ``request``
+    itself. Only the last message changes, so the cached prefix is the same. Raises
+    nothing."""
+    if not request.input or all(spec.name != SEARCH_TOOL for spec in request.tools):
+        return request
+    *before, last = request.input
+    if not isinstance(last, UserMessage):
+        return request
+    noted = replace(last, text=f"{last.text}\n\n{SEARCH_NOTE}")
+    return replace(request, input=(*before, noted))
 
 
 @dataclass(eq=False)
@@ -148,7 +176,7 @@ async def summarize(
     error = ""
     for trim in range(_MAX_TRIMS + 1):
         trimmed, dropped = _trimmed_items(history, dropped)
-        request = build(trimmed)
+        request = with_search_note(build(trimmed))
         try:
             response = await call_with_retries(
                 partial(create, request),

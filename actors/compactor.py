@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import anyio
 import structlog
@@ -53,6 +53,7 @@ from ._inbox import CompactorInbox
 from ._mailbox import Slot
 from ._messages import Advice, Plan, PlanFailed
 from ._planner import MIN_GROWTH, decide_for
+from ._provider_compaction import ProviderCompactions, compact_with_provider
 from ._summarizer import Breaker, summarize
 
 __all__ = ["MIN_GROWTH", "CompactorKept", "ReadLog", "advise", "decide_for", "run_compactor"]
@@ -88,11 +89,13 @@ def _compact_prompt(settings: Settings, log: structlog.stdlib.BoundLogger) -> st
 class CompactorKept:
     """What one session's compactor keeps from one run to the next (a parked session's actors
     stop and start again): its circuit breaker, the compaction instructions
-    (``compact_prompt_file`` is read once per session) and its policy state."""
+    (``compact_prompt_file`` is read once per session), its policy state, and whether it
+    still compacts with its provider (``compaction``)."""
 
     breaker: Breaker
     instructions: str | None
     control: Control
+    provider: ProviderCompactions = field(default_factory=ProviderCompactions)
 
     @classmethod
     def for_session(
@@ -106,7 +109,10 @@ class CompactorKept:
         log = _log.bind(session=session_id, actor="compactor")
         control = Control(Accounting(settings, specs), publish, log)
         return cls(
-            Breaker(threshold=settings.breaker_failures), _compact_prompt(settings, log), control
+            Breaker(threshold=settings.breaker_failures),
+            _compact_prompt(settings, log),
+            control,
+            ProviderCompactions.for_settings(settings),
         )
 
 
@@ -260,8 +266,38 @@ class _Summarizer:
                 instructions=self.kept.instructions,
             )
 
+        view = summary_view(covered, stubbed)
+        notices: tuple[tuple[str, str], ...] = ()
+        if self.kept.provider.wanted:
+            # protected state in every request, this one too (as in the summary request)
+            items = [e.item for e in view]
+            if snapshot.protected_text:
+                at = 1 if items and isinstance(items[0], SystemMessage) else 0
+                items.insert(at, SystemMessage(text=snapshot.protected_text))
+            attempt = await compact_with_provider(
+                items,
+                gateway=self.gateway,
+                # the session's own model: the item is for it to read
+                model=settings.model,
+                cache_key=cache_key_for(settings, self.session_id),
+                kept=self.kept.provider,
+                log=log,
+                limiter=self.limiter,
+                call_limiter=self.call_limiter,
+            )
+            if attempt.compaction is not None:
+                return self._plan(
+                    job,
+                    summary=attempt.compaction.text,
+                    reason=f"{job.reason}; provider compaction (the endpoint's encrypted item)",
+                    kind="full",
+                    regrounded=regrounded,
+                    focus=focus,
+                    provider_item=attempt.compaction.item,
+                )
+            notices = attempt.notices
         outcome = await summarize(
-            summary_view(covered, stubbed),
+            view,
             build=build,
             gateway=self.gateway,
             breaker=self.kept.breaker,
@@ -282,22 +318,54 @@ class _Summarizer:
             if outcome.kind == "full"
             else (outcome.text, (), ())  # a digest proposes no protected updates
         )
+        local = "; compacted locally: provider compaction unavailable" if notices else ""
+        return self._plan(
+            job,
+            summary=summary,
+            reason=job.reason + outcome.note + local,
+            kind=outcome.kind,
+            regrounded=regrounded,
+            focus=focus,
+            protected_ops=protected_ops,
+            protected_problems=problems,
+            notices=notices,
+        )
+
+    def _plan(
+        self,
+        job: SummaryJob,
+        *,
+        summary: str,
+        reason: str,
+        kind: str,
+        regrounded: bool,
+        focus: str | None,
+        protected_ops: tuple[dict[str, Any], ...] = (),
+        protected_problems: tuple[str, ...] = (),
+        provider_item: dict[str, Any] | None = None,
+        notices: tuple[tuple[str, str], ...] = (),
+    ) -> Plan:
+        """The plan of ``job`` with this summary (the provider's item, if it made it)."""
+        snapshot = job.snapshot
         status = snapshot.status
         return Plan(
             round=snapshot.round,
             summary=summary,
             covers_through=job.covers_through,
-            reason=job.reason + outcome.note,
+            reason=reason,
             tokens_before=job.tokens,
             estimated=job.estimated,
             based_on_compaction_seq=snapshot.last_compaction_seq,
-            kind=outcome.kind,
+            kind=kind,
             protected_ops=protected_ops,
-            protected_problems=problems,
+            protected_problems=protected_problems,
             regrounded=regrounded,
+            focus=focus or None,
             fraction=None
             if status is None
             else self.kept.control.accounting.fraction(status.tokens),
+            provider_item=provider_item,
+            notices=notices,
         )
 
     async def _originals(
@@ -321,7 +389,9 @@ class _Summarizer:
             return None
         base = job.snapshot.reground_base
         anchor: list[HistoryEntry] = [
-            HistoryEntry(seq=r.seq, item=CompactionSummary(text=r.summary))
+            HistoryEntry(
+                seq=r.seq, item=CompactionSummary(text=r.summary, provider=r.provider_item)
+            )
             for r in records
             if isinstance(r, CompactionRecord) and r.regrounded and r.covers_through == base
         ][-1:]

@@ -8,6 +8,9 @@ blocks, once per policy and output size. Two sizes by default: a typical 1,200 c
 window can then reuse more than ~82% of its input, whatever it does). The policies:
 
 * ``stowage`` — the defaults: watermarks, batched microcompaction, background planning;
+* ``stowage-reground`` — the defaults, with every second full compaction re-grounded: made
+  from the log's original records since the last re-grounded one, not from the previous
+  summary (``reground_every = 2``), so what it costs and what it recalls can be compared;
 * ``codex-like`` — one full compaction near 90% of the window, nothing else, inline;
 * ``claude-code-like`` — microcompaction every round keeping the 5 newest outputs, full
   compaction at ~85%, inline;
@@ -68,7 +71,9 @@ from stowage.storage import JsonlStore
 from stowage.testing import FakeOpenAIServer
 
 ROUNDS_PER_TURN = 5
-POLICIES = ("stowage", "codex-like", "claude-code-like", "unlimited")
+POLICIES = ("stowage", "stowage-reground", "codex-like", "claude-code-like", "unlimited")
+# what runs unless --policies names others: re-grounding is a variant of stowage, asked for
+DEFAULT_POLICIES = ("stowage", "codex-like", "claude-code-like", "unlimited")
 
 # the planted facts of the drift evaluation, loaded from the script beside this one
 _spec = importlib.util.spec_from_file_location(
@@ -208,6 +213,8 @@ def settings_for(policy: str, args: argparse.Namespace, store: Path, base_url: s
     )
     if policy == "stowage":
         return base
+    if policy == "stowage-reground":
+        return base.with_(reground_every=2)
     if policy == "codex-like":
         # one full compaction near 90% of the window, no microcompaction, the turn waits
         return base.with_(
@@ -347,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--summary-latency", type=float, default=0.25)
     parser.add_argument("--loss", type=float, default=0.1, help="share of facts a summary drops")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(DEFAULT_POLICIES))
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     return parser
 

@@ -1,20 +1,27 @@
-"""Workers sharing one PostgreSQL store: throughput by worker count, takeover time, round trips.
+"""Workers sharing one PostgreSQL store: throughput by worker count, CPU per round against
+``stowage load``, takeover time, statements per round.
 
-    python scripts/bench_workers.py --sessions 40 --messages 3 --workers 1,2,4 --json bench.json
+    python scripts/bench_workers.py --sessions 64 --messages 3 --workers 1,2,4 --json bench.json
 
 ``throughput``: for each worker count, a fresh schema and that many ``stowage worker``
-processes against the fake OpenAI server (a process of its own); sessions x messages are queued
-at once (``send --create``) and timed from the first queued to the last answered: messages/s
-and rounds/s.
+processes against the fake OpenAI server (a process of its own). The workers start and settle
+(connected, nothing to do), are paused (SIGSTOP) while sessions x messages are queued
+(``send --create``), then go on: messages/s and rounds/s from the first claim to the last
+answer (their own log times), and their CPU per round from where it stood idle. The workers run
+``stowage load``'s tools (two that return 2 KB) and its context window, so that:
+
+``in_process``: ``stowage load`` with the same sessions x turns, the same fake server, tools,
+window and logging, in one process with no database: the CPU per round the one-worker figure
+is held against (the goal: at most 1.3 times it).
 
 ``takeover``: a worker whose model is slow is SIGKILLed mid-turn while a second one waits; the
 seconds from the kill to the answer (goal: under the lease TTL + 2 s), over ``--takeovers`` runs.
 
 ``round trips``: a worker in this process (the scripted model, no HTTP) answers sessions x
-messages, with every statement its asyncpg connections send counted (``pg_stat_statements``
-is not loaded on most servers, and it would count other clients too): statements and
-transactions per round, and transactions per batch of records the runtime appended (the goal:
-one append transaction per group commit, whatever the number of batches in it).
+messages, with every statement its asyncpg connections send counted by a wrapper on the
+connection's ``execute``/``fetch*`` (``pg_stat_statements`` is not loaded on most servers, and
+it would count other clients too): statements and transactions per round (goal: at most 1.5
+statements), and round trips per append.
 
 Needs PostgreSQL (``--dsn``, default the tests' ``postgresql://postgres@127.0.0.1:5432/test``);
 every schema it makes is dropped afterwards.
@@ -126,6 +133,36 @@ async def _drop(dsn: str, schema: str) -> None:
     await _sql(dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+# the tools the workers run: two without arguments returning 2 KB each, as ``stowage load``'s
+# own, so that the worker's CPU per round and load's differ by the worker, not by the tools
+_BENCH_TOOLS = """
+import pydantic
+from stowage.tools import FunctionTool, ToolRegistry
+
+
+class NoArguments(pydantic.BaseModel):
+    pass
+
+
+def registry() -> ToolRegistry:
+    filler = ("lorem ipsum dolor sit amet " * 80)[:2048]
+    served = 0
+
+    def make(name: str) -> FunctionTool[NoArguments]:
+        async def fetch(args: NoArguments) -> str:
+            nonlocal served
+            served += 1
+            head = f"{name} #{served}: "
+            return head + filler[len(head):]
+
+        return FunctionTool(
+            name=name, description=f"Fetch the next {name}.", args_model=NoArguments, fn=fetch
+        )
+
+    return ToolRegistry([make("fetch_blob"), make("fetch_log")])
+"""
+
+
 class _Workers:
     def __init__(self, args: argparse.Namespace, schema: str, url: str, logs: Path) -> None:
         self.args, self.schema, self.url, self.logs = args, schema, url, logs
@@ -133,6 +170,7 @@ class _Workers:
         self.workspace.mkdir(exist_ok=True)
         for name in ("alpha.txt", "beta.txt", "README.md"):
             (self.workspace / name).write_text(f"{name} holds " + "data " * 200)
+        (self.workspace / "bench_tools.py").write_text(_BENCH_TOOLS)
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, *extra: str) -> subprocess.Popen[bytes]:
@@ -142,7 +180,9 @@ class _Workers:
             "--model", "fake-model", "--base-url", self.url, "--api-key", "sk-bench",
             "--log-format", "json", "--log-level", "info",
             "--lease-ttl", str(self.args.lease_ttl), "--poll-interval", "1",
-            "--concurrency", str(self.args.concurrency), *extra,
+            "--concurrency", str(self.args.concurrency),
+            "--context-window", str(self.args.context_window),
+            "--tools-from", "bench_tools:registry", *extra,
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -159,6 +199,22 @@ class _Workers:
                 return "worker_started" in await anyio.Path(log).read_text()
 
             await _until(up)
+
+    async def idle(self) -> list[float]:
+        """Once every worker started and its CPU time stands still (it connected, made its
+        tables, claimed nothing): their CPU seconds so far, start-up included."""
+        await self.started()
+        before = [_cpu_seconds(proc.pid) for proc in self.procs]
+        while True:
+            await anyio.sleep(0.25)
+            now = [_cpu_seconds(proc.pid) for proc in self.procs]
+            if all(b - a < 0.005 for a, b in zip(before, now, strict=True)):
+                return now
+            before = now
+
+    def pause(self, signum: signal.Signals) -> None:
+        for proc in self.procs:
+            proc.send_signal(signum)
 
     def stop(self) -> list[int]:
         for proc in self.procs:
@@ -183,46 +239,37 @@ def _claimers(logs: Path, schema: str) -> int:
     return sum("session_claimed" in p.read_text() for p in logs.glob(f"{schema}-*.log"))
 
 
-async def _startup_cpu(args: argparse.Namespace, url: str, logs: Path) -> float:
-    """CPU seconds a worker spends starting (imports, pool, LISTEN), with nothing to do."""
-    schema = f"bench_{secrets.token_hex(4)}"
-    try:
-        procs = _Workers(args, schema, url, logs)
-        proc = procs.start()
-        await procs.started()
-        cpu = _cpu_seconds(proc.pid)
-        procs.stop()
-    finally:
-        await _drop(args.dsn, schema)
-    return cpu
-
-
 async def _throughput(
-    args: argparse.Namespace, workers: int, url: str, logs: Path, startup_cpu: float
+    args: argparse.Namespace, workers: int, url: str, logs: Path
 ) -> dict[str, Any]:
-    """Queue everything first, then start the workers: the rate is measured from the first
-    claim to the last answer (the workers' own log times), so neither queueing nor process
-    start-up counts."""
+    """Start the workers and let them settle, stop them (SIGSTOP), queue everything, let them
+    go (SIGCONT): the rate is measured from the first claim to the last answer (the workers'
+    own log times), and their CPU from where it stood idle, so neither queueing nor process
+    start-up counts (a start-up measured in another process varied by half a ms a round)."""
     from stowage.worker import Client
 
     schema = f"bench_{secrets.token_hex(4)}"
     total = args.sessions * args.messages
     try:
-        async with Client(args.dsn, schema=schema) as client:
-            for m in range(args.messages):
-                for s in range(args.sessions):
-                    await client.send(f"s{s:04}", f"message {m}", create=True)
-        server_cpu = _cpu_seconds(_FAKE_PIDS[url])
         procs = _Workers(args, schema, url, logs)
         for _ in range(workers):
             procs.start()
+        idle_cpu = await procs.idle()
+        procs.pause(signal.SIGSTOP)
+        try:
+            async with Client(args.dsn, schema=schema) as client:
+                for m in range(args.messages):
+                    for s in range(args.sessions):
+                        await client.send(f"s{s:04}", f"message {m}", create=True)
+            server_cpu = _cpu_seconds(_FAKE_PIDS[url])
+        finally:
+            procs.pause(signal.SIGCONT)
 
         async def done() -> bool:
             return await _answered(args.dsn, schema) >= total
 
         await _until(done)
-        worker_cpu = sum(_cpu_seconds(proc.pid) for proc in procs.procs)
-        worker_cpu -= workers * startup_cpu  # what starting a worker costs is not per round
+        worker_cpu = sum(_cpu_seconds(proc.pid) for proc in procs.procs) - sum(idle_cpu)
         server_cpu = _cpu_seconds(_FAKE_PIDS[url]) - server_cpu
         rounds = await _rounds(args.dsn, schema)
         codes = procs.stop()
@@ -234,6 +281,7 @@ async def _throughput(
         await _drop(args.dsn, schema)
     return {
         "workers": workers,
+        "startup_cpu_s": round(sum(idle_cpu) / workers, 2),
         "workers_that_claimed": claimers,
         "messages": total,
         "rounds": rounds,
@@ -243,6 +291,32 @@ async def _throughput(
         "worker_cpu_ms_per_round": round(1000 * worker_cpu / rounds, 2),
         "fake_server_cpu_ms_per_round": round(1000 * server_cpu / rounds, 2),
         "exit_codes": codes,
+    }
+
+
+def _load_cpu(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
+    """``stowage load`` with the same sessions x turns against the same fake server, the same
+    context window and the same logging (JSON at info, as the workers log): the runtime's CPU
+    per round in one process, with no database (its JSONL store, fsync), which is what the
+    worker's CPU per round is held against."""
+    out = logs / "load.json"
+    command = [
+        *_stowage(), "load", "--sessions", str(args.sessions), "--turns", str(args.messages),
+        "--base-url", url, "--context-window", str(args.context_window),
+        "--log-format", "json", "--log-level", "info", "--no-progress", "--json", str(out),
+    ]  # fmt: skip
+    with (logs / "load.log").open("wb") as log:
+        done = subprocess.run(
+            command, cwd=logs, stdout=subprocess.DEVNULL, stderr=log, check=False, timeout=900
+        )
+    if not out.exists():
+        tail = (logs / "load.log").read_text()[-2000:]
+        raise SystemExit(f"stowage load wrote no report (exit {done.returncode}): {tail}")
+    report = json.loads(out.read_text())
+    return {
+        "rounds": report["rounds"],
+        "cpu_ms_per_round": report["cpu_ms_per_round"],
+        "rounds_per_s": report["throughput_rounds_per_s"],
     }
 
 
@@ -408,12 +482,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stowage-bench-") as tmp:
         logs = Path(tmp)
         with _fake_server(args.latency) as url:
-            startup_cpu = await _startup_cpu(args, url, logs)
-            report["worker_startup_cpu_s"] = round(startup_cpu, 2)
             report["throughput"] = [
-                await _throughput(args, int(n), url, logs, startup_cpu)
-                for n in args.workers.split(",")
+                await _throughput(args, int(n), url, logs) for n in args.workers.split(",")
             ]
+            report["in_process"] = _load_cpu(args, url, logs)
         with _fake_server(5.0) as slow, _fake_server(0.0) as fast:
             times = [await _takeover(args, slow, fast, logs) for _ in range(args.takeovers)]
         report["takeover"] = {
@@ -438,6 +510,15 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['seconds']:>8} "
             f"{row['messages_per_s']:>8} {row['rounds_per_s']:>9} "
             f"{row['worker_cpu_ms_per_round']:>20} {row['fake_server_cpu_ms_per_round']:>20}"
+        )
+    one = next((row for row in report["throughput"] if row["workers"] == 1), None)
+    load = report["in_process"]
+    if one is not None:
+        ratio = one["worker_cpu_ms_per_round"] / load["cpu_ms_per_round"]
+        print(
+            f"\nCPU per round, same sessions x turns, same fake server: one worker "
+            f"{one['worker_cpu_ms_per_round']} ms (PostgreSQL) vs stowage load "
+            f"{load['cpu_ms_per_round']} ms (in process, JSONL): {ratio:.2f}x"
         )
     take = report["takeover"]
     print(
@@ -465,6 +546,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="sessions per worker")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per model request")
     parser.add_argument("--lease-ttl", type=float, default=2.0)
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        default=5000,
+        help="the model window of the workers and of stowage load (load's default: both "
+        "compact alike, and neither asks the server)",
+    )
     parser.add_argument("--takeovers", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -3,7 +3,7 @@
 Each session plants critical facts in its first turns (constraints, negative knowledge — an
 approach that failed and why — and exact parameters: numbers, paths, versions), then runs one
 filler turn and one compaction at a time. After every compaction the next request the model
-receives is checked for each fact, verbatim. Two strategies run the same script:
+receives is checked for each fact, verbatim. Four strategies run the same script:
 
 * ``plain``: the seed's strategy, a summary and nothing else (the summarizer's updates block is
   cut from its replies, so protected state stays empty);
@@ -11,7 +11,13 @@ receives is checked for each fact, verbatim. Two strategies run the same script:
   from the log's original records since the last such one instead of from the summary before
   it (``Session.compact(reground=True)``; ``reground_every`` does it on its own);
 * ``protected``: the constraints are given as protected state at session start, and the
-  summarizer's updates block feeds failed attempts, decisions and artifacts into it.
+  summarizer's updates block feeds failed attempts, decisions and artifacts into it;
+* ``searched``: ``plain``, but the session is offered ``search_history`` (the runtime offers
+  it with ``recall_artifact`` when ``search_history_tool`` is on): at the start of each filler turn the scripted agent searches
+  the log for each fact its request does not show, by the fact's topic words (its anchor: it
+  knows what it needs, not the value), and reads the best user message found whole with
+  ``recall_artifact``. A fact counts as recalled when the turn's last request holds it, in
+  the history or in what the searches and recalls gave back.
 
 The summarizer is the scripted one made deliberately lossy (``--loss``: it drops that fraction
 of its facts on every pass, seeded), or any OpenAI-compatible endpoint (``--base-url``,
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -38,11 +45,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import pydantic
 from rich.console import Console
 from rich.table import Table
 from stowage import (
     AssistantMessage,
     CompactionSummary,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
     ModelGateway,
     ModelRequest,
     ModelResponse,
@@ -50,16 +61,19 @@ from stowage import (
     Runtime,
     Settings,
     SystemMessage,
+    ToolRegistry,
     UserMessage,
     configure_logging,
 )
 from stowage.core._gateway import StreamEvent
 from stowage.core._protected_updates import parse_summary_updates
-from stowage.model._brain import ScriptedBrain, is_summary_request
+from stowage.model._brain import ScriptedBrain, is_summary_request, scripted_usage
 from stowage.model._scripted import ScriptedModel
+from stowage.tools import SEARCH_TOOL
 
-Strategy = Literal["plain", "regrounded", "protected"]
-STRATEGIES: tuple[Strategy, ...] = ("plain", "regrounded", "protected")
+Strategy = Literal["plain", "regrounded", "protected", "searched"]
+STRATEGIES: tuple[Strategy, ...] = ("plain", "regrounded", "protected", "searched")
+RECALL_TOOL = "recall_artifact"
 FACT_KINDS = ("constraint", "negative", "parameter")
 
 
@@ -177,13 +191,97 @@ class Recorder:
 
 
 def request_text(request: ModelRequest) -> str:
-    """Everything the model reads in ``request``, as one text."""
+    """Everything the model reads in ``request`` but tool outputs, as one text."""
     parts = [
         item.text
         for item in request.input
         if isinstance(item, SystemMessage | UserMessage | AssistantMessage | CompactionSummary)
     ]
     return "\n".join(parts)
+
+
+def turn_outputs(request: ModelRequest) -> str:
+    """The tool outputs of ``request``'s last turn (after its last user message)."""
+    start = max(i for i, item in enumerate(request.input) if isinstance(item, UserMessage))
+    outputs = request.input[start:]
+    return "\n".join(i.output for i in outputs if isinstance(i, FunctionCallOutput))
+
+
+# -- the searching agent ------------------------------------------------------------------
+
+_USER_REF = re.compile(r"^R(\d+) \(user message", re.MULTILINE)
+_ANY_REF = re.compile(r"^R(\d+) \(", re.MULTILINE)
+
+
+def first_said(output: str) -> str | None:
+    """The reference a search answer gives that an agent looking for what the user said
+    reads: the oldest user message found, else the best match."""
+    said = [int(seq) for seq in _USER_REF.findall(output)]
+    if said:
+        return f"R{min(said)}"
+    best = _ANY_REF.search(output)
+    return f"R{best.group(1)}" if best else None
+
+
+@dataclass(eq=False)
+class Rereader:
+    """``inner`` (the lossy scripted brain), but a filler turn starts with a search_history
+    call for each planted fact its request does not show (queried by the fact's anchor, the
+    most matches a call gives), then one recall_artifact of what each search names first
+    (``first_said``), then the inner brain's answer."""
+
+    inner: ScriptedBrain
+    facts: Sequence[Fact]
+    searches: int = 0
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request) or SEARCH_TOOL not in {t.name for t in request.tools}:
+            return self.inner(request)
+        start = max(i for i, item in enumerate(request.input) if isinstance(item, UserMessage))
+        user, turn = request.input[start], request.input[start + 1 :]
+        if not (isinstance(user, UserMessage) and user.text.startswith("step ")):
+            return self.inner(request)
+        calls = [i for i in turn if isinstance(i, FunctionCall)]
+        items: tuple[FunctionCall, ...] = ()
+        if not calls:
+            shown = request_text(request)
+            missing = [f for f in self.facts if not all(v in shown for v in f.values)]
+            items = tuple(
+                _call(f"s{start}-{n}", SEARCH_TOOL, query=f.anchor.lower(), limit=20)
+                for n, f in enumerate(missing)
+            )
+            self.searches += len(items)
+        elif all(c.name == SEARCH_TOOL for c in calls):
+            outputs = [i.output for i in turn if isinstance(i, FunctionCallOutput)]
+            refs = [first_said(o) for o in outputs]
+            items = tuple(
+                _call(f"r{start}-{n}", RECALL_TOOL, ref=ref)
+                for n, ref in enumerate(refs)
+                if ref is not None
+            )
+        if not items:
+            return self.inner(request)
+        return ModelResponse(items=items, usage=scripted_usage(request, items), model=request.model)
+
+
+def _call(call_id: str, name: str, **arguments: object) -> FunctionCall:
+    return FunctionCall(call_id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+class NoteArgs(pydantic.BaseModel):
+    text: str = ""
+
+
+def note_tools() -> ToolRegistry:
+    """One tool of the session's own: the runtime offers recall_artifact and search_history
+    to a session with tools (the scripted agent never calls this one)."""
+
+    async def note(args: NoteArgs) -> str:
+        return "noted"
+
+    return ToolRegistry(
+        [FunctionTool(name="note", description="take a note", args_model=NoteArgs, fn=note)]
+    )
 
 
 # -- one session ------------------------------------------------------------------------
@@ -216,7 +314,14 @@ async def run_session(
     facts = facts_for(session_no)
     recorder = Recorder(inner=gateway, plain=strategy != "protected")
     observations: list[Observation] = []
-    async with Runtime(settings, gateway=recorder) as rt:
+    searched = strategy == "searched"
+    tools = note_tools() if searched else None
+    if searched:  # recall and search are offered to a session that may compact on its own
+        window = settings.context_window if settings.base_url else 1_000_000
+        settings = settings.with_(
+            auto_compact=True, context_window=window, search_history_tool=True
+        )
+    async with Runtime(settings, gateway=recorder, tools=tools) as rt:
         constraints = (
             [f.constraint for f in facts if f.constraint] if strategy == "protected" else []
         )
@@ -231,7 +336,12 @@ async def run_session(
         for step in range(compactions + 1):
             before = len(recorder.rounds)
             await session.send(filler(step))
-            observations.append(observe(facts, request_text(recorder.rounds[before])))
+            if searched:  # what the turn's last request holds, re-read parts included
+                last = recorder.rounds[-1]
+                seen = request_text(last) + "\n" + turn_outputs(last)
+            else:
+                seen = request_text(recorder.rounds[before])
+            observations.append(observe(facts, seen))
             reground = strategy == "regrounded" and (step + 1) % reground_every == 0
             if step < compactions and not await session.compact(reground=reground):
                 raise RuntimeError(f"compaction {step + 1} of {session.id} did not happen")
@@ -378,9 +488,14 @@ def settings_for(args: argparse.Namespace, store: Path) -> Settings:
     )
 
 
-def gateway_for(args: argparse.Namespace, settings: Settings) -> ModelGateway:
+def gateway_for(
+    args: argparse.Namespace, settings: Settings, strategy: Strategy = "plain", session_no: int = 0
+) -> ModelGateway:
     if args.base_url is None:
-        return ScriptedModel(brain=ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed))
+        brain = ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed)
+        if strategy == "searched":
+            return ScriptedModel(brain=Rereader(inner=brain, facts=facts_for(session_no)))
+        return ScriptedModel(brain=brain)
     from stowage.model import make_gateway
 
     return make_gateway(settings)
@@ -398,7 +513,7 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
         runs = [
             await run_session(
                 settings,
-                gateway_for(args, settings),
+                gateway_for(args, settings, strategy, n),
                 strategy,
                 n,
                 args.compactions,

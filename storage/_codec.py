@@ -18,6 +18,7 @@ from stowage.core import (
     CompactionKind,
     CompactionRecord,
     ErrorRecord,
+    ForkedFromRecord,
     HistoryEntry,
     ItemRecord,
     ManifestSection,
@@ -26,6 +27,7 @@ from stowage.core import (
     ProtectedRecord,
     Record,
     RequestManifest,
+    RewindRecord,
     RoundCommittedRecord,
     SectionName,
     SessionRecord,
@@ -98,6 +100,15 @@ def _manifest_out(m: RequestManifest) -> dict[str, Any]:
 
 
 def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
+    out = _enc_compaction_fields(r)
+    if r.focus is not None:
+        out["focus"] = r.focus
+    if r.provider_item is not None:  # only then: local compactions stay byte-identical
+        out["provider_item"] = r.provider_item
+    return out
+
+
+def _enc_compaction_fields(r: CompactionRecord) -> dict[str, Any]:
     return {
         "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "compaction",
         "kind": r.kind, "summary": r.summary, "covers_through": r.covers_through,
@@ -167,6 +178,20 @@ def _enc_settings_changed(r: SettingsChangedRecord) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _enc_forked_from(r: ForkedFromRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "forked_from",
+        "parent_id": r.parent_id, "through_seq": r.through_seq, "through_round": r.through_round,
+    }  # fmt: skip
+
+
+def _enc_rewind(r: RewindRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "rewind",
+        "to_round": r.to_round, "to_seq": r.to_seq,
+    }  # fmt: skip
+
+
 _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     SessionRecord: _enc_session,
     ItemRecord: _enc_item,
@@ -179,6 +204,8 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     SettingsChangedRecord: _enc_settings_changed,
     ApprovalRecord: _enc_approval,
     MilestoneRecord: _enc_milestone,
+    ForkedFromRecord: _enc_forked_from,
+    RewindRecord: _enc_rewind,
 }
 
 
@@ -394,6 +421,8 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         waited=_opt_float(d, "waited"),
         reattached=_ints(d.get("reattached") or [], "reattached"),
         regrounded=_bool(d, "regrounded"),
+        focus=_str(d, "focus") if d.get("focus") is not None else None,
+        provider_item=_opt_dict(d, "provider_item"),
     )
 
 
@@ -473,6 +502,20 @@ def _dec_settings_changed(d: dict[str, Any]) -> SettingsChangedRecord:
     )
 
 
+def _dec_forked_from(d: dict[str, Any]) -> ForkedFromRecord:
+    return ForkedFromRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), parent_id=_str(d, "parent_id"),
+        through_seq=_int(d, "through_seq"), through_round=_int(d, "through_round"),
+    )  # fmt: skip
+
+
+def _dec_rewind(d: dict[str, Any]) -> RewindRecord:
+    return RewindRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), to_round=_int(d, "to_round"),
+        to_seq=_int(d, "to_seq"),
+    )  # fmt: skip
+
+
 _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "session": _dec_session,
     "item": _dec_item,
@@ -485,6 +528,8 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "settings_changed": _dec_settings_changed,
     "approval": _dec_approval,
     "milestone": _dec_milestone,
+    "forked_from": _dec_forked_from,
+    "rewind": _dec_rewind,
 }
 
 

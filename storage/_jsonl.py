@@ -63,6 +63,7 @@ from ._codec import encode_record
 from ._fdcache import FdCache
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
+from ._search import Found, scan_file
 
 __all__ = ["JsonlStore"]
 
@@ -359,6 +360,17 @@ class JsonlStore:
                     records, _ = await self._read_tail_or_all(session_id, path)
                     return LogRead(records=records, torn_tail=cut)
             return LogRead(records=records, torn_tail=self._report(path, end))
+
+    async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
+        """The item records whose line may hold every one of ``words``, in one streaming
+        pass over the log until ``deadline`` (``time.monotonic()``); see ``_search``. Holds
+        no lock: a line still being appended is not a record yet, and a search must not keep
+        the session's writes waiting. Raises ``InvalidSessionId``, ``SessionNotFound``,
+        ``CorruptLogError``, ``StoreError``."""
+        path = self._path(session_id)
+        self._check_open()
+        scan = functools.partial(scan_file, path, session_id, words, deadline=deadline)
+        return await anyio.to_thread.run_sync(scan)
 
     async def exists(self, session_id: str) -> bool:
         """Whether a log exists for the id; raises ``InvalidSessionId``."""

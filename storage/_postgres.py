@@ -42,6 +42,7 @@ from stowage.core import (
     ConfigError,
     CorruptLogError,
     FencingError,
+    ItemRecord,
     LeaseHolder,
     LogRead,
     Record,
@@ -65,7 +66,9 @@ from ._lease import (
     now_holder,
     register_lease,
 )
+from ._pg_append import fast_append_sql, plan_fast
 from ._pg_inbox import InboxTables, decode_entries, messages_logged, queued_status
+from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import check_continues, decode_rows, plan_batch, plan_sessions
 
 __all__ = ["PostgresStore"]
@@ -125,6 +128,7 @@ class PostgresStore:
         self._records = f'"{schema}".stowage_records'
         self._sessions = f'"{schema}".stowage_sessions'
         self._inbox = InboxTables(schema)
+        self._fast_append = fast_append_sql(self._inbox, self._records)
         self._min_size, self._max_size = min_size, max_size
         self._pool: Any = None
         self._schema_ready = False
@@ -147,6 +151,17 @@ class PostgresStore:
         validate_session_id(session_id)
         held = self._held.get(session_id)
         pool = await self._get_pool(write=True)
+        if held is not None and not held.lost and not held.handed_out:
+            # a lease a claim (or a write) took: extending it under its token, in one
+            # statement, is the check; only when that fails is the row read and judged
+            try:
+                async with pool.acquire() as conn:
+                    extended = await self._extend(conn, [held])
+            except self._errors as exc:
+                raise StoreError(f"postgres store: {exc}") from exc
+            if session_id in extended:
+                held.handed_out = True
+                return held
         try:
             async with pool.acquire() as conn, conn.transaction():
                 row = await conn.fetchrow(
@@ -180,6 +195,11 @@ class PostgresStore:
         lease = self._register(taken)
         lease.handed_out = True
         return lease
+
+    async def connect(self) -> None:
+        """Open the pool and make the tables if missing, now rather than at the first write:
+        what a worker does before it says it is ready. Raises ``StoreError``."""
+        await self._get_pool(write=True)
 
     async def renew_leases(self) -> list[str]:
         """Renew every lease this store holds in one statement; returns the ids of those lost
@@ -251,12 +271,54 @@ class PostgresStore:
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
     ) -> dict[str, Exception | None]:
-        """Append every batch in one transaction, each session under this store's lease (taken
-        here when not held yet, checked against its token otherwise). Every session is checked
-        against its locked row (lease, seqs) before anything is written, and a refused session
-        is left out of the writes and reported in the outcome; the others commit. Raises
-        ``StoreError`` when the transaction fails (connection lost, disk full): then nothing
-        is written, unless only the acknowledgement of the commit was lost."""
+        """Append every batch, each session under this store's lease (taken here when not held
+        yet, checked against its token otherwise). Every session is checked against its locked
+        row (lease, seqs) before anything of it is written, and a refused session is left out
+        of the writes and reported in the outcome; the others commit. Raises ``StoreError``
+        when the transaction fails (connection lost, disk full): then nothing is written,
+        unless only the acknowledgement of the commit was lost.
+
+        The sessions whose lease this store holds go in one statement (``_pg_append``); the
+        others, and any that statement refused, in one checked transaction after it. Should
+        that one fail once the first has committed, its sessions get the ``StoreError`` as
+        their outcome instead.
+        """
+        planned, outcomes = plan_sessions(batches)
+        if not planned:
+            return outcomes
+        tokens = {
+            session_id: lease.token
+            for session_id in planned
+            if (lease := self._held.get(session_id)) is not None and not lease.lost
+        }
+        fast = plan_fast(planned, tokens, messages_logged(batches))
+        written: set[str] = set()
+        if fast is not None:
+            pool = await self._get_pool(write=True)
+            arguments = fast.arguments(self._owner, self._inbox.answers_channel)
+            try:
+                rows = await pool.fetch(self._fast_append, *arguments)
+            except self._errors as exc:
+                raise StoreError(f"postgres store: {exc}") from exc
+            written = {row["session_id"] for row in rows}
+        rest = [
+            (session_id, records) for session_id, records in batches if session_id not in written
+        ]
+        if not rest:
+            return outcomes
+        try:
+            outcomes.update(await self._append_checked(rest))
+        except StoreError as exc:
+            if not written:
+                raise
+            outcomes.update((session_id, exc) for session_id, _ in rest)
+        return outcomes
+
+    async def _append_checked(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
+        """``append_batches`` in one transaction that reads the locked rows back and checks
+        them here: what names a lost lease, a seq gap, a message logged twice."""
         planned, outcomes = plan_sessions(batches)
         if not planned:
             return outcomes
@@ -475,7 +537,7 @@ class PostgresStore:
                 "ORDER BY session_id LIMIT $2 FOR UPDATE SKIP LOCKED) "
                 f"UPDATE {self._sessions} AS s SET lease_owner = $1, "
                 "lease_token = s.lease_token + 1, "
-                "lease_expires = now() + make_interval(secs => $3), "
+                "lease_expires = now() + make_interval(secs => $3), lease_renewed = now(), "
                 "lease_pid = $4, lease_host = $5, lease_since = now() "
                 "FROM free WHERE s.session_id = free.session_id "
                 "RETURNING s.session_id, s.lease_token, s.lease_since",
@@ -594,7 +656,7 @@ class PostgresStore:
                 "ORDER BY session_id LIMIT $2 FOR UPDATE SKIP LOCKED) "
                 f"UPDATE {self._sessions} AS s SET lease_owner = $1, "
                 "lease_token = s.lease_token + 1, "
-                "lease_expires = now() + make_interval(secs => $3), "
+                "lease_expires = now() + make_interval(secs => $3), lease_renewed = now(), "
                 "lease_pid = $4, lease_host = $5, lease_since = now() "
                 "FROM free WHERE s.session_id = free.session_id "
                 "RETURNING s.session_id, s.lease_token, s.lease_since, "
@@ -635,6 +697,35 @@ class PostgresStore:
         if lease is not None:
             await lease.release()
 
+    async def live_workers(self) -> list[dict[str, Any]]:
+        """The holders of live leases, one per store object (a worker): ``owner``, ``pid``,
+        ``host``, ``sessions`` held, ``since`` (its oldest grant), ``renewed`` (its newest
+        renewal). A worker that holds no lease is not among them. Raises ``StoreError``."""
+        rows = await self._fetch_read(
+            lambda pool: pool.fetch(
+                "SELECT lease_owner AS owner, lease_pid AS pid, lease_host AS host, "
+                "count(*) AS sessions, min(lease_since) AS since, "
+                f"max(lease_renewed) AS renewed FROM {self._sessions} "
+                "WHERE lease_owner IS NOT NULL AND lease_expires > now() "
+                "GROUP BY lease_owner, lease_pid, lease_host ORDER BY lease_host, lease_pid"
+            ),
+            list,
+        )
+        return [dict(row) for row in rows]
+
+    async def queue_depth(self) -> tuple[int, int]:
+        """Messages queued in the store (not answered yet, in flight included) and the
+        sessions they wait in: one count over the waiting sessions' index. Raises
+        ``StoreError``."""
+        row = await self._fetch_read(
+            lambda pool: pool.fetchrow(
+                "SELECT coalesce(sum(jsonb_array_length(inbox)), 0) AS messages, "
+                f"count(*) AS sessions FROM {self._sessions} WHERE inbox <> '[]'::jsonb"
+            ),
+            lambda: None,
+        )
+        return (0, 0) if row is None else (int(row["messages"]), int(row["sessions"]))
+
     async def message_status(self, session_id: str, message_id: str) -> dict[str, Any] | None:
         """What the log holds of a message id: ``status`` (``logged``, ``answered``,
         ``failed``), ``seq`` of its user item, ``answered_seq`` of its turn's ``finished``
@@ -674,6 +765,40 @@ class PostgresStore:
             except ValueError as exc:
                 raise CorruptLogError(str(exc), path=where, line=expected) from None
         return tuple(out)
+
+    async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
+        """The item records whose row may hold every one of ``words`` (``ILIKE``), oldest
+        first, one window of seqs (the primary key's range) a query, until ``deadline``
+        (``time.monotonic()``); see ``_search``. Raises ``InvalidSessionId``,
+        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
+        validate_session_id(session_id)
+        where = f"{self._records}#{session_id}"
+        patterns = like_patterns(words)
+        last_seq = await self._fetch_read(
+            lambda pool: pool.fetchval(
+                f"SELECT last_seq FROM {self._sessions} WHERE session_id = $1 AND tail_from > 0",
+                session_id,
+            ),
+            lambda: None,
+        )
+        if last_seq is None:
+            raise SessionNotFound(f"no log for session {session_id!r}")
+
+        async def fetch(first: int, last: int) -> list[ItemRecord]:
+            rows = await self._fetch_read(
+                lambda pool: pool.fetch(
+                    f"SELECT seq, body FROM {self._records} WHERE session_id = $1 "
+                    "AND seq BETWEEN $2 AND $3 AND body ILIKE ALL($4::text[]) ORDER BY seq",
+                    session_id,
+                    first,
+                    last,
+                    patterns,
+                ),
+                list,
+            )
+            return decode_found(((r["seq"], r["body"]) for r in rows), where=where)
+
+        return await scan_windows(fetch, int(last_seq), deadline=deadline)
 
     @asynccontextmanager
     async def notifications(
@@ -724,8 +849,8 @@ class PostgresStore:
         holder = now_holder(self._owner)  # its since is replaced by the database's now()
         granted = await conn.fetchrow(
             f"UPDATE {self._sessions} SET lease_owner = $2, lease_token = lease_token + 1, "
-            "lease_expires = now() + make_interval(secs => $3), lease_pid = $4, "
-            "lease_host = $5, lease_since = now() WHERE session_id = $1 "
+            "lease_expires = now() + make_interval(secs => $3), lease_renewed = now(), "
+            "lease_pid = $4, lease_host = $5, lease_since = now() WHERE session_id = $1 "
             "RETURNING lease_token, lease_since",
             session_id,
             self._owner,
@@ -740,14 +865,24 @@ class PostgresStore:
             LeaseHolder(owner=self._owner, pid=holder.pid, host=holder.host, since=since),
         )
 
+    def _mine_sql(self, owner: str) -> str:
+        """A CTE ``mine``: the session rows of ``$1`` (ids) still under the tokens ``$2`` and
+        the owner ``owner``, locked in session id order, the order every statement of every
+        worker locks session rows in (an UPDATE ... FROM locks in whatever order its join
+        runs, and two of them, or one and an append, can deadlock)."""
+        return (
+            f"WITH mine AS (SELECT s.session_id FROM {self._sessions} AS s "
+            "JOIN unnest($1::text[], $2::bigint[]) AS u(session_id, token) "
+            "ON s.session_id = u.session_id AND s.lease_token = u.token "
+            f"WHERE s.lease_owner = {owner} ORDER BY s.session_id FOR UPDATE OF s) "
+        )
+
     async def _extend(self, conn: Any, leases: Sequence[Lease]) -> set[str]:
         """Extend the leases still held under their tokens; returns their session ids."""
         rows = await conn.fetch(
-            f"UPDATE {self._sessions} AS s "
-            "SET lease_expires = now() + make_interval(secs => $3) "
-            "FROM unnest($1::text[], $2::bigint[]) AS u(session_id, token) "
-            "WHERE s.session_id = u.session_id AND s.lease_token = u.token "
-            "AND s.lease_owner = $4 RETURNING s.session_id",
+            self._mine_sql("$4") + f"UPDATE {self._sessions} AS s "
+            "SET lease_expires = now() + make_interval(secs => $3), lease_renewed = now() "
+            "FROM mine WHERE s.session_id = mine.session_id RETURNING s.session_id",
             [lease.session_id for lease in leases],
             [lease.token for lease in leases],
             self._ttl,
@@ -757,11 +892,9 @@ class PostgresStore:
 
     async def _free(self, conn: Any, leases: Sequence[Lease]) -> None:
         await conn.execute(
-            f"UPDATE {self._sessions} AS s SET lease_owner = NULL, lease_expires = NULL, "
-            "lease_pid = NULL, lease_host = NULL, lease_since = NULL "
-            "FROM unnest($1::text[], $2::bigint[]) AS u(session_id, token) "
-            "WHERE s.session_id = u.session_id AND s.lease_token = u.token "
-            "AND s.lease_owner = $3",
+            self._mine_sql("$3") + f"UPDATE {self._sessions} AS s SET lease_owner = NULL, "
+            "lease_expires = NULL, lease_pid = NULL, lease_host = NULL, lease_since = NULL "
+            "FROM mine WHERE s.session_id = mine.session_id",
             [lease.session_id for lease in leases],
             [lease.token for lease in leases],
             self._owner,
@@ -819,30 +952,23 @@ class PostgresStore:
     async def _read(self, session_id: str, *, tail: bool) -> LogRead:
         validate_session_id(session_id)
 
-        async def run(pool: Any) -> tuple[int, list[Any]] | None:
-            async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                tail_from = await conn.fetchval(
-                    f"SELECT tail_from FROM {self._sessions} "
-                    "WHERE session_id = $1 AND tail_from > 0",
-                    session_id,
-                )
-                if tail_from is None:
-                    return None
-                start = tail_from if tail else 1
-                rows = await conn.fetch(
-                    f"SELECT seq, body FROM {self._records} WHERE session_id = $1 "
-                    "AND (seq = 1 OR seq >= $2) ORDER BY seq",
-                    session_id,
-                    start,
-                )
-                return int(start), list(rows)
-
-        found = await self._fetch_read(run, lambda: None)
-        if found is None:
+        # one statement, so one snapshot: the session row and its records agree
+        rows = await self._fetch_read(
+            lambda pool: pool.fetch(
+                f"SELECT s.tail_from, r.seq, r.body FROM {self._sessions} AS s "
+                f"LEFT JOIN {self._records} AS r ON r.session_id = s.session_id "
+                "AND (r.seq = 1 OR r.seq >= CASE WHEN $2 THEN s.tail_from ELSE 1 END) "
+                "WHERE s.session_id = $1 AND s.tail_from > 0 ORDER BY r.seq",
+                session_id,
+                tail,
+            ),
+            list,
+        )
+        if not rows:
             raise SessionNotFound(f"no log for session {session_id!r}")
-        start, rows = found
+        start = int(rows[0]["tail_from"]) if tail else 1
         where = f"{self._records}#{session_id}"
-        pairs = ((row["seq"], row["body"]) for row in rows)
+        pairs = ((row["seq"], row["body"]) for row in rows if row["seq"] is not None)
         return LogRead(records=decode_rows(pairs, where=where, tail_from=start))
 
     async def _fetch_read(self, fn: Callable[[Any], Any], missing: Callable[[], T]) -> Any:
@@ -891,7 +1017,8 @@ class PostgresStore:
             await conn.execute(
                 f"ALTER TABLE {self._sessions} ADD COLUMN IF NOT EXISTS lease_pid integer, "
                 "ADD COLUMN IF NOT EXISTS lease_host text, "
-                "ADD COLUMN IF NOT EXISTS lease_since timestamptz"
+                "ADD COLUMN IF NOT EXISTS lease_since timestamptz, "
+                "ADD COLUMN IF NOT EXISTS lease_renewed timestamptz"
             )
             await conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {self._records} ("

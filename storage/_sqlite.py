@@ -30,6 +30,7 @@ import anyio.to_thread
 from stowage.core import (
     ConfigError,
     FencingError,
+    ItemRecord,
     LeaseHolder,
     LogRead,
     Record,
@@ -52,6 +53,7 @@ from ._lease import (
     now_holder,
     register_lease,
 )
+from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
 
 __all__ = ["SqliteStore"]
@@ -249,6 +251,38 @@ class SqliteStore:
     async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record and every record from the newest compaction's covers_through + 1."""
         return await self._read(session_id, tail=True)
+
+    async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
+        """The item records whose row may hold every one of ``words`` (``LIKE``, which
+        folds ASCII letters only), oldest first, one window of seqs a query, until
+        ``deadline`` (``time.monotonic()``); see ``_search``. Raises ``InvalidSessionId``,
+        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
+        validate_session_id(session_id)
+        where = f"{self._path}#{session_id}"
+        patterns = like_patterns(words)
+        matching = "".join(" AND body LIKE ? ESCAPE '\\'" for _ in patterns)
+
+        def missing() -> int:
+            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+
+        def last_seq(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            return int(row[0]) if row is not None else missing()
+
+        async def fetch(first: int, last: int) -> list[ItemRecord]:
+            def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+                return conn.execute(
+                    "SELECT seq, body FROM records WHERE session_id = ? AND seq BETWEEN ? AND ?"
+                    f"{matching} ORDER BY seq",
+                    (session_id, first, last, *patterns),
+                ).fetchall()
+
+            return decode_found(await self._run(run, missing=list), where=where)
+
+        newest = await self._run(last_seq, missing=missing)
+        return await scan_windows(fetch, newest, deadline=deadline)
 
     async def exists(self, session_id: str) -> bool:
         """Whether the session has a log; raises ``InvalidSessionId``."""

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -25,6 +26,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 import pytest
@@ -49,6 +51,36 @@ LONGEST_FIRST = (
     "cli/test_identity.py",
     "cli/test_exit_codes.py",
 )
+
+
+async def ensure_database(dsn: str) -> bool:
+    """Create the database ``dsn`` names when its server answers and it is missing (through
+    the server's ``postgres`` database); True when it was made. Without a server nothing
+    happens: the PostgreSQL tests skip themselves."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=3)
+    except asyncpg.InvalidCatalogNameError:
+        pass  # the server answers; the database is missing
+    except (OSError, asyncpg.PostgresError):
+        return False
+    else:
+        await conn.close()
+        return False
+    parts = urlsplit(dsn)
+    name = parts.path.lstrip("/")
+    admin = await asyncpg.connect(urlunsplit(parts._replace(path="/postgres")), timeout=3)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    except asyncpg.DuplicateDatabaseError:
+        return False  # another test process made it first
+    finally:
+        await admin.close()
+    return True
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """``make test`` on a fresh PostgreSQL: the ``test`` database is made when missing."""
+    asyncio.run(ensure_database(PG_DSN))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

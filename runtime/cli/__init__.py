@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-_CLI_EXTRA = ("rich", "psutil")
+_CLI_EXTRA = ("rich", "psutil", "prompt_toolkit")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

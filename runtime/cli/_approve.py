@@ -2,8 +2,11 @@
 
 A turn that reached a tool marked as needing approval stopped with its calls durable and an
 ``approval`` request in the log. The answer goes through a resumed session like any other
-input, in this process: an approved call runs here (with the tools ``--tools-from`` names),
-a denied one gets a "denied" output, and the turn goes on with the session's own model.
+input, in this process, as the session: its model, endpoint and settings, and the tools it
+recorded (``--tools-from``, ``--mcp``, ``--mcp-url`` need not be typed again; typed, they are
+an override, recorded). An approved call runs here, a denied one gets a "denied" output, and
+the turn goes on. A call whose tool this process cannot offer is refused before it is
+approved, so an approval is never spent on an "unknown tool" error.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ import argparse
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._parsing import fill_later
+
+if TYPE_CHECKING:
+    from stowage.core import Event, FunctionCall, LogStore
+
+    from ._run_options import SessionSetup
 
 __all__ = ["add_approval_commands", "approval_main"]
 
@@ -62,36 +70,92 @@ def _options(
         parser.add_argument("--log-level", default="warning")
 
 
-async def approval_main(args: argparse.Namespace) -> int:
-    """Answer the approval and run the rest of the turn; prints its answer (or which calls
-    still wait). Returns 0.
+def _check_tool_offered(
+    session_id: str, pending: Sequence[FunctionCall], call_id: str, offered: set[str]
+) -> None:
+    """Raises ``ConfigError`` when call ``call_id`` of ``pending`` is for a tool that is not
+    among ``offered``: approving it would only give the model an "unknown tool" error."""
+    from stowage.core import ConfigError
 
-    Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2), and what
-    ``Runtime.resume`` raises; the CLI turns them into its exit statuses.
+    for call in pending:
+        if call.call_id == call_id and call.name not in offered:
+            raise ConfigError(
+                f"call {call_id} of session {session_id} is for tool {call.name!r}, which this "
+                f"process does not offer (it has: {', '.join(sorted(offered)) or 'none'}); name "
+                "the tools that define it with --tools-from MODULE:NAME (or --mcp); nothing "
+                "was approved"
+            )
+
+
+async def _check_before_starting(
+    store: LogStore, session_id: str, call_id: str, setup: SessionSetup
+) -> None:
+    """``_check_tool_offered`` against the log, before the runtime starts: a refused
+    approval writes nothing, not even the overrides typed with it. MCP tools are known only
+    once their servers run: with any, the check waits for the runtime."""
+    from stowage.core import replay
+    from stowage.tools import workspace_tools
+
+    if setup.servers:
+        return
+    settings = setup.settings
+    if setup.tools is not None:
+        offered = set(setup.tools.names())
+    elif settings.tools == "workspace":
+        offered = set(workspace_tools(settings.workspace, settings=settings).names())
+    else:
+        offered = set()
+    read = await store.read(session_id, repair=False)
+    pending = replay(session_id, read.records).awaiting_approval
+    _check_tool_offered(session_id, pending, call_id, offered)
+
+
+def _notice(event: Event) -> None:
+    """An override typed now (it is recorded in the log), and a torn last line cut on open:
+    one line each on stderr."""
+    from stowage.core import LogRepaired, SettingsChanged
+
+    from ._run_options import repair_notice, settings_notice
+
+    if isinstance(event, SettingsChanged):
+        print(settings_notice(event), file=sys.stderr)
+    elif isinstance(event, LogRepaired):
+        print(repair_notice(event), file=sys.stderr)
+
+
+async def approval_main(args: argparse.Namespace) -> int:
+    """Answer the approval and run the rest of the turn, as the session; prints its answer
+    (or which calls still wait). Returns 0.
+
+    Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2), ``ConfigError``
+    (the call's tool is not offered here: nothing is approved), and what ``Runtime.resume``
+    raises; the CLI turns them into its exit statuses.
     """
-    from stowage.core import validate_session_id
-    from stowage.facade import Runtime
+    from stowage.core import lineage_store, validate_session_id
     from stowage.storage import open_store
 
     from ._mcp_options import mcp_servers_from
-    from ._run_options import continued_settings, tools_from_spec
+    from ._run_options import as_the_session
 
     session_id = validate_session_id(args.session)
-    servers = mcp_servers_from(args)  # before anything opens: a missing extra is a usage error
+    mcp_servers_from(args)  # before anything opens: a missing extra is a usage error
     spec = args.store or os.environ.get(_STORE_ENV) or _DEFAULT_STORE
-    store = open_store(spec, durability=getattr(args, "durability", None) or "fsync")
-    try:
-        store_dir = Path(_DEFAULT_STORE) if "://" in spec else Path(spec)
-        settings, overrides, _ = await continued_settings(args, store, session_id, store=store_dir)
-        if args.tools_from:
-            sys.path.insert(0, os.getcwd())  # like "python -m": the user's modules import
-        tools = tools_from_spec(args.tools_from) if args.tools_from else None
-    except BaseException:
-        await store.aclose()
-        raise
-    async with Runtime(settings, store=store, tools=tools, overrides=overrides, mcp=servers) as rt:
+    # as every command sees a store: a fork reads its parent's records
+    store = lineage_store(open_store(spec, durability=getattr(args, "durability", None) or "fsync"))
+    store_dir = Path(_DEFAULT_STORE) if "://" in spec else Path(spec)
+    setup = await as_the_session(args, store, session_id, store=store_dir)
+    if args.command == "approve":
+        try:
+            await _check_before_starting(store, session_id, args.call_id, setup)
+        except BaseException:
+            await store.aclose()
+            raise
+    async with setup.runtime(store) as rt:
+        rt.subscribe(_notice)
         session = await rt.resume(session_id)
         if args.command == "approve":
+            offered = set(rt.tools.names())
+            _check_tool_offered(session_id, session.pending_approvals, args.call_id, offered)
             result = await session.approve(args.call_id)
         else:
             result = await session.deny(args.call_id, reason=args.reason)

@@ -1,11 +1,19 @@
 """``stowage chat``: an interactive loop over one session.
 
+On a terminal (stdin and stdout both) the input is prompt_toolkit's (``_chat_prompt``): line
+editing, a history kept across chats, paste, completion of the slash commands; a turn that
+stops for an approval asks "approve? [y/n]" inline and goes on. Otherwise (piped input, a
+script) lines are read as they come, with no UI, and the slash commands work the same; a call
+that awaits approval is then answered with ``/approve`` or ``/deny``.
+
 Ctrl-C while a turn runs interrupts that turn the way ``Session.stream`` does when its reader
 stops: the model stream is dropped, running tools get an "interrupted" output, the turn is
 logged as interrupted and the session stays usable; ``[interrupted]`` is printed on its own
-line. Ctrl-C at the prompt right after that (or twice at the prompt), or Ctrl-D, ends the
-chat with status 0. Input is read from the event loop (never from a thread), so a Ctrl-C at
-the prompt is seen at once and nothing is left blocked at exit.
+line. A slash command, and the rest of a turn after an approval (``Session.approve`` takes no
+interrupt), run to their end: a Ctrl-C then only says so. At the prompt Ctrl-C clears the line; on an empty line it says how to leave, and a second
+one (or the first right after an interrupted turn), or Ctrl-D, ends the chat with status 0.
+Input is read from the event loop (never from a thread), so a Ctrl-C is seen at once and
+nothing is left blocked at exit.
 """
 
 from __future__ import annotations
@@ -15,20 +23,24 @@ import signal
 import stat
 import sys
 import termios
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import anyio
-from stowage.core import AssistantDelta, ModelError, ProtectedStateViolation
+from stowage.core import Event, LogStore, ModelError, ProtectedStateViolation, Settings
 from stowage.facade import Session, TurnResult
 
+from ._chat_actions import QUIT, ChatHost, Subscribe, run_command
+from ._chat_commands import Command, PromptCancelled, Unknown, parse_line
+from ._chat_view import TurnView, approval_line
 from ._exits import error_line
-from ._status import StatusLine, describe
+from ._status import StatusLine
 
 __all__ = ["LineReader", "chat_loop"]
 
 _HINT = "(Ctrl-C again or Ctrl-D to leave)"
+_APPROVE = "approve? [y/n] "
 
 
 class LineReader:
@@ -57,83 +69,231 @@ class LineReader:
         return line.decode("utf-8", errors="replace")
 
 
+class _Input(Protocol):
+    """Where the chat's lines come from: the terminal UI, or ``_PlainInput``."""
+
+    async def line(self) -> str | None: ...
+
+    async def ask(self, question: str) -> str | None: ...
+
+
 async def chat_loop(
     session: Session,
     *,
+    settings: Settings | None = None,
+    subscribe: Subscribe | None = None,
+    open_store: Callable[[], LogStore] | None = None,
+    notices: Callable[[Event], None] | None = None,
     stdin_fd: int = 0,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Read a line, run it as a turn (streamed to ``out``), until EOF or a second Ctrl-C.
-    Returns the exit status; raises what ends the session (``SessionFailed``, ...)."""
+    """Read a line, run it as a turn (streamed to ``out``) or as a slash command, until EOF,
+    ``/quit`` or a second Ctrl-C. ``settings`` (what the session runs with), ``subscribe``
+    (the runtime's events) and ``open_store`` (a read-only opening of its store) serve the
+    commands that need them; ``notices`` prints what the runtime says besides the turn
+    (compactions, repairs), called once the status line is down. Returns the exit status; raises what ends the session
+    (``SessionFailed``, ...) and ``ConfigError`` when the terminal UI cannot be loaded."""
     out = out or sys.stdout
     err = err or sys.stderr
     interactive = os.isatty(stdin_fd)
-    reader = LineReader(stdin_fd)
-    status = StatusLine()
-    print(f"session {session.id}; Ctrl-C stops a turn, Ctrl-D leaves", file=err)
-    with _no_echoed_ctrl_c(stdin_fd if interactive else None):
-        return await _loop(session, reader, status, interactive, out, err)
+    host = ChatHost(session=session, settings=settings, subscribe=subscribe, open_store=open_store)
+    view = TurnView(out=out, err=err, status=StatusLine(), history=lambda: session.history)
+    if notices is not None and subscribe is not None:
+        said = notices
+
+        def notice(event: Event) -> None:
+            view.status.hide()  # a notice never prints over the spinner
+            said(event)
+
+        subscribe(notice)
+    reader: _Input
+    terminal = interactive and out.isatty()
+    if terminal:
+        # the terminal UI, only here: piped input never loads prompt_toolkit
+        from ._chat_prompt import TerminalInput, history_file
+
+        reader = TerminalInput(history=history_file(), pending=lambda: _waiting(session))
+    else:
+        reader = _PlainInput(LineReader(stdin_fd), err, prompt=interactive)
+    print(
+        f"session {session.id}; Ctrl-C stops a turn, Ctrl-D leaves, /help lists commands", file=err
+    )
+    chat = _Chat(host, view, reader, terminal=terminal)
+    with _quiet_terminal(stdin_fd if interactive else None, echo=not terminal):
+        return await chat.run()
 
 
-async def _loop(
-    session: Session,
-    reader: LineReader,
-    status: StatusLine,
-    interactive: bool,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    scope: anyio.CancelScope | None = None
-    pressed = 0  # Ctrl-C presses since the last line was entered
+def _waiting(session: Session) -> Sequence[str]:
+    return [call.call_id for call in session.pending_approvals]
 
-    async def watch() -> None:
-        nonlocal pressed
+
+class _PlainInput:
+    """Lines as they come from ``reader``; "> " on ``err`` first when stdin is a terminal."""
+
+    def __init__(self, reader: LineReader, err: TextIO, *, prompt: bool) -> None:
+        self._reader = reader
+        self._err = err
+        self._prompt = prompt
+
+    async def line(self) -> str | None:
+        if self._prompt:
+            self._err.write("> ")
+            self._err.flush()
+        line = await self._reader.readline()
+        if line is None and self._prompt:
+            self._err.write("\n")
+        return line
+
+    async def ask(self, question: str) -> str | None:
+        return None  # never asked: a script's next line is not an answer
+
+
+class _Chat:
+    """The loop's state: the scope Ctrl-C cancels (the turn, or the plain prompt's read) and
+    how many Ctrl-C came since the last line was entered."""
+
+    def __init__(self, host: ChatHost, view: TurnView, reader: _Input, *, terminal: bool) -> None:
+        self.host = host
+        self.view = view
+        self.reader = reader
+        self.terminal = terminal
+        self.scope: anyio.CancelScope | None = None
+        self.pressed = 0
+        self.in_command = False  # a command runs: it cannot be interrupted
+
+    async def run(self) -> int:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_ctrl_c)
+            try:
+                if self.host.session.pending_approvals:
+                    # a continued session whose turn stopped for a person: ask before anything
+                    await self._approvals()
+                while True:
+                    try:
+                        line = await self._read()
+                    except PromptCancelled:
+                        # the second in a row, or the first right after an interrupted turn
+                        if self.pressed >= 2:
+                            return 0
+                        self.view.say(_HINT)
+                        continue
+                    if line is None:  # Ctrl-D, or the end of piped input
+                        return 0
+                    text = line.strip()
+                    if text:
+                        self.pressed = 0
+                        if await self._enter(text) == QUIT:
+                            return 0
+            finally:
+                self.view.status.hide()
+                tg.cancel_scope.cancel()
+        return 0  # the loop only ends by returning; this satisfies the task group's exit
+
+    async def _watch_ctrl_c(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
-                pressed += 1
-                if scope is not None:
-                    scope.cancel()
+                self.pressed += 1
+                if self.scope is not None:
+                    self.scope.cancel()
+                elif self.in_command:  # a command, or the rest of an approved turn
+                    self.view.say("[Ctrl-C: this cannot be stopped part way; it goes on]")
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
+    async def _read(self) -> str | None:
+        """The next line. Raises ``PromptCancelled`` for Ctrl-C at the prompt."""
+        if self.terminal:
+            try:
+                return await self.reader.line()
+            except PromptCancelled:
+                self.pressed += 1  # a key, not a signal, while the terminal UI reads
+                raise
+        self.scope = reading = anyio.CancelScope()
+        with reading:
+            line = await self.reader.line()
+        self.scope = None
+        if reading.cancel_called:
+            self.view.end_line()
+            raise PromptCancelled
+        return line
+
+    async def _enter(self, text: str) -> str | None:
+        parsed = parse_line(text)
+        result: TurnResult | str | None
+        if isinstance(parsed, Unknown):
+            self.view.say(f"unknown command {parsed.name}: /help lists the commands")
+            return None
+        if isinstance(parsed, Command):
+            result = await self._command(parsed)
+        else:
+            result = await self._turn(parsed.text)
+        if isinstance(result, TurnResult) and result.stopped == "pending_approval":
+            await self._approvals()
+        return result if result == QUIT else None
+
+    async def _command(self, command: Command) -> TurnResult | str | None:
+        self.in_command = True
         try:
-            while True:
-                if interactive:
-                    err.write("> ")
-                    err.flush()
-                scope = reading = anyio.CancelScope()
-                with reading:
-                    line = await reader.readline()
-                scope = None
-                if reading.cancel_called:
-                    # Ctrl-C at the prompt: the second in a row, or the first right after an
-                    # interrupted turn, leaves
-                    if pressed >= 2:
-                        err.write("\n")
-                        return 0
-                    err.write(f"\n{_HINT}\n")
-                    continue
-                if line is None:  # Ctrl-D, or the end of piped input
-                    if interactive:
-                        err.write("\n")
-                    return 0
-                text = line.strip()
-                if not text:
-                    continue
-                pressed = 0
-                scope = turn = anyio.CancelScope()
-                await _turn(session, text, turn, out, err, status)
-                scope = None
+            return await run_command(command, self.host, self.view)
         finally:
-            status.hide()
-            tg.cancel_scope.cancel()
-    return 0  # the loop only ends by returning; this satisfies the task group's exit
+            self.in_command = False
+            self.pressed = 0  # a Ctrl-C during a command was spent on it
+
+    async def _turn(self, text: str) -> TurnResult | None:
+        """One turn, its answer streamed; Ctrl-C (the scope cancelled) interrupts it."""
+        view = self.view
+        result: TurnResult | None = None
+        self.scope = turn = anyio.CancelScope()
+        view.begin()
+        try:
+            with turn:
+                async for event in self.host.session.stream(text):
+                    if isinstance(event, TurnResult):
+                        result = event
+                    else:
+                        view.on_event(event)
+        except (ModelError, ProtectedStateViolation) as exc:
+            # the model failed this turn; nothing of it was written and the session goes on
+            view.say(error_line(exc))
+            return None
+        finally:
+            self.scope = None
+            view.status.hide()
+        if turn.cancelled_caught:
+            view.interrupted()
+            return None
+        if result is not None:
+            view.finish(result)
+        return result
+
+    async def _approvals(self) -> None:
+        """Ask about each call that awaits approval, inline, and go on with the turn; without
+        the terminal UI, say how to answer instead."""
+        session, view = self.host.session, self.view
+        if not self.terminal:
+            for call in session.pending_approvals:
+                view.say(approval_line(call))
+                view.say(f"  answer with: /approve {call.call_id}  or  /deny {call.call_id}")
+            return
+        while session.pending_approvals:
+            call = session.pending_approvals[0]
+            view.say(approval_line(call))
+            answer = await self.reader.ask(_APPROVE)
+            while answer is not None and answer not in ("y", "yes", "n", "no"):
+                answer = await self.reader.ask("please answer y or n: " + _APPROVE)
+            if answer is None:
+                view.say(f"left waiting: /approve {call.call_id} or /deny {call.call_id} later")
+                return
+            approve = answer.startswith("y")
+            result = await self._command(Command("/approve" if approve else "/deny", call.call_id))
+            if not isinstance(result, TurnResult):
+                return  # it failed, and said why
 
 
 @contextmanager
-def _no_echoed_ctrl_c(fd: int | None) -> Iterator[None]:
-    """The terminal does not echo ``^C`` (it would glue itself to the answer); restored after."""
+def _quiet_terminal(fd: int | None, *, echo: bool) -> Iterator[None]:
+    """The terminal does not echo ``^C`` (it would glue itself to the answer) and, under the
+    terminal UI, nothing typed while a turn runs (the prompt shows it when it comes back);
+    restored after."""
     if fd is None:
         yield
         return
@@ -144,63 +304,10 @@ def _no_echoed_ctrl_c(fd: int | None) -> Iterator[None]:
         return
     quiet = list(saved)
     quiet[3] &= ~termios.ECHOCTL
+    if not echo:
+        quiet[3] &= ~termios.ECHO
     termios.tcsetattr(fd, termios.TCSANOW, quiet)
     try:
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-
-async def _turn(
-    session: Session,
-    text: str,
-    scope: anyio.CancelScope,
-    out: TextIO,
-    err: TextIO,
-    status: StatusLine,
-) -> None:
-    """One turn, its answer streamed to ``out``; Ctrl-C (``scope`` cancelled) interrupts it."""
-    at_line_start = True
-    streamed = False
-
-    def write(chunk: str) -> None:
-        nonlocal at_line_start
-        status.hide()
-        out.write(chunk)
-        out.flush()
-        if chunk:
-            at_line_start = chunk.endswith("\n")
-
-    def end_line() -> None:
-        if not at_line_start:
-            write("\n")
-
-    status.show("calling the model")
-    try:
-        with scope:
-            async for event in session.stream(text):
-                if isinstance(event, AssistantDelta):
-                    streamed = True
-                    write(event.text)
-                elif isinstance(event, TurnResult):
-                    if event.text and not streamed:
-                        write(event.text)
-                    if event.stopped != "answered":
-                        end_line()
-                        print(
-                            f"[turn stopped: {event.stopped} after {event.rounds} rounds]", file=err
-                        )
-                else:
-                    if describe(event) is not None and status.enabled:
-                        end_line()  # the status line must not start after answer text
-                    status.on_event(event)
-    except (ModelError, ProtectedStateViolation) as exc:
-        # the model failed this turn; nothing of it was written and the session goes on
-        end_line()
-        print(error_line(exc), file=err)
-        return
-    finally:
-        status.hide()
-    end_line()
-    if scope.cancelled_caught:
-        write("[interrupted]\n")

@@ -1,4 +1,6 @@
-"""``stowage compact ID``: compact a session now, with the model and endpoint it runs with."""
+"""``stowage compact ID`` and ``stowage milestone ID NAME``: as the session, with the model,
+endpoint, settings and tools it recorded (``runtime_as_the_session``); an option typed is an
+override, recorded."""
 
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ from stowage.core import (
     CompactionWaited,
     Event,
     HistoryCompacted,
+    LogRepaired,
     LogStore,
     MilestoneReached,
-    Settings,
     SettingsChanged,
 )
 from stowage.facade import Runtime
 
-from ._run_options import continued_settings, settings_notice
+from ._run_options import repair_notice, runtime_as_the_session, settings_notice
 
 __all__ = ["add_compact_arguments", "add_milestone_arguments", "compact_main", "milestone_main"]
 
@@ -42,18 +44,13 @@ async def _as_the_session(
     store_dir: Path,
     durability: str | None,
     **extra: object,
-) -> tuple[Settings, dict[str, object]]:
-    """The settings session ``args.session`` continues with (typed options over its
-    identity), and the typed overrides to record; the store is closed on a failure."""
+) -> Runtime:
+    """The runtime session ``args.session`` continues in (typed options over its identity,
+    recorded); the store is closed on a failure."""
     extra["store"] = store_dir
     if durability is not None:
         extra["durability"] = durability
-    try:
-        settings, overrides, _ = await continued_settings(args, store, args.session, **extra)
-    except BaseException:
-        await store.aclose()
-        raise
-    return settings, overrides
+    return await runtime_as_the_session(args, store, args.session, **extra)
 
 
 def _report(event: Event) -> None:
@@ -62,6 +59,8 @@ def _report(event: Event) -> None:
         print(f"[summary attempt {event.attempt} failed: {event.error}{fallback}]", file=sys.stderr)
     elif isinstance(event, SettingsChanged):
         print(settings_notice(event), file=sys.stderr)
+    elif isinstance(event, LogRepaired):
+        print(repair_notice(event), file=sys.stderr)
     elif isinstance(event, CompactionWaited):
         print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
 
@@ -76,12 +75,12 @@ async def compact_main(
     status is still 0. Returns the exit status; raises what ``Runtime.resume`` raises
     (``SessionBusy`` among them) and ``ConfigError``.
     """
-    settings, overrides = await _as_the_session(
+    runtime = await _as_the_session(
         args, store, store_dir, durability, compact_only_if_smaller=True
     )
     compacted: list[HistoryCompacted] = []
     skipped: list[CompactionSkipped] = []
-    async with Runtime(settings, store=store, overrides=overrides) as rt:
+    async with runtime as rt:
         rt.subscribe(_report)
         rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
         rt.subscribe(lambda e: skipped.append(e) if isinstance(e, CompactionSkipped) else None)
@@ -115,10 +114,10 @@ async def milestone_main(
 
     Returns the exit status; raises what ``Runtime.resume`` raises and ``ConfigError``.
     """
-    settings, overrides = await _as_the_session(args, store, store_dir, durability)
+    runtime = await _as_the_session(args, store, store_dir, durability)
     compacted: list[HistoryCompacted] = []
     reached: list[MilestoneReached] = []
-    async with Runtime(settings, store=store, overrides=overrides) as rt:
+    async with runtime as rt:
         rt.subscribe(_report)
         rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
         rt.subscribe(lambda e: reached.append(e) if isinstance(e, MilestoneReached) else None)

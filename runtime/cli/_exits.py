@@ -9,19 +9,25 @@ Exit statuses, one meaning each, so scripts can tell a busy session from a broke
 2     usage or configuration error: bad option, unknown session, bad store spec, refused input
 3     the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
 4     the session is busy (another process holds its writer lease) or its lease was lost
+5     the store failed: a log could not be written or read (disk full, a file-size limit,
+      permissions, a read-only file system, an I/O error, the database gone) or is corrupt
 130   interrupted (Ctrl-C); committed rounds are in the log, nothing half-done was written
 ====  =========================================================================================
 
-A user error is one line on stderr, never a traceback.
+A user error is one line on stderr, never a traceback. A storage failure has a status of its
+own because its fix is on the machine (free space, permissions), not in the command: a script
+that retries on 3 or 4 must not retry into a full disk, and one that reports 2 as a typo must
+not send the user to the options.
 """
 
 from __future__ import annotations
 
+import errno
 import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from stowage.core import ModelError, SessionBusy, StowageError
+    from stowage.core import ModelError, SessionBusy, StoreError, StowageError
 
 __all__ = [
     "EXIT_BUSY",
@@ -30,6 +36,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_STATUSES",
+    "EXIT_STORE",
     "EXIT_USAGE",
     "error_line",
     "exit_status",
@@ -41,6 +48,7 @@ EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ENDPOINT = 3
 EXIT_BUSY = 4
+EXIT_STORE = 5
 EXIT_INTERRUPTED = 130
 
 #: the table ``stowage --help`` ends with
@@ -50,6 +58,7 @@ EXIT_STATUSES = """exit statuses:
   2    usage or configuration error (bad option or store, unknown session, refused input)
   3    the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
   4    the session is busy (another process holds its writer lease) or its lease was lost
+  5    the store failed (disk full, permissions, I/O error, database gone, a corrupt log)
   130  interrupted (Ctrl-C); nothing half-done is written
 
 the store: --store DIR | sqlite:///PATH | postgresql://... or $STOWAGE_STORE (default ./.stowage)"""
@@ -77,6 +86,19 @@ def stowage_error(exc: BaseException) -> StowageError | None:
     return None
 
 
+def _store_failure(exc: StowageError) -> StoreError | None:
+    """The store's own failure in ``exc``'s chain: a ``StoreError`` that is neither a usage
+    error (an unknown or existing session) nor a lease (busy, fenced)."""
+    from stowage.core import FencingError, SessionBusy, SessionExists, SessionNotFound, StoreError
+
+    for error in _chain(exc):
+        if isinstance(error, StoreError) and not isinstance(
+            error, SessionNotFound | SessionExists | SessionBusy | FencingError
+        ):
+            return error
+    return None
+
+
 def exit_status(exc: StowageError) -> int:
     """The exit status for an error that ended a command (see the module docstring)."""
     from stowage.core import FencingError, ModelError, SessionBusy, SessionLeaseLost
@@ -86,6 +108,8 @@ def exit_status(exc: StowageError) -> int:
         return EXIT_BUSY
     if any(isinstance(e, ModelError) for e in chain):
         return EXIT_ENDPOINT
+    if _store_failure(exc) is not None:
+        return EXIT_STORE
     return EXIT_USAGE
 
 
@@ -111,7 +135,35 @@ def error_line(exc: StowageError) -> str:
                 "stowage: error: " + " ".join(str(error).split()) + "; 'stowage list' shows the "
                 "sessions of this store (--store or $STOWAGE_STORE names another)"
             )
+    failed = _store_failure(exc)
+    if failed is not None:
+        return _store_line(failed)
     return "stowage: error: " + " ".join(str(exc).split())
+
+
+#: what to do about a failed write or read, by the operating system's reason
+_STORE_FIXES = {
+    errno.ENOSPC: "the disk is full: free space there",
+    errno.EDQUOT: "the disk quota is used up: free space there",
+    errno.EFBIG: "a file-size limit was reached (ulimit -f): raise it",
+    errno.EACCES: "permission denied: make the store writable by this user",
+    errno.EPERM: "not permitted: make the store writable by this user",
+    errno.EROFS: "the file system is read-only: put the store on a writable one",
+}
+
+
+def _store_line(error: StoreError) -> str:
+    """A storage failure in one line: what failed, why, and the fix; what was committed
+    before it is in the log (a round is written whole or not at all)."""
+    cause = error.__cause__
+    fix = "fix the store"
+    if isinstance(cause, OSError) and cause.errno in _STORE_FIXES:
+        fix = _STORE_FIXES[cause.errno]
+    return (
+        f"stowage: error: the session store failed: {' '.join(str(error).split())}; {fix}, "
+        "then run the command again ('stowage check ID' shows the log is sound; what was "
+        "committed before is in it)"
+    )
 
 
 def _busy_line(error: SessionBusy) -> str:

@@ -1,4 +1,5 @@
-"""The ``stowage`` command line: run, resume, show, check, protect, compact, demo, load.
+"""The ``stowage`` command line: run, resume, show, check, fork, rewind, protect, compact, demo,
+load.
 
 Every command names its store the same way (``--store`` or ``STOWAGE_STORE``: a directory, a
 ``sqlite:///`` file or a ``postgresql://`` database) through ``stowage.storage.open_store``.
@@ -193,6 +194,12 @@ def _export_command(export: argparse.ArgumentParser) -> None:
         help="markdown (default); jsonl: the log records; openai-chat / openai-responses: the "
         "history as the next request would send it, in that API's message shape",
     )
+    export.add_argument(
+        "--current",
+        action="store_true",
+        help="markdown of what the model sees now (the last summary and what followed) instead "
+        "of the whole log with each compaction marked",
+    )
     export.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     _common(export)
 
@@ -209,26 +216,33 @@ def _show_command(show: argparse.ArgumentParser) -> None:
 
 
 def _protect_command(protect: argparse.ArgumentParser) -> None:
+    from ._mcp_options import add_mcp_options
     from ._protected import add_protect_options
 
     protect.add_argument("session")
     add_protect_options(protect, drop=True)
+    _model_options(protect, new=False, pin=False)
+    add_mcp_options(protect)
     _common(protect)
 
 
 def _compact_command(compact: argparse.ArgumentParser) -> None:
     from ._compact import add_compact_arguments
+    from ._mcp_options import add_mcp_options
 
     add_compact_arguments(compact)
     _model_options(compact, new=False, pin=False)
+    add_mcp_options(compact)
     _common(compact)
 
 
 def _milestone_command(milestone: argparse.ArgumentParser) -> None:
     from ._compact import add_milestone_arguments
+    from ._mcp_options import add_mcp_options
 
     add_milestone_arguments(milestone)
     _model_options(milestone, new=False, pin=False)
+    add_mcp_options(milestone)
     _common(milestone)
 
 
@@ -248,6 +262,20 @@ def _check_command(check: argparse.ArgumentParser) -> None:
     _common(check)
 
 
+def _fork_command(fork: argparse.ArgumentParser) -> None:
+    from ._fork import add_fork_arguments
+
+    add_fork_arguments(fork)
+    _common(fork)
+
+
+def _rewind_command(rewind: argparse.ArgumentParser) -> None:
+    from ._fork import add_rewind_arguments
+
+    add_rewind_arguments(rewind)
+    _common(rewind)
+
+
 def _demo_command(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--turns", type=int, default=10)
     demo.add_argument(
@@ -263,6 +291,14 @@ def _demo_command(demo: argparse.ArgumentParser) -> None:
         help="the model window the demo compacts in (default 6000)",
     )
     _common(demo)
+
+
+def _fake_server_command(fake: argparse.ArgumentParser) -> None:
+    from stowage.testing.fake_server import add_arguments
+
+    add_arguments(fake)
+    fake.add_argument("--log-format", choices=["console", "json"], default="console")
+    fake.add_argument("--log-level", default="warning", help="debug, info, warning, error")
 
 
 def _load_command(load: argparse.ArgumentParser) -> None:
@@ -306,11 +342,26 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
         _milestone_command,
     ),
     ("check", "verify the log of session ID; exit 1 if it is not sound", _check_command),
+    (
+        "fork",
+        "start a new session from session ID's history at a round (--at; default its newest)",
+        _fork_command,
+    ),
+    (
+        "rewind",
+        "make session ID continue from round --to; later records stay as a discarded branch",
+        _rewind_command,
+    ),
     ("demo", "an offline long session that compacts several times", _demo_command),
     (
         "load",
         "many sessions x turns with compaction, then verify every log; exit 1 if not",
         _load_command,
+    ),
+    (
+        "fake-server",
+        "a fake OpenAI-compatible endpoint for trying stowage offline (prints its URL)",
+        _fake_server_command,
     ),
 )
 
@@ -323,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ._console import add_console_command
     from ._exits import EXIT_STATUSES
     from ._worker import add_worker_commands
+    from ._workers import add_workers_command
 
     parser = argparse.ArgumentParser(
         prog="stowage",
@@ -336,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=text)
         command.later(options)
     add_worker_commands(sub)
+    add_workers_command(sub)
     add_console_command(sub)
     add_approval_commands(sub, _common)
     return parser
@@ -357,9 +410,13 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
     Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
     """
+    from stowage.core import lineage_store
     from stowage.storage import open_store
 
-    return open_store(store_spec(args), durability=getattr(args, "durability", None) or "fsync")
+    # forks read their parents' records, rewound logs skip their discarded branches
+    return lineage_store(
+        open_store(store_spec(args), durability=getattr(args, "durability", None) or "fsync")
+    )
 
 
 def _open_store(args: argparse.Namespace) -> LogStore:
@@ -367,7 +424,7 @@ def _open_store(args: argparse.Namespace) -> LogStore:
 
     Raises ``ConfigError`` naming the resolved path when a directory or SQLite store does
     not exist: a reader creates nothing, and "no sessions" would hide a wrong path."""
-    from stowage.core import ConfigError
+    from stowage.core import ConfigError, lineage_store
     from stowage.storage import open_store
 
     spec = store_spec(args)
@@ -380,7 +437,7 @@ def _open_store(args: argparse.Namespace) -> LogStore:
             f"store {where}: no such {'directory' if '://' not in spec else 'file'}: name "
             "the store with --store or STOWAGE_STORE ('stowage run MESSAGE' starts a session)"
         )
-    return open_store(spec)
+    return lineage_store(open_store(spec))
 
 
 def _say_pending(session_id: str, calls: Sequence[Any], store: str) -> None:
@@ -458,7 +515,7 @@ def _printer(stream_answer: bool) -> Any:
         TurnFinished,
     )
 
-    from ._run_options import settings_notice
+    from ._run_options import repair_notice, settings_notice
 
     status = _status_line()
     reader_gone = False
@@ -491,10 +548,7 @@ def _printer(stream_answer: bool) -> Any:
                 f"\n[microcompacted {event.stubbed} tool outputs: {event.reason}]", file=sys.stderr
             )
         elif isinstance(event, LogRepaired):
-            print(
-                f"[log repaired: cut a torn last line ({event.bytes_removed} bytes) at {event.path}:{event.line}]",
-                file=sys.stderr,
-            )
+            print(repair_notice(event), file=sys.stderr)
 
     return on_event
 
@@ -503,39 +557,37 @@ async def _runtime_for(
     args: argparse.Namespace, store: LogStore, session_id: str | None
 ) -> Runtime:
     """The runtime a command runs a session with: a continued session (``session_id``) with
-    its recorded identity (typed options override it, recorded), a new one with the options
-    and configuration; ``--tools-from`` and the MCP servers either way. Closes ``store`` and
+    its recorded identity and tools (typed options override them, recorded), a new one with
+    the options and configuration (its tools source is then recorded). Closes ``store`` and
     raises ``ConfigError`` (and what reading the session raises) when it cannot be built."""
     from stowage.core import validate_session_id
     from stowage.facade import Runtime
     from stowage.model import probe_endpoint
 
-    from ._mcp_options import mcp_servers_from
-    from ._run_options import continued_settings, tools_from_spec
+    from ._run_options import runtime_as_the_session, session_tools
 
-    overrides: dict[str, Any] = {}
+    if session_id is not None:
+        # the tools it recorded too (--tools-from, --mcp): typed, they are an override
+        return await runtime_as_the_session(
+            args, store, validate_session_id(session_id), **_store_fields(args)
+        )
     try:
-        if session_id is not None:
-            settings, overrides, _ = await continued_settings(
-                args, store, validate_session_id(session_id), **_store_fields(args)
-            )
-        else:
-            settings = settings_from(args)
-            if settings.model != "scripted" and settings.api_key:
-                # a server that is down or refuses the key: say so before a new session is
-                # written for it, so failed attempts leave no logs behind
-                await probe_endpoint(settings.base_url, settings.api_key)
-        tools = tools_from_spec(args.tools_from) if args.tools_from else None
-        servers = mcp_servers_from(args)
+        settings = settings_from(args)
+        if settings.model != "scripted" and settings.api_key:
+            # a server that is down or refuses the key: say so before a new session is
+            # written for it, so failed attempts leave no logs behind
+            await probe_endpoint(settings.base_url, settings.api_key)
+        tools, servers = session_tools(settings)
     except BaseException:
         await store.aclose()
         raise
-    return Runtime(settings, store=store, tools=tools, overrides=overrides, mcp=servers)
+    return Runtime(settings, store=store, tools=tools, mcp=servers)
 
 
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
     from stowage.core import validate_session_id
 
+    from ._run_options import refuse_oversized
     from ._tracing import trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
@@ -553,6 +605,9 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
         settings = rt.settings
         rt.subscribe(_printer(stream_answer=settings.stream))
         trace_if_configured(rt, settings)
+        if not continuing:
+            # a message that cannot fit is refused before a new session's log exists
+            refuse_oversized(args.message, settings, rt.tools.specs())
         if continuing:
             session = await rt.resume(args.session)
         elif args.session is not None:
@@ -561,6 +616,8 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
             session = await rt.create(objective=args.objective, constraints=args.constraint)
             print(f"session: {session.id}", file=sys.stderr)
             print(f"store: {_store_label(args)}", file=sys.stderr)
+        # with the window the session runs with (recorded, or found when it was made)
+        refuse_oversized(args.message, rt.settings_of(session.id), rt.tools.specs())
         if resume or args.session is not None:
             # the user's word, logged before the turn; repeating an existing entry is a no-op
             await session.protect(objective=args.objective, add_constraints=args.constraint)
@@ -576,14 +633,16 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    from stowage.core import validate_session_id
+    from stowage.core import lineage_store, validate_session_id
 
-    store = _open_store(args)
+    store = lineage_store(_open_store(args))
     try:
-        # a reader: no lease, no lock file, a torn last line shown as it is and left alone
-        read = await store.read(validate_session_id(args.session), repair=False)
+        # a reader: no lease, no lock file, a torn last line shown as it is and left alone;
+        # a fork is shown with its parents' records, a rewind with the branch it discarded
+        lineage = await store.lineage(validate_session_id(args.session))
     finally:
         await store.aclose()
+    read = lineage.read
     if read.torn_tail is not None:
         torn = read.torn_tail
         print(
@@ -599,7 +658,14 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         from ._show import render_transcript
 
-        sys.stdout.write(render_transcript(args.session, read.records, requests=args.requests))
+        sys.stdout.write(
+            render_transcript(
+                args.session,
+                lineage.records,
+                requests=args.requests,
+                discarded=lineage.discarded,
+            )
+        )
     return 0
 
 
@@ -670,6 +736,18 @@ async def _check(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 
 
+async def _fork(args: argparse.Namespace) -> int:
+    from ._fork import fork_main
+
+    return await fork_main(args, open_cli_store(args))
+
+
+async def _rewind(args: argparse.Namespace) -> int:
+    from ._fork import rewind_main
+
+    return await rewind_main(args, open_cli_store(args))
+
+
 async def _run_new(args: argparse.Namespace) -> int:
     """``run``: always a new session; an id that exists is refused (``resume`` continues it)."""
     from stowage.core import SessionExists, validate_session_id
@@ -717,13 +795,25 @@ async def _chat(args: argparse.Namespace) -> int:
     session_id = await _last_session(args) if args.last else args.session
     async with await _runtime_for(args, open_cli_store(args), session_id) as rt:
         settings = rt.settings
-        rt.subscribe(_notices)
         trace_if_configured(rt, settings)
-        if session_id is None:
-            session = await rt.create()
-        else:
-            session = await rt.resume(session_id)
-        return await chat_loop(session)
+        # what opening says (a repaired log, an override) before the chat's own status line
+        # exists; the chat then says notices itself, with its status line down first
+        opening = rt.subscribe(_notices)
+        try:
+            if session_id is None:
+                session = await rt.create()
+            else:
+                session = await rt.resume(session_id)
+        finally:
+            opening()
+        # /context and /export read the log through a store of their own, as the commands do
+        return await chat_loop(
+            session,
+            settings=rt.settings_of(session.id),
+            subscribe=rt.subscribe,
+            open_store=lambda: open_cli_store(args),
+            notices=_notices,
+        )
 
 
 def _notices(event: Event) -> None:
@@ -743,6 +833,12 @@ async def _demo(args: argparse.Namespace) -> int:
         threshold=args.compact_threshold,
         context_window=args.context_window,
     )
+
+
+async def _fake_server(args: argparse.Namespace) -> int:
+    from stowage.testing.fake_server import serve
+
+    return await serve(args)
 
 
 async def _load(args: argparse.Namespace) -> int:
@@ -794,13 +890,24 @@ async def _milestone(args: argparse.Namespace) -> int:
 async def _protect(args: argparse.Namespace) -> int:
     from ._protected import protect_main
 
-    return await protect_main(args, open_cli_store(args))
+    return await protect_main(
+        args,
+        open_cli_store(args),
+        store_dir=_store_dir(store_spec(args)),
+        durability=getattr(args, "durability", None),
+    )
 
 
 async def _worker(args: argparse.Namespace) -> int:
     from ._worker import worker_main
 
     return await worker_main(args)
+
+
+async def _workers(args: argparse.Namespace) -> int:
+    from ._workers import workers_main
+
+    return await workers_main(args)
 
 
 async def _send(args: argparse.Namespace) -> int:
@@ -831,12 +938,16 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "export": _export,
     "show": _show,
     "check": _check,
+    "fork": _fork,
+    "rewind": _rewind,
     "compact": _compact,
     "milestone": _milestone,
     "protect": _protect,
     "demo": _demo,
     "load": _load,
+    "fake-server": _fake_server,
     "worker": _worker,
+    "workers": _workers,
     "send": _send,
     "console": _console,
     "approve": _approval,
@@ -853,7 +964,16 @@ _REPORTED_ONCE = frozenset(
         "session_failed",
         "session_lease_lost",
         "protect_refused",
+        "append_refused",
     }
+)
+
+
+# a torn last line cut on open: these commands say so in a line of their own, so the store's
+# log line would say it twice; any other command (a worker's operator) keeps the log line
+_REPAIR_SAID = frozenset({"log_torn_tail_repaired"})
+_SAY_REPAIRS = frozenset(
+    {"run", "resume", "chat", "compact", "milestone", "protect", "approve", "deny", "check"}
 )
 
 
@@ -876,10 +996,17 @@ def configure_logging(log_format: str, level: str, **kwargs: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stowage`` console script; returns the exit status."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["worker"]:  # before its options import the runtime: a stop signal drains it
+        from ._worker import catch_stop_signals
+
+        catch_stop_signals()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        quiet = _REPORTED_ONCE if args.log_level.lower() in ("warning", "error") else ()
+        quiet = _REPORTED_ONCE if args.log_level.lower() in ("warning", "error") else frozenset()
+        if quiet and args.command in _SAY_REPAIRS:
+            quiet = quiet | _REPAIR_SAID
         configure_logging(args.log_format, args.log_level, quiet=quiet, tap=_status_tap)
     except ValueError as exc:
         parser.error(str(exc))

@@ -2,15 +2,20 @@
 
 The change goes through a resumed session, like any other user input, so it is checked,
 logged as a ``protected`` record and serialized with turns; nothing here writes the log itself.
+It resumes the session as itself (its model, endpoint, window and tools, as recorded): a
+protect calls no model, but resuming checks that the session's window still holds what every
+request carries, and that is the session's own window and tools, not the offline model's.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from stowage.core import LogStore, Settings, render
-from stowage.facade import Runtime
+from stowage.core import Event, LogRepaired, LogStore, SettingsChanged, render
+
+from ._run_options import repair_notice, runtime_as_the_session, settings_notice
 
 __all__ = ["add_protect_options", "protect_main"]
 
@@ -38,17 +43,33 @@ def add_protect_options(parser: argparse.ArgumentParser, *, drop: bool = False) 
         )
 
 
-async def protect_main(args: argparse.Namespace, store: LogStore) -> int:
-    """Apply the options to session ``args.session`` of ``store`` and print its protected state.
+def _notice(event: Event) -> None:
+    """An override typed now, and a torn last line cut on open: one line each on stderr."""
+    if isinstance(event, SettingsChanged):
+        print(settings_notice(event), file=sys.stderr)
+    elif isinstance(event, LogRepaired):
+        print(repair_notice(event), file=sys.stderr)
 
-    Raises ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed) and what
-    ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into its exit
-    statuses.
+
+async def protect_main(
+    args: argparse.Namespace,
+    store: LogStore,
+    *,
+    store_dir: Path = Path(".stowage"),
+    durability: str | None = None,
+) -> int:
+    """Apply the options to session ``args.session`` of ``store``, as the session (typed
+    model options override its identity, recorded), and print its protected state.
+
+    Raises ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed), ``ConfigError``
+    and what ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into
+    its exit statuses.
     """
-
-    # the model is never called: a protect changes state between turns, it runs none
-    settings = Settings(tools="none", model="scripted")
-    async with Runtime(settings, store=store) as rt:
+    extra: dict[str, object] = {"store": store_dir}
+    if durability is not None:
+        extra["durability"] = durability
+    async with await runtime_as_the_session(args, store, args.session, **extra) as rt:
+        rt.subscribe(_notice)
         session = await rt.resume(args.session)
         state = await session.protect(
             objective=args.objective,

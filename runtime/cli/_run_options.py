@@ -3,7 +3,10 @@ parser section and one way to turn it into ``Settings`` and tools, so they canno
 
 Every option defaults to None, so that an option the user typed can be told from one left
 out: only typed options override a continued session's identity (see ``_config`` for the
-whole precedence).
+whole precedence). Where the tools come from (``--tools-from``, ``--mcp``, ``--mcp-url``) is
+part of that identity: a command that continues a session (``resume``, ``chat ID``,
+``approve``, ``deny``, ``compact``, ``milestone``, ``protect``) builds the tools its session
+recorded (``runtime_as_the_session``), so an approved call finds the tool it was asked of.
 """
 
 from __future__ import annotations
@@ -11,29 +14,42 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import math
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from stowage.core import (
     IDENTITY_FIELDS,
     ConfigError,
+    LogRepaired,
     LogStore,
     SessionIdentity,
     Settings,
     SettingsChanged,
+    ToolSpec,
     continue_settings,
     setting_infos,
 )
-from stowage.facade import session_identity
-from stowage.tools import ToolRegistry
+from stowage.facade import Runtime, session_identity
+from stowage.policy import resolve_budget
+from stowage.tools import MCPServer, ToolRegistry
 
 from ._config import ConfigBase, ConfigLayers, StowageConfig, load_layers
+from ._mcp_options import mcp_servers_of
 from ._setting_options import add_setting_options, typed_settings
 
 __all__ = [
+    "SessionSetup",
     "add_model_options",
+    "as_the_session",
+    "refuse_oversized",
+    "repair_notice",
     "continued_settings",
+    "runtime_as_the_session",
+    "session_tools",
     "settings_from_options",
     "settings_notice",
     "tools_from_spec",
@@ -46,7 +62,7 @@ _CONFIG_FIELDS = tuple(
     name
     for name in StowageConfig.model_fields
     if name in {f.name for f in dataclasses.fields(Settings)}
-    and name not in ("store", "api_key", "profile")
+    and name not in ("store", "api_key", "profile", "mcp", "mcp_url")
 )
 # what a profile sets besides its model id (and its key, read apart: never recorded)
 _PROFILE_FIELDS = tuple(
@@ -76,6 +92,20 @@ def _typed(args: argparse.Namespace) -> dict[str, Any]:
             "--model scripted is the offline model and sends nothing: it takes no --base-url "
             "(name the endpoint's model with --model, or leave out --base-url)"
         )
+    return typed
+
+
+def _typed_tool_sources(args: argparse.Namespace) -> dict[str, Any]:
+    """Where the user said the tools come from, by ``Settings`` field: ``--tools-from``, and
+    ``--mcp``/``--mcp-url`` (either typed replaces both lists)."""
+    typed: dict[str, Any] = {}
+    spec: str | None = getattr(args, "tools_from", None)
+    if spec:
+        typed["tools_from"] = spec
+    commands: list[str] = getattr(args, "mcp", None) or []
+    urls: list[str] = getattr(args, "mcp_url", None) or []
+    if commands or urls:
+        typed["mcp"], typed["mcp_url"] = tuple(commands), tuple(urls)
     return typed
 
 
@@ -137,6 +167,7 @@ def typed_overrides(args: argparse.Namespace, *, below: tuple[str, ...] = ()) ->
     Raises ``ConfigError`` for a bad configuration or an unknown ``--profile``."""
     typed = _typed(args)
     typed.pop("stream", None)
+    typed.update(_typed_tool_sources(args))
     if not typed:
         return {}
     layers = load_layers()
@@ -182,6 +213,9 @@ def settings_from_options(
     config = layers.config
     name = continuing_profile if not typed and continuing_profile else _profile_name(config)
     values = _config_values(layers, name)
+    if hasattr(args, "mcp") and "mcp" not in options:
+        # a command that starts MCP servers: the configuration's, when none is typed
+        values["mcp"], values["mcp_url"] = tuple(config.mcp or ()), tuple(config.mcp_url or ())
     values.update(options)
     if getattr(args, "stream", None) is False:
         values["stream"] = False
@@ -241,21 +275,139 @@ def settings_notice(event: SettingsChanged) -> str:
     return f"[{event.session_id}: settings changed {why}: {shown}; recorded in its log]"
 
 
-def tools_from_spec(spec: str) -> ToolRegistry:
-    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one.
+#: characters per token of the estimate before an endpoint has reported any usage
+_CHARS_PER_TOKEN = 4
+
+
+def refuse_oversized(text: str, settings: Settings, specs: Sequence[ToolSpec]) -> None:
+    """Refuse a message that cannot fit the window by itself, before it is sent or logged.
+
+    Only a known window is checked (watermark mode); a fixed threshold or an unknown window
+    passes. Raises ``ConfigError`` with the figures: the message's estimated tokens, the
+    window and what of it history may use.
+    """
+    try:
+        budget = resolve_budget(settings, specs)
+    except ConfigError:
+        return  # a window too small at all is refused, with its own figures, where it opens
+    if budget is None:
+        return
+    tokens = math.ceil(len(text) / _CHARS_PER_TOKEN)
+    if tokens <= budget.usable:
+        return
+    raise ConfigError(
+        f"the message is ~{tokens:,} tokens ({len(text):,} characters) and cannot fit: the "
+        f"context window is {budget.context_window:,} tokens, {budget.usable:,} usable for "
+        f"history after the output reserve ({budget.output_reserve:,}) and the tool schemas "
+        f"({budget.tool_tokens:,}); nothing was sent or logged: shorten it or send it in parts "
+        "(or put it in a file the workspace tools read)"
+    )
+
+
+def repair_notice(event: LogRepaired) -> str:
+    """The one stderr line that says a torn last line was cut when the session was opened
+    (the store's own log line for it is left out: the command says it, once)."""
+    return (
+        f"[log repaired: cut a torn last line ({event.bytes_removed} bytes) at "
+        f"{event.path}:{event.line}]"
+    )
+
+
+def tools_from_spec(spec: str, *, recorded_by: str | None = None) -> ToolRegistry:
+    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one (the current
+    directory importable, as with ``python -m``). ``recorded_by``: the session whose log
+    named it (the error then says so, and how to give it).
 
     Raises ``ConfigError`` naming the spec when it cannot be imported or is not a registry.
     """
+    said = (
+        f"session {recorded_by} takes its tools from {spec!r} (recorded when it started), but"
+        if recorded_by is not None
+        else f"--tools-from {spec!r}:"
+    )
+    fix = (
+        "; run the command where that module imports, or name the tools with --tools-from"
+        if recorded_by is not None
+        else ""
+    )
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ConfigError(f"--tools-from {spec!r}: expected MODULE:NAME, e.g. mytools:registry")
+        raise ConfigError(f"{said} expected MODULE:NAME, e.g. mytools:registry")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules import
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--tools-from {spec!r}: cannot import it: {exc}") from exc
+        raise ConfigError(f"{said} cannot import it: {exc}{fix}") from exc
     registry = target() if callable(target) and not isinstance(target, ToolRegistry) else target
     if not isinstance(registry, ToolRegistry):
-        raise ConfigError(
-            f"--tools-from {spec!r}: expected a ToolRegistry, got {type(registry).__name__}"
-        )
+        raise ConfigError(f"{said} expected a ToolRegistry, got {type(registry).__name__}{fix}")
     return registry
+
+
+def session_tools(
+    settings: Settings, *, recorded_by: str | None = None
+) -> tuple[ToolRegistry | None, list[MCPServer]]:
+    """The tools ``settings`` name: the registry of ``tools_from`` (None: the built-in set
+    ``tools`` names) and the MCP servers of ``mcp`` and ``mcp_url``. ``recorded_by``: the
+    session whose log named them, when no option did.
+
+    Raises ``ConfigError`` for a registry that does not import, a bad MCP server, or MCP
+    servers without the ``mcp`` extra."""
+    tools = (
+        tools_from_spec(settings.tools_from, recorded_by=recorded_by)
+        if settings.tools_from
+        else None
+    )
+    return tools, mcp_servers_of(settings)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSetup:
+    """What a continued session runs with, known before its runtime starts: the settings,
+    the typed overrides the runtime records, its own tools (None: the built-in set its
+    ``tools`` setting names) and its MCP servers."""
+
+    settings: Settings
+    overrides: dict[str, Any]
+    tools: ToolRegistry | None
+    servers: list[MCPServer]
+
+    def runtime(self, log_store: LogStore) -> Runtime:
+        """The runtime that continues the session in ``log_store``."""
+        return Runtime(
+            self.settings,
+            store=log_store,
+            tools=self.tools,
+            overrides=self.overrides,
+            mcp=self.servers,
+        )
+
+
+async def as_the_session(
+    args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
+) -> SessionSetup:
+    """How session ``session_id`` of ``log_store`` continues as it was recorded: its model,
+    endpoint, window, settings and tools (``continued_settings``, then ``session_tools``);
+    what the user typed overrides them. ``log_store`` is closed when this raises.
+
+    Raises what ``continued_settings`` and ``session_tools`` raise.
+    """
+    try:
+        settings, overrides, _ = await continued_settings(args, log_store, session_id, **extra)
+        recorded = None if "tools_from" in overrides else session_id
+        tools, servers = session_tools(settings, recorded_by=recorded)
+    except BaseException:
+        await log_store.aclose()
+        raise
+    return SessionSetup(settings=settings, overrides=overrides, tools=tools, servers=servers)
+
+
+async def runtime_as_the_session(
+    args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
+) -> Runtime:
+    """``as_the_session(...).runtime(log_store)``: a runtime that continues the session as
+    it was recorded, and records what the user typed over it. Raises what
+    ``as_the_session`` raises."""
+    setup = await as_the_session(args, log_store, session_id, **extra)
+    return setup.runtime(log_store)

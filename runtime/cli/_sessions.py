@@ -335,34 +335,17 @@ async def context_main(args: argparse.Namespace, store: LogStore) -> int:
     return 0
 
 
-def _markdown(session_id: str, records: Sequence[Record]) -> str:
-    state = replay(session_id, records)
-    out = [f"# Session {session_id}", "", f"model: {identity_from_records(records).model}", ""]
-    for entry in state.history:
-        item = entry.item
-        match item:
-            case SystemMessage(text=text):
-                out += ["## System", "", text, ""]
-            case UserMessage(text=text):
-                out += ["## User", "", text, ""]
-            case AssistantMessage(text=text):
-                out += ["## Assistant", "", text, ""]
-            case CompactionSummary(text=text):
-                out += ["## Summary of earlier history", "", text, ""]
-            case FunctionCall(name=name, arguments=arguments, call_id=call_id):
-                out += [f"**call** `{name}` ({call_id})", "", "```json", arguments, "```", ""]
-            case FunctionCallOutput(output=output, call_id=call_id):
-                stub = " (stubbed in requests)" if entry.seq in state.stubbed else ""
-                out += [f"**output** ({call_id}){stub}", "", "```", output, "```", ""]
-    return "\n".join(out)
-
-
-def export_text(session_id: str, records: Sequence[Record], fmt: str) -> str:
-    """A session in format ``fmt`` (one of ``EXPORT_FORMATS``)."""
+def export_text(
+    session_id: str, records: Sequence[Record], fmt: str, *, current: bool = False
+) -> str:
+    """A session in format ``fmt`` (one of ``EXPORT_FORMATS``); markdown renders the whole log,
+    or with ``current`` only what the model sees now."""
     if fmt == "jsonl":
         return "".join(encode_record(record).decode() for record in records)
     if fmt == "markdown":
-        return _markdown(session_id, records)
+        from ._markdown import markdown_export
+
+        return markdown_export(session_id, records, current=current)
     state = replay(session_id, records)
     projection = build_projection(
         state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
@@ -376,7 +359,15 @@ def export_text(session_id: str, records: Sequence[Record], fmt: str) -> str:
 
 async def export_main(args: argparse.Namespace, store: LogStore) -> int:
     """Write session ``args.session`` in ``args.format`` to stdout or ``args.output``."""
-    text = export_text(args.session, await _read(store, args.session), args.format)
+    current = getattr(args, "current", False)
+    if current and args.format != "markdown":
+        from stowage.core import ConfigError
+
+        raise ConfigError(
+            f"--current applies to --format markdown (the openai formats are always what the "
+            f"model sees now, jsonl always the whole log), not to --format {args.format}"
+        )
+    text = export_text(args.session, await _read(store, args.session), args.format, current=current)
     if args.output:
         await anyio.Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)

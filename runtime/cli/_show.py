@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from stowage.core import (
     ApprovalRecord,
@@ -11,6 +11,7 @@ from stowage.core import (
     CompactionRecord,
     CompactionSummary,
     ErrorRecord,
+    ForkedFromRecord,
     FunctionCall,
     FunctionCallOutput,
     Item,
@@ -20,14 +21,16 @@ from stowage.core import (
     ProtectedRecord,
     Record,
     RequestManifest,
+    RewindRecord,
     RoundCommittedRecord,
     SessionRecord,
     SettingsChangedRecord,
     SystemMessage,
     TurnRecord,
     UserMessage,
+    describe_manifest,
 )
-from stowage.facade import recorded_usable
+from stowage.facade import TokenFigure, token_figures
 from stowage.policy import session_cache_figures
 
 __all__ = ["render_transcript"]
@@ -57,40 +60,37 @@ def _item_line(item: Item) -> str:
     return repr(item)  # pragma: no cover
 
 
-def _applied_at(tokens_before: int | None, usable: int | None) -> list[str]:
+def _applied_at(figure: TokenFigure | None) -> list[str]:
     """Where a compaction was applied, as the console's card says it (none when unknown)."""
-    if not usable or tokens_before is None:
+    if figure is None or not figure.usable:
         return []
-    return [f"         applied at {tokens_before / usable:.0%} of usable ({usable:,} tokens)"]
+    return [
+        f"         applied at {figure.tokens:,} tokens in use ({figure.how}), "
+        f"{figure.tokens / figure.usable:.0%} of usable ({figure.usable:,} tokens)"
+    ]
 
 
 def _manifest_line(manifest: RequestManifest) -> str:
     """What a round's request was built from, in one line: its hash, then each section."""
-    parts = []
-    for section in manifest.sections:
-        seqs = ""
-        if section.first_seq is not None:
-            seqs = (
-                f" #{section.first_seq}"
-                if section.first_seq == section.last_seq
-                else f" #{section.first_seq}-{section.last_seq}"
-            )
-        parts.append(f"{section.name}{seqs} ({section.items}, ~{section.tokens:,})")
-    return f"         request {manifest.sha256[:12]} ~{manifest.tokens:,} tokens: " + ", ".join(
-        parts
-    )
+    return "         " + describe_manifest(manifest)
 
 
-def render_transcript(session_id: str, records: Sequence[Record], *, requests: bool = False) -> str:
+def render_transcript(
+    session_id: str,
+    records: Sequence[Record],
+    *,
+    requests: bool = False,
+    discarded: Collection[int] = (),
+) -> str:
     """Every record of a log as text, one line each; compactions in full with their summary.
-    ``requests``: under each round, what its request was built from (its manifest)."""
+    ``requests``: under each round, what its request was built from (its manifest);
+    ``discarded``: seqs a rewind discarded, shown behind a ``discarded |`` gutter."""
     lines: list[str] = []
     compactions = 0
-    has_stubs = any(isinstance(r, MicrocompactRecord) for r in records)
-    usable: int | None = None  # the budget as the session had it, as the console figures it
-    for index, record in enumerate(records):
-        if isinstance(record, SessionRecord | SettingsChangedRecord):
-            usable = recorded_usable(records[: index + 1], has_stubs=has_stubs)
+    # tokens in use at each round and compaction: the figures the console and `list` show
+    in_use_at = token_figures(session_id, records)
+    for record in records:
+        start = len(lines)
         match record:
             case SessionRecord(model=model, tools=tools):
                 lines.append(
@@ -114,6 +114,9 @@ def render_transcript(session_id: str, records: Sequence[Record], *, requests: b
                 if usage and usage.cached_tokens:
                     figures += f" cached {usage.cached_tokens}"
                 flag = " (interrupted, closed on resume)" if interrupted else ""
+                after = in_use_at.get(record.seq)
+                if after is not None:
+                    figures += f"; in use {after.tokens:,} ({after.how})"
                 lines.append(f"#{record.seq:<5} -- round {round_} committed{flag}: {figures}")
                 if requests and record.manifest is not None:
                     lines.append(_manifest_line(record.manifest))
@@ -126,7 +129,9 @@ def render_transcript(session_id: str, records: Sequence[Record], *, requests: b
                     f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
                 )
                 lines.append(f"         reason: {record.reason}")
-                lines.extend(_applied_at(record.tokens_before, usable))
+                if record.focus is not None:
+                    lines.append(f"         focus: {record.focus}")
+                lines.extend(_applied_at(in_use_at.get(record.seq)))
                 if record.waited is not None:
                     held = (
                         f"a request waited {record.waited:.2f}s for it"
@@ -145,7 +150,7 @@ def render_transcript(session_id: str, records: Sequence[Record], *, requests: b
                     f"#{record.seq:<5} ~~ microcompaction: {len(record.stubbed)} outputs stubbed, tokens "
                     f"{record.tokens_before} -> {record.tokens_after}{est}; {record.reason}"
                 )
-                lines.extend(_applied_at(record.tokens_before, usable))
+                lines.extend(_applied_at(in_use_at.get(record.seq)))
             case ProtectedRecord(ops=ops, source=source):
                 lines.append(
                     f"#{record.seq:<5} ** protected state ({source}): {len(ops)} change(s)"
@@ -166,7 +171,19 @@ def render_transcript(session_id: str, records: Sequence[Record], *, requests: b
             case ApprovalRecord(call_id=call_id, decision=decision, reason=reason):
                 why = f": {reason}" if reason else ""
                 lines.append(f"#{record.seq:<5} ** approval {decision} for call {call_id}{why}")
-    cache = session_cache_figures(records)
+            case ForkedFromRecord(parent_id=parent_id, through_seq=through, through_round=round_):
+                lines.append(
+                    f"#{record.seq:<5} >> forked from session {parent_id} at round {round_}: "
+                    f"the records through #{through} are its"
+                )
+            case RewindRecord(to_round=round_, to_seq=to_seq):
+                lines.append(
+                    f"#{record.seq:<5} << rewound to round {round_}: the session continues from "
+                    f"#{to_seq}; the records after it up to here are a discarded branch"
+                )
+        if record.seq in discarded:
+            lines[start:] = [f"discarded | {line}" for line in lines[start:]]
+    cache = session_cache_figures([r for r in records if r.seq not in discarded])
     if cache.requests:
         lines.append(cache.line())
     return "\n".join(lines) + "\n"

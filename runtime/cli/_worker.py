@@ -17,9 +17,48 @@ from typing import TYPE_CHECKING, Any
 from ._parsing import fill_later
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
     from stowage.worker import Worker
 
-__all__ = ["add_worker_commands", "main", "send_main", "worker_main"]
+__all__ = [
+    "add_worker_commands",
+    "catch_stop_signals",
+    "main",
+    "postgres_url",
+    "send_main",
+    "store_options",
+    "worker_main",
+]
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT as ``stowage worker`` counts them before its event loop listens.
+
+    From the moment the command is parsed until the worker's signal task takes over (and again
+    once it has let go) a signal is only counted: the default actions would end the process
+    with -SIGTERM or a ``KeyboardInterrupt`` half-way through an import or a connect, while
+    the count lets the worker drain (one) or stop at once (two or more) when it starts, and
+    exit 0 with nothing held.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def install(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._count)
+
+    def _count(self, signum: int, frame: object) -> None:
+        self.count += 1
+
+
+_STOP = _StopSignals()
+
+
+def catch_stop_signals() -> None:
+    """Count SIGTERM and SIGINT from now on instead of dying of them (``stowage worker`` calls
+    this first thing; ``worker_main`` acts on what was counted)."""
+    _STOP.install()
 
 
 def _positive(kind: type[int] | type[float]) -> Any:
@@ -32,7 +71,8 @@ def _positive(kind: type[int] | type[float]) -> Any:
     return parse
 
 
-def _store_options(parser: argparse.ArgumentParser) -> None:
+def store_options(parser: argparse.ArgumentParser) -> None:
+    """``--store`` (a PostgreSQL URL, or $STOWAGE_STORE), ``--schema``, ``--log-format``."""
     from_env = os.environ.get("STOWAGE_STORE")
     parser.add_argument(
         "--store",
@@ -71,7 +111,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
     from ._run_options import add_model_options
 
     d = WorkerOptions()
-    _store_options(worker)
+    store_options(worker)
     worker.add_argument("--log-level", default="info", help="debug, info (default), warning")
     worker.add_argument(
         "--concurrency",
@@ -104,6 +144,13 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
         help="seconds a session's lease lasts past its last renewal: how soon another worker "
         "takes over from a dead one (default 30)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port, "
+        "logged as metrics_serving)",
+    )
     worker.add_argument("--max-model-calls", type=_positive(int), default=100)
     worker.add_argument("--max-compactions", type=_positive(int), default=8)
     worker.add_argument("--max-tool-calls", type=_positive(int), default=256)
@@ -129,7 +176,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
 def _send_options(send: argparse.ArgumentParser) -> None:
     send.add_argument("session")
     send.add_argument("message")
-    _store_options(send)
+    store_options(send)
     send.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
     send.add_argument(
         "--create", action="store_true", help="a session with no log gets one (worker settings)"
@@ -149,7 +196,8 @@ def _send_options(send: argparse.ArgumentParser) -> None:
     )
 
 
-def _postgres_url(url: str) -> str:
+def postgres_url(url: str) -> str:
+    """``url`` when it names a PostgreSQL store; ``ConfigError`` saying so otherwise."""
     from stowage.core import ConfigError, redact_url
 
     if not url.startswith(("postgresql://", "postgres://")):
@@ -173,9 +221,10 @@ async def worker_main(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         poll_interval=args.poll_interval,
         grace=args.grace,
+        metrics_port=args.metrics_port,
     )
     store = PostgresStore(
-        _postgres_url(args.store),
+        postgres_url(args.store),
         schema=args.schema,
         lease_ttl=args.lease_ttl,
         max_size=max(4, min(args.concurrency, 20)),
@@ -193,27 +242,40 @@ async def worker_main(args: argparse.Namespace) -> int:
         max_running_sessions=args.max_running_sessions,
     )
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_drain_on_signal, worker)
+        await tg.start(_drain_on_signal, worker)
         await worker.run()
         tg.cancel_scope.cancel()
     return 0
 
 
-async def _drain_on_signal(worker: Worker) -> None:
-    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once."""
+async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> None:
+    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once.
+    Signals counted before the receiver was in place count as received."""
     import anyio
 
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        draining = False
-        async for signum in signals:
-            name = signal.Signals(signum).name
-            if draining:
-                print(f"stowage worker: {name} again: interrupting", file=sys.stderr)
-                worker.interrupt()
-                continue
-            draining = True
+    signals_seen = 0
+
+    def take(name: str) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            print(f"stowage worker: {name} again: interrupting", file=sys.stderr)
+            worker.interrupt()
+        else:
             print(f"stowage worker: {name}: draining (again to interrupt)", file=sys.stderr)
             worker.drain()
+
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            # the receiver is in place: what came before it is read once, and nothing is lost
+            task_status.started()
+            early, _STOP.count = _STOP.count, 0
+            for _ in range(early):
+                take("signal before start-up ended")
+            async for signum in signals:
+                take(signal.Signals(signum).name)
+    finally:
+        _STOP.install()  # until the process exits, a late signal is only counted
 
 
 async def send_main(args: argparse.Namespace) -> int:
@@ -221,7 +283,7 @@ async def send_main(args: argparse.Namespace) -> int:
     import anyio
     from stowage.worker import Client, MessageFailed
 
-    client = Client(_postgres_url(args.store), schema=args.schema)
+    client = Client(postgres_url(args.store), schema=args.schema)
     try:
         with anyio.fail_after(args.timeout if args.wait else None):
             sent = await client.send(
@@ -256,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import anyio
     from stowage.core import StowageError, configure_logging
 
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["worker"]:  # before its options import the runtime
+        catch_stop_signals()
     parser = argparse.ArgumentParser(prog="stowage")
     add_worker_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

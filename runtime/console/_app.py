@@ -130,7 +130,7 @@ def create_app(
         read = await reader.read(session_id)
         view = session_view(session_id, read.records, holder=await reader.holder(session_id))
         usable = view.row.usable
-        chart = chart_geometry(view.chart, view.cards, view.marks, usable)
+        chart = chart_geometry(view.chart, view.cards, view.marks, usable, view.milestones)
         template = "_session_body.html" if "fragment" in request.query_params else "session.html"
         return render(template, view=view, chart=chart, torn=read.torn_tail, session_id=session_id)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._views import ChartPoint, CompactionCard
+from ._views import ChartPoint, CompactionCard, Milestone
 
 __all__ = ["Chart", "chart_geometry"]
 
@@ -35,6 +35,8 @@ class Chart:
     clipped: tuple[tuple[float, float, ChartPoint], ...]
     #: (x, label, css class) of each compaction and microcompaction
     events: tuple[tuple[float, str, str], ...]
+    #: (x, label) of each milestone: the phase that ended there
+    milestones: tuple[tuple[float, str], ...]
     #: (y, label) of the vertical axis ticks
     ticks: tuple[tuple[float, str], ...]
     x_labels: tuple[tuple[float, str], ...]
@@ -49,6 +51,7 @@ def chart_geometry(
     cards: Sequence[CompactionCard],
     marks: dict[str, float],
     usable: int | None,
+    milestones: Sequence[Milestone] = (),
 ) -> Chart:
     """Place ``points`` (tokens per round), the watermarks of ``usable`` and the compactions.
 
@@ -57,7 +60,7 @@ def chart_geometry(
     marker instead of squashing every other point and mark into the bottom. Raises nothing.
     """
     top_value = _scale([p.tokens for p in points], usable)
-    rounds = [p.round for p in points] + [c.round for c in cards]
+    rounds = [p.round for p in points] + [c.round for c in cards] + [m.round for m in milestones]
     first, last = (min(rounds), max(rounds)) if rounds else (0, 1)
     span = max(1, last - first)
     plot_w = WIDTH - _LEFT - _RIGHT
@@ -101,6 +104,7 @@ def chart_geometry(
         marks=_spread(mark_lines),
         clipped=clipped,
         events=events,
+        milestones=tuple((x(m.round), m.name) for m in milestones),
         ticks=ticks,
         x_labels=x_labels,
         plot_left=_LEFT,

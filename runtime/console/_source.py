@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stowage.core import LogRead, LogStore
+from stowage.core import LogRead, LogStore, lineage_store
 from stowage.storage import JsonlStore, PostgresStore
 
 __all__ = ["StoreReader"]
@@ -34,8 +34,10 @@ class StoreReader:
         return await self.store.list_sessions()
 
     async def read(self, session_id: str) -> LogRead:
-        """Every record of a session, read without repair (a torn tail is reported, kept)."""
-        return await self.store.read(session_id, repair=False)
+        """Every record that counts in a session's history, read without repair (a torn tail
+        is reported, kept): a fork's starts with its parent's up to the fork point, and a
+        rewound branch is left out, as resume reads them."""
+        return await lineage_store(self.store).read(session_id, repair=False)
 
     async def holder(self, session_id: str) -> str:
         """Who holds the session's writer lease ("pid N on HOST"), read without taking it;

@@ -21,6 +21,7 @@ from stowage.core import (
     FunctionCallOutput,
     ItemRecord,
     MicrocompactRecord,
+    MilestoneRecord,
     ProtectedRecord,
     ProtectedState,
     ProtectedStateViolation,
@@ -28,19 +29,21 @@ from stowage.core import (
     RoundCommittedRecord,
     SessionRecord,
     SessionState,
-    SettingsChangedRecord,
     SystemMessage,
     TurnRecord,
     UserMessage,
+    describe_manifest,
+    effective_records,
     render,
 )
-from stowage.facade import recorded_budget
+from stowage.facade import TokenFigure, recorded_budget, token_figures
 from stowage.policy import token_status
 
 __all__ = [
     "ChartPoint",
     "CompactionCard",
     "CompactionTone",
+    "Milestone",
     "PendingCall",
     "ProtectedRow",
     "SessionRow",
@@ -81,7 +84,13 @@ class CompactionCard:
     removed: int
     retained: int
     covers_through: int | None
-    #: tokens before as a fraction of usable: where the compaction was applied
+    #: tokens in use when it was applied: the figure the chart and ``list`` show for the
+    #: session at that moment (the record's ``tokens_before`` is the figure its plan was made
+    #: on, which a plan made in the background can be rounds older than)
+    in_use: int | None
+    #: whether ``in_use`` had no reported usage in it
+    in_use_estimated: bool
+    #: ``in_use`` as a fraction of usable: where the compaction was applied
     applied_at: float | None
     #: seconds a request was held back for it (when the record says)
     waited: float | None
@@ -154,6 +163,15 @@ class PendingCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Milestone:
+    """A phase that ended, after ``round`` committed rounds: the chart marks it."""
+
+    round: int
+    name: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionTone:
     """What the Compactions tile's colour says: where the newest full compaction was applied.
 
@@ -179,6 +197,7 @@ class SessionView:
     cached_input: int | None
     errors: tuple[str, ...] = field(default=())
     tone: CompactionTone = field(default_factory=lambda: CompactionTone(tone="none", note=""))
+    milestones: tuple[Milestone, ...] = ()
 
 
 def _marks(meta: SessionRecord | None) -> dict[str, float]:
@@ -287,6 +306,7 @@ def _fold(session_id: str, records: Sequence[Record]) -> tuple[SessionState, lis
 
 def session_row(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionRow:
     """The sessions-page line of one log. Raises nothing."""
+    records = effective_records(records)  # a rewind's discarded branch is not the session's
     folded, _ = _fold(session_id, records)
     return _row(session_id, records, folded, holder)
 
@@ -386,6 +406,7 @@ def _protected_rows(records: Sequence[Record], final: ProtectedState) -> tuple[P
 def session_view(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionView:
     """The session page of one log: timeline, chart, compaction cards, protected state.
     Raises nothing: records that do not fold are listed in ``errors``."""
+    records = effective_records(records)  # a rewind's discarded branch is not the session's
     stubbed: set[int] = set()
     for record in records:
         if isinstance(record, MicrocompactRecord):
@@ -396,32 +417,27 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
     timeline: list[TimelineEntry] = []
     chart: list[ChartPoint] = []
     cards: list[CompactionCard] = []
+    milestones: list[Milestone] = []
     cached_total: int | None = None
-    usable: int | None = None
-    tool_tokens = 0
-    for index, record in enumerate(records):
+    in_use_at = token_figures(session_id, records)
+    for record in records:
         try:
             folded.apply(record)
         except CorruptLogError as exc:
             problems.append(f"#{record.seq}: {exc}")
             continue
-        if isinstance(record, SessionRecord | SettingsChangedRecord):
-            # the budget from here on: a window or model override changes it
-            usable, tool_tokens = _budget(records[: index + 1], has_stubs=bool(stubbed))
         match record:
             case ItemRecord():
                 timeline.append(_item_entry(record, stubbed, names))
             case RoundCommittedRecord(round=round_, usage=usage):
-                status = token_status(
-                    folded, tool_tokens=tool_tokens, extra_chars=_protected_chars(folded)
-                )
-                if status.tokens is not None:
+                after = in_use_at.get(record.seq)
+                if after is not None:
                     chart.append(
                         ChartPoint(
                             round=round_,
                             seq=record.seq,
-                            tokens=status.tokens,
-                            estimated=status.estimated,
+                            tokens=after.tokens,
+                            estimated=after.estimated,
                         )
                     )
                 cached = _cached(record)
@@ -434,6 +450,8 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
                 )
                 if cached is not None:
                     figures += f", cached input {cached}"
+                if record.manifest is not None:
+                    figures += "\n" + describe_manifest(record.manifest)
                 timeline.append(
                     TimelineEntry(
                         seq=record.seq,
@@ -460,7 +478,7 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
             case CompactionRecord() | MicrocompactRecord():
                 micro = isinstance(record, MicrocompactRecord)
                 number = 1 + sum((c.kind == "micro") == micro for c in cards)
-                card = _card(record, number, usable, folded)
+                card = _card(record, number, folded, in_use_at.get(record.seq))
                 cards.append(card)
                 timeline.append(
                     TimelineEntry(
@@ -482,6 +500,18 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
                         round=None,
                         title=f"protected state ({source})",
                         text="\n".join(json.dumps(op, sort_keys=True) for op in ops),
+                    )
+                )
+            case MilestoneRecord(name=name, note=note, source=source):
+                milestones.append(Milestone(round=folded.round, name=name, seq=record.seq))
+                timeline.append(
+                    TimelineEntry(
+                        seq=record.seq,
+                        ts=record.ts,
+                        kind="milestone",
+                        round=None,
+                        title=f"milestone: {name} (said by the {source})",
+                        text=note or "",
                     )
                 )
             case ErrorRecord(kind=kind, message=message):
@@ -513,16 +543,19 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
         cached_input=cached_total,
         errors=tuple(problems),
         tone=_tone(cards, marks),
+        milestones=tuple(milestones),
     )
 
 
 def _card(
     record: CompactionRecord | MicrocompactRecord,
     number: int,
-    usable: int | None,
     folded: SessionState,
+    in_use: TokenFigure | None,
 ) -> CompactionCard:
-    applied = record.tokens_before / usable if record.tokens_before is not None and usable else None
+    tokens = in_use.tokens if in_use is not None else record.tokens_before
+    applied = in_use.share if in_use is not None else None
+    in_use_estimated = in_use.estimated if in_use is not None else record.estimated
     if isinstance(record, MicrocompactRecord):
         return CompactionCard(
             number=number,
@@ -538,6 +571,8 @@ def _card(
             removed=len(record.stubbed),
             retained=0,
             covers_through=None,
+            in_use=tokens,
+            in_use_estimated=in_use_estimated,
             applied_at=applied,
             waited=None,
             summary="",
@@ -557,6 +592,8 @@ def _card(
         removed=record.removed,
         retained=len(record.retained),
         covers_through=record.covers_through,
+        in_use=tokens,
+        in_use_estimated=in_use_estimated,
         applied_at=applied,
         waited=record.waited,
         summary=record.summary,

@@ -2,6 +2,9 @@
 
 The sampler streams (``stream``), the compactor asks once (``create``); both go through the same
 gateway so a summary request is subject to the same auth, limits and error mapping as a round.
+A gateway whose endpoint compacts history itself (OpenAI's ``/responses/compact``) also offers
+``compact``: that is a Protocol of its own (``CompactingGateway``), so every gateway that
+cannot (the scripted model, a test double) stays a ``ModelGateway`` without a stub that lies.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from ._items import AssistantMessage, FunctionCall, Item
 from ._records import Usage
 
 __all__ = [
+    "CompactingGateway",
     "ModelGateway",
     "ModelRequest",
     "ModelResponse",
+    "ProviderCompaction",
     "ResponseDone",
     "StreamEvent",
     "TextDelta",
@@ -96,6 +101,17 @@ class ResponseDone:
 StreamEvent: TypeAlias = TextDelta | ResponseDone
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderCompaction:
+    """What a provider-native compaction gave back: its compaction ``item`` exactly as the
+    endpoint returned it (opaque: sent back verbatim, never read), a readable ``text`` that
+    says what it stands for, and ``usage`` when reported."""
+
+    item: dict[str, Any] = field(hash=False)
+    text: str
+    usage: Usage | None = None
+
+
 @runtime_checkable
 class ModelGateway(Protocol):
     """A model endpoint. Implementations raise only ``ModelError`` subclasses."""
@@ -110,4 +126,17 @@ class ModelGateway(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+        ...
+
+
+@runtime_checkable
+class CompactingGateway(Protocol):
+    """A gateway whose endpoint compacts history itself (``compaction = "provider"``)."""
+
+    async def compact(self, request: ModelRequest) -> ProviderCompaction:
+        """Compact ``request.input`` (its model and items; tools and limits are not sent).
+
+        Raises ``ModelError`` subclasses as ``create`` does; ``ModelResponseError`` when the
+        answer carries no compaction item.
+        """
         ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import CompactionError
 from ._items import (
@@ -42,6 +43,7 @@ def apply_compaction(
     covers_through: int,
     user_budget_chars: int = 20_000,
     reattach: Collection[int] = (),
+    provider_item: dict[str, Any] | None = None,
 ) -> CompactionResult:
     """Replace the entries with ``seq <= covers_through`` by a summary; keep later ones verbatim.
 
@@ -49,7 +51,8 @@ def apply_compaction(
     recent user messages within ``user_budget_chars`` (the newest always, pinned ones always)
     are retained; so are the entries at ``reattach`` seqs (whole tool rounds the current turn
     read: a model that still needs them need not read them again); everything else is
-    absorbed by the summary.
+    absorbed by the summary. ``provider_item`` (a provider-native compaction's item) rides on
+    the summary item, as replay puts it there from the record.
 
     Raises ``CompactionError`` if ``covers_through`` is negative, if the seqs of the non-summary
     entries are not strictly increasing, if ``covers_through`` falls before an older summary
@@ -58,7 +61,9 @@ def apply_compaction(
     """
     compacted, tail = _split(history, covers_through)
     retained = _retain(compacted, history, user_budget_chars, reattach)
-    summary_entry = HistoryEntry(seq=summary_seq, item=CompactionSummary(text=summary))
+    summary_entry = HistoryEntry(
+        seq=summary_seq, item=CompactionSummary(text=summary, provider=provider_item)
+    )
     return CompactionResult(
         history=compose_history(retained, summary_entry, tail),
         retained=retained,

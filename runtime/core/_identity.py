@@ -1,8 +1,10 @@
 """A session's identity: what it runs with, kept in its log so every continuation uses it.
 
 The session record (seq 1) stores the identity fields of ``Settings`` (never a secret: the
-endpoint URL is redacted, the API key is not stored at all). A continuation starts from that
-identity; an explicit override is recorded as a ``SettingsChangedRecord`` and folded in after
+endpoint URL and the MCP servers' commands and URLs are redacted, the API key is not stored at
+all), the source of its tools among them (``tools_from``, ``mcp``, ``mcp_url``), so that a
+command that continues the session builds the same tools without being told again. A
+continuation starts from that identity; an explicit override is recorded as a ``SettingsChangedRecord`` and folded in after
 it. ``continue_settings`` is the one place that merges them, for the facade and the CLI alike.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from ._errors import ConfigError, CorruptLogError
 from ._records import Record, SessionRecord, SettingsChangedRecord
-from ._redact import REDACTED, redact_url
+from ._redact import REDACTED, redact_command, redact_url
 from ._settings import Settings
 
 __all__ = [
@@ -47,16 +49,45 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "user_budget_chars",
     "tools",
     "system",
+    "tools_from",
+    "mcp",
+    "mcp_url",
 )
 
 _WATERMARKS = ("soft_mark", "compact_mark", "hard_mark", "target_after")
 
 
+#: the identity fields whose values may hold credentials, recorded redacted
+_REDACTED_FIELDS = ("base_url", "mcp", "mcp_url")
+
+
+def _recordable(name: str, value: Any) -> Any:
+    """``value`` of identity field ``name`` as it is recorded: credentials redacted, a
+    sequence as a list (what a log gives back)."""
+    if name == "base_url":
+        return redact_url(value)
+    if name == "mcp":
+        return [redact_command(command) for command in value or ()]
+    if name == "mcp_url":
+        return [redact_url(url) for url in value or ()]
+    return list(value) if isinstance(value, tuple) else value
+
+
 def identity_of(settings: Settings) -> dict[str, Any]:
-    """The identity fields of ``settings`` as recordable values (the URL redacted)."""
-    values = {name: getattr(settings, name) for name in IDENTITY_FIELDS}
-    values["base_url"] = redact_url(settings.base_url)
-    return values
+    """The identity fields of ``settings`` as recordable values (credentials redacted)."""
+    return {name: _recordable(name, getattr(settings, name)) for name in IDENTITY_FIELDS}
+
+
+def _given_again(name: str, stored: Any, given: Sequence[str]) -> tuple[str, ...]:
+    """The MCP servers (``name``: ``mcp`` or ``mcp_url``) a session recorded, each redacted
+    one replaced by the entry of ``given`` (the configuration's) that redacts to it, or left
+    redacted when none does: whoever starts the servers refuses that one (``Runtime`` starts
+    only those it is given, so a worker continuing the session needs none of them)."""
+    found: list[str] = []
+    for entry in stored or ():
+        match = [g for g in given if REDACTED in entry and _recordable(name, [g]) == [entry]]
+        found.append(match[0] if match else entry)
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,10 +110,13 @@ class SessionIdentity:
     def settings(self, base: Settings) -> Settings:
         """``base`` with the stored fields applied (the endpoint URL only when it holds no
         redacted credentials). Raises ``ConfigError`` for stored values ``Settings`` refuses."""
-        values = {k: v for k, v in self.fields.items() if k != "base_url"}
+        values = {k: v for k, v in self.fields.items() if k not in _REDACTED_FIELDS}
         url = self.fields.get("base_url")
         if url is None or REDACTED not in url:
             values["base_url"] = url
+        for name in ("mcp", "mcp_url"):
+            if name in self.fields:
+                values[name] = [e for e in self.fields[name] or () if REDACTED not in e]
         return base.with_(**values)
 
 
@@ -128,11 +162,11 @@ def continue_settings(
     """The settings a continued session runs with, and what ``overrides`` change.
 
     ``base`` gives what is not identity (store, durability, timeouts) and the secrets (the
-    API key, and the endpoint URL when the stored one is redacted and ``base``'s redacts to
-    it); the stored identity replaces ``base``'s identity fields; ``overrides`` (the options
-    given explicitly) replace both. The changes map each overridden field whose value differs
-    from the stored one to ``[stored, new]``, URLs redacted, ready for a
-    ``SettingsChangedRecord``.
+    API key, and the endpoint URL or an MCP server when the stored one is redacted and
+    ``base``'s redacts to it); the stored identity replaces ``base``'s identity fields;
+    ``overrides`` (the options given explicitly) replace both. The changes map each
+    overridden field whose value differs from the stored one to ``[stored, new]``,
+    credentials redacted, ready for a ``SettingsChangedRecord``.
 
     Raises ``ConfigError`` for an unknown override, for a stored endpoint whose credentials
     were redacted and that ``base`` does not give, or for values ``Settings`` refuses.
@@ -140,7 +174,14 @@ def continue_settings(
     unknown = sorted(set(overrides) - set(IDENTITY_FIELDS))
     if unknown:
         raise ConfigError(f"not a session setting: {', '.join(unknown)}")
-    values = {k: v for k, v in identity.fields.items() if k != "base_url" and k in IDENTITY_FIELDS}
+    values = {
+        k: v
+        for k, v in identity.fields.items()
+        if k not in _REDACTED_FIELDS and k in IDENTITY_FIELDS
+    }
+    for name in ("mcp", "mcp_url"):
+        if name in identity.fields and name not in overrides:
+            values[name] = _given_again(name, identity.fields[name], getattr(base, name))
     stored_url = identity.fields.get("base_url")
     if "base_url" not in overrides:
         if stored_url == redact_url(base.base_url):
@@ -156,8 +197,8 @@ def continue_settings(
     settings = base.with_(**values)
     changes: dict[str, list[Any]] = {}
     for name in overrides:
-        before = identity.fields.get(name)
-        after = redact_url(settings.base_url) if name == "base_url" else getattr(settings, name)
-        if before != after and (name in identity.fields or after is not None):
+        before = _recordable(name, identity.fields.get(name))
+        after = _recordable(name, getattr(settings, name))
+        if before != after and (name in identity.fields or after not in (None, [])):
             changes[name] = [before, after]
     return settings, changes

@@ -7,7 +7,7 @@ exactly which entries it kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 __all__ = [
@@ -79,10 +79,17 @@ class FunctionCallOutput:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSummary:
-    """A model-written (or mechanical) summary that stands for absorbed history."""
+    """A model-written (or mechanical) summary that stands for absorbed history.
+
+    A provider-native compaction (``compaction = "provider"``) also carries ``provider``: the
+    compaction item exactly as the endpoint returned it. Its content is opaque (encrypted):
+    only the Responses wire sends it, verbatim; ``text`` stays a readable line for people,
+    logs and any other wire.
+    """
 
     type: ClassVar[Literal["compaction_summary"]] = "compaction_summary"
     text: str
+    provider: dict[str, Any] | None = field(default=None, hash=False)
 
 
 Item: TypeAlias = (
@@ -106,7 +113,12 @@ class HistoryEntry:
 def item_to_dict(item: Item) -> dict[str, Any]:
     """Encode an item as a plain JSON-ready dict with a ``type`` key."""
     match item:
-        case SystemMessage(text=text) | AssistantMessage(text=text) | CompactionSummary(text=text):
+        case CompactionSummary(text=text, provider=provider):
+            summary: dict[str, Any] = {"type": item.type, "text": text}
+            if provider is not None:
+                summary["provider"] = provider
+            return summary
+        case SystemMessage(text=text) | AssistantMessage(text=text):
             return {"type": item.type, "text": text}
         case UserMessage(text=text, pinned=pinned, message_id=message_id):
             out: dict[str, Any] = {"type": "user", "text": text}
@@ -159,7 +171,10 @@ def item_from_dict(data: dict[str, Any]) -> Item:
                     is_error=bool(data.get("is_error", False)),
                 )
             case "compaction_summary":
-                return CompactionSummary(text=str(data["text"]))
+                provider = data.get("provider")
+                if provider is not None and not isinstance(provider, dict):
+                    raise ValueError(f"a summary's provider item must be an object: {provider!r}")
+                return CompactionSummary(text=str(data["text"]), provider=provider)
     except KeyError as exc:
         raise ValueError(f"item of type {kind!r} lacks key {exc.args[0]!r}") from exc
     raise ValueError(f"unknown item type {kind!r}")

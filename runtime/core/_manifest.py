@@ -41,6 +41,7 @@ __all__ = [
     "ManifestSection",
     "RequestManifest",
     "SectionName",
+    "describe_manifest",
     "request_bytes",
     "request_manifest",
 ]
@@ -188,6 +189,22 @@ def request_manifest(
     return RequestManifest(
         sha256=whole.hexdigest(), input_sha256=_digest(item_lines), sections=tuple(sections)
     )
+
+
+def describe_manifest(manifest: RequestManifest) -> str:
+    """What a request was built from, in one line: its hash, its size, then each section with
+    the seqs it holds, its items and tokens (``show`` and the console print this)."""
+    parts = []
+    for section in manifest.sections:
+        seqs = ""
+        if section.first_seq is not None:
+            seqs = (
+                f" #{section.first_seq}"
+                if section.first_seq == section.last_seq
+                else f" #{section.first_seq}-{section.last_seq}"
+            )
+        parts.append(f"{section.name}{seqs} ({section.items}, ~{section.tokens:,})")
+    return f"request {manifest.sha256[:12]} ~{manifest.tokens:,} tokens: " + ", ".join(parts)
 
 
 def _digest(lines: Collection[bytes]) -> str:

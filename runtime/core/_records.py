@@ -22,10 +22,12 @@ __all__ = [
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
+    "ForkedFromRecord",
     "ItemRecord",
     "MicrocompactRecord",
     "ProtectedRecord",
     "Record",
+    "RewindRecord",
     "RoundCommittedRecord",
     "SessionRecord",
     "SettingsChangedRecord",
@@ -165,6 +167,13 @@ class CompactionRecord:
     #: the summary was made from the log's original records since the last re-grounded
     #: compaction (``reground_every``), not from the summary before it
     regrounded: bool = False
+    #: what the summary was told to cover in full detail (``stowage compact --focus``, a
+    #: before-compaction hook's text); None: no focus
+    focus: str | None = None
+    #: the compaction item of a provider-native compaction (``compaction = "provider"``),
+    #: exactly as the endpoint returned it: the summary item carries it, and the Responses
+    #: wire sends it back verbatim; ``summary`` is then a readable line. None: a local one
+    provider_item: dict[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,6 +259,35 @@ class MilestoneRecord:
     source: Literal["user", "model"] = "user"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkedFromRecord:
+    """Always seq 1 of a forked log: its history starts as ``parent_id``'s did at
+    ``through_seq`` (the end of round ``through_round``), read from the parent's log, not copied.
+
+    A forked log numbers its own lines from 1, as every store does; in the session's lineage
+    (``core._lineage``) this record stands at ``through_seq + 1`` and each later one as many
+    seqs on, and every seq a record refers to (``covers_through``, retained entries, stubbed
+    outputs, round ranges, manifests) is such a lineage seq.
+    """
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    parent_id: str
+    through_seq: int
+    through_round: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RewindRecord:
+    """The session continues from round ``to_round`` (whose end is ``to_seq``): the records
+    between ``to_seq`` and this one stay in the log as a discarded branch that replay skips."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    to_round: int
+    to_seq: int
+
+
 Record: TypeAlias = (
     SessionRecord
     | ItemRecord
@@ -262,4 +300,6 @@ Record: TypeAlias = (
     | SettingsChangedRecord
     | ApprovalRecord
     | MilestoneRecord
+    | ForkedFromRecord
+    | RewindRecord
 )

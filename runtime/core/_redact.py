@@ -8,9 +8,10 @@ everything that is written, logged or shown gets the redacted form.
 from __future__ import annotations
 
 import re
+import shlex
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["REDACTED", "redact_url"]
+__all__ = ["REDACTED", "redact_command", "redact_url"]
 
 REDACTED = "REDACTED"
 
@@ -57,3 +58,28 @@ def _hide_before_at(text: str) -> str:
     if "@" in head:
         head = f"{REDACTED}@" + head.rpartition("@")[2]
     return head + sep + tail
+
+
+def redact_command(command: str) -> str:
+    """A command line (an MCP server's) as it may be recorded: the value of a secret-looking
+    flag (``--api-key X``, ``--token=X``) or assignment (``API_KEY=X``) and the credentials of
+    any URL in it replaced by ``REDACTED``. Raises nothing: a line ``shlex`` cannot split is
+    recorded as ``REDACTED`` whole."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return REDACTED
+    shown: list[str] = []
+    secret_next = False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if secret_next:
+            shown.append(REDACTED)
+        elif eq and _SECRET_PARAM.search(name):
+            shown.append(f"{name}={REDACTED}")
+        elif "://" in word:
+            shown.append(redact_url(word) or word)
+        else:
+            shown.append(word)
+        secret_next = word.startswith("-") and not eq and bool(_SECRET_PARAM.search(word))
+    return shlex.join(shown)

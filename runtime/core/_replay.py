@@ -23,16 +23,19 @@ from ._items import (
     Item,
 )
 from ._ledger import TurnLedger
+from ._lineage import effective_records
 from ._protected import ProtectedState
 from ._records import (
     ApprovalRecord,
     CompactionRecord,
     ErrorRecord,
+    ForkedFromRecord,
     ItemRecord,
     MicrocompactRecord,
     MilestoneRecord,
     ProtectedRecord,
     Record,
+    RewindRecord,
     RoundCommittedRecord,
     SessionRecord,
     SettingsChangedRecord,
@@ -124,6 +127,12 @@ class SessionState:
         other (seq not increasing, an output for an unknown call, a commit with open calls)."""
         if record.seq <= self.last_seq:
             raise self._corrupt(record, f"seq {record.seq} after {self.last_seq}")
+        if isinstance(record, RewindRecord) and self.last_seq > record.to_seq:
+            # a live state cannot give records back: a rewind is folded only after the
+            # branch it discards was left out (``replay`` does it, see ``core._lineage``)
+            raise self._corrupt(
+                record, f"rewind to seq {record.to_seq} folded after seq {self.last_seq}"
+            )
         self.last_seq = record.seq
         match record:
             case ItemRecord(item=item):
@@ -145,7 +154,10 @@ class SessionState:
                         self.usage_after_compaction = record.usage.total_tokens
                         self._awaiting_usage_base = False
             case CompactionRecord():
-                summary = HistoryEntry(seq=record.seq, item=CompactionSummary(text=record.summary))
+                summary = HistoryEntry(
+                    seq=record.seq,
+                    item=CompactionSummary(text=record.summary, provider=record.provider_item),
+                )
                 tail = [e for e in self.history if e.seq > record.covers_through]
                 self.history = list(compose_history(record.retained, summary, tail))
                 self.stubbed = {s for s in self.stubbed if s > record.covers_through}
@@ -193,6 +205,8 @@ class SessionState:
                 self.last_milestone = record
             case SettingsChangedRecord():
                 pass  # identity, not history: see ``core._identity``
+            case ForkedFromRecord() | RewindRecord():
+                pass  # where the history came from: see ``core._lineage``
             case ApprovalRecord():
                 if record.call_id not in self.open_calls:
                     raise self._corrupt(record, f"approval for {record.call_id}, not an open call")
@@ -283,9 +297,10 @@ class SessionState:
 
 def replay(session_id: str, records: Iterable[Record]) -> SessionState:
     """Fold ``records`` (a whole log, or the session record plus a tail from a compaction)
-    into a fresh state. Raises ``CorruptLogError`` as ``SessionState.apply`` does."""
+    into a fresh state, leaving out the branches rewinds discarded. Raises
+    ``CorruptLogError`` as ``SessionState.apply`` does."""
     state = SessionState(session_id=session_id)
-    for record in records:
+    for record in effective_records(records):
         state.apply(record)
     state.protected  # noqa: B018  # worked out now, so a bad protected op fails the replay
     return state

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from ._errors import ConfigError, InvalidSessionId
-from ._redact import redact_url
+from ._redact import redact_command, redact_url
 
 __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
@@ -143,6 +143,21 @@ class Settings:
     workspace: Annotated[Path, setting("the directory the workspace tools read", config=False)] = (
         Path(".")
     )
+    #: where the command line took the session's tools from, recorded (redacted) so that every
+    #: command continuing the session builds the same ones; ``Runtime`` reads none of these
+    #: three (pass ``tools=`` and ``mcp=``)
+    tools_from: Annotated[
+        str | None,
+        setting("MODULE:NAME of the ToolRegistry --tools-from imported", config=False),
+    ] = None
+    mcp: Annotated[
+        tuple[str, ...],
+        setting("MCP server commands --mcp (or the configuration) started", config=False),
+    ] = dataclasses.field(default=(), repr=False)
+    mcp_url: Annotated[
+        tuple[str, ...],
+        setting("MCP server URLs --mcp-url (or the configuration) connected to", config=False),
+    ] = dataclasses.field(default=(), repr=False)
     compact_threshold: Annotated[
         PositiveInt | None,
         setting(
@@ -169,6 +184,17 @@ class Settings:
             profile=True,
         ),
     ] = None
+    compaction: Annotated[
+        Literal["local", "provider", "auto"],
+        setting(
+            "how a full compaction is made: local (a summary request, readable in the log), "
+            "provider (the responses wire's /responses/compact: an opaque item), or auto "
+            "(provider where the wire has it, local otherwise); local for the rest of the "
+            "session once the endpoint fails it",
+            cli="--compaction",
+            profile=True,
+        ),
+    ] = "local"
     require_reported_usage: Annotated[
         bool,
         setting(
@@ -352,6 +378,13 @@ class Settings:
             "stowage milestone"
         ),
     ] = False
+    search_history_tool: Annotated[
+        bool,
+        setting(
+            "offer search_history with recall_artifact: the model finds records of the whole "
+            "log, compacted or not, by their words"
+        ),
+    ] = False
     reground_every: Annotated[
         int,
         setting(
@@ -436,6 +469,11 @@ class Settings:
             raise ConfigError(
                 f"target_after must be > 0 and below compact_mark, got {self.target_after}"
             )
+        if self.compaction == "provider" and self.wire_api != "responses":
+            raise ConfigError(
+                "compaction 'provider' needs wire_api 'responses': the chat wire cannot carry "
+                "the provider's compaction item (use 'auto' to compact locally there)"
+            )
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
@@ -471,6 +509,9 @@ class Settings:
             "background_compaction": self.background_compaction,
             "system": self.system,
             "profile": self.profile,
+            "tools_from": self.tools_from,
+            "mcp": [redact_command(command) for command in self.mcp],
+            "mcp_url": [redact_url(url) for url in self.mcp_url],
         }
 
 

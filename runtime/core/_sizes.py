@@ -6,6 +6,7 @@ what a projection sends: a stubbed output counts as its stub.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Collection, Iterable, Sequence
 
@@ -33,8 +34,11 @@ def item_chars(item: Item) -> int:
     match item:
         case SystemMessage(text=text) | UserMessage(text=text) | AssistantMessage(text=text):
             return len(text)
-        case CompactionSummary(text=text):
+        case CompactionSummary(text=text, provider=None):
             return len(text)
+        case CompactionSummary(provider=dict() as provider):
+            # the Responses wire sends the provider's item in place of the text
+            return len(json.dumps(provider, separators=(",", ":")))
         case FunctionCall(call_id=call_id, name=name, arguments=arguments):
             return len(call_id) + len(name) + len(arguments)
         case FunctionCallOutput(call_id=call_id, output=output):

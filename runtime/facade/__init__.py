@@ -9,6 +9,7 @@ from stowage._lazy import lazy_exports
 if TYPE_CHECKING:
     from stowage.actors import TurnResult
 
+    from ._figures import TokenFigure, token_figures
     from ._gc import GC_YOUNG_THRESHOLD, tune_gc
     from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
     from ._runtime import Runtime
@@ -19,16 +20,20 @@ __all__ = [
     "RecordedBudget",
     "Runtime",
     "Session",
+    "TokenFigure",
     "TurnResult",
     "recorded_budget",
     "recorded_usable",
     "session_identity",
+    "token_figures",
     "tune_gc",
 ]
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
     "TurnResult": "stowage.actors",
+    "TokenFigure": "._figures",
+    "token_figures": "._figures",
     "GC_YOUNG_THRESHOLD": "._gc",
     "tune_gc": "._gc",
     "RecordedBudget": "._identity",

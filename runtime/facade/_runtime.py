@@ -69,6 +69,7 @@ from stowage.core import (
     ProtectedRecord,
     ProtectedState,
     Record,
+    RewindRecord,
     SessionClosed,
     SessionExists,
     SessionFailedEvent,
@@ -88,6 +89,7 @@ from stowage.core import (
     configure_logging,
     continue_settings,
     identity_from_records,
+    lineage_store,
     new_session_id,
     prepare_all,
     redact_url,
@@ -124,7 +126,9 @@ class Runtime:
 
     ``store`` defaults to a JSONL store at ``settings.store``, ``gateway`` to the one
     ``settings.model`` names (``scripted`` is the offline default), ``tools`` to the workspace
-    tools when ``settings.tools == "workspace"``.
+    tools when ``settings.tools == "workspace"``. ``rt.store`` is that store seen through
+    lineages (``core.LineageStore``: a fork read with its parents, a rewind's branch left out;
+    ``rt.store.inner`` is the store itself); ``fork`` and ``rewind`` start from a round.
 
     Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
     endpoint (rounds and summaries alike; a waiting summary goes before waiting rounds),
@@ -196,7 +200,8 @@ class Runtime:
         self._own_gateway = gateway is None
         self._tools_given = tools is not None
         self._windows = WindowFinder()
-        self.store = (
+        # seen through lineages: a fork reads its parent's records, a rewind's branch is skipped
+        self.store = lineage_store(
             store
             if store is not None
             else open_store(self.settings.store, durability=self.settings.durability)
@@ -513,6 +518,43 @@ class Runtime:
                     raise
         raise SessionClosed(f"session {session_id} keeps hibernating before it can take input")
 
+    async def fork(
+        self, session_id: str, *, at_round: int | None = None, new_id: str | None = None
+    ) -> Session:
+        """Start a new session whose history is session ``session_id``'s at the end of round
+        ``at_round`` (its newest committed round when None), and return it live. The parent is
+        only read; the child's log records where it came from instead of copying it. ``new_id``
+        defaults to ``<parent>-fork-<n>``, the first that is free.
+
+        Raises ``InvalidSessionId``, ``SessionNotFound`` for a missing parent, ``ConfigError``
+        for a round the parent has not committed, ``SessionExists`` for a ``new_id`` in use, and
+        what ``resume`` raises for the child.
+        """
+        self._check_running()
+        record_id = await self.store.fork(session_id, new_id, at_round=at_round)
+        return await self._opened(record_id, create=False)
+
+    async def rewind(self, session_id: str, *, to_round: int) -> RewindRecord:
+        """Make session ``session_id`` continue from the end of round ``to_round``: a rewind
+        record is appended, and what came after that round stays in the log as a discarded
+        branch. A live session is closed first (its work finished); the next ``open`` or
+        ``send`` rebuilds it from the round.
+
+        Raises ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round it has
+        not committed or already ends at, ``SessionBusy`` when another writer holds it.
+        """
+        self._check_running()
+        session_id = validate_session_id(session_id)
+        while (slot := await self._claim(session_id)) is None:
+            await self.close(session_id)
+        try:
+            slot.lease = await self._leases.acquire(session_id)
+            record = await self.store.rewind(session_id, to_round)
+        finally:
+            await self._unclaim(slot)
+        _log.info("session_rewound", session=session_id, to_round=to_round, to_seq=record.to_seq)
+        return record
+
     async def close(self, session_id: str) -> None:
         """Finish the work sent to a live session and stop it (its log stays); a session
         that is not live is left alone. Raises ``InvalidSessionId``."""
@@ -779,7 +821,12 @@ class Runtime:
         send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
         doorbell = Doorbell()
         session = Session(
-            state.session_id, state, send, subscribe=self.events.subscribe, on_input=doorbell.ring
+            state.session_id,
+            state,
+            send,
+            subscribe=self.events.subscribe,
+            on_input=doorbell.ring,
+            fork=partial(self.fork, state.session_id),
         )
         slot.move(SlotState.LIVE)
         slot.session = session

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -51,6 +51,14 @@ T = TypeVar("T")
 _STOP_WAIT = 30.0
 
 
+class Forker(Protocol):
+    """How a session asks its runtime for a fork of itself (``Runtime.fork``, bound to it)."""
+
+    def __call__(
+        self, *, at_round: int | None = None, new_id: str | None = None
+    ) -> Awaitable[Session]: ...
+
+
 class _StreamReply(Reply[TurnResult]):
     """A turn's reply that also wakes the streaming consumer when the answer comes."""
 
@@ -86,11 +94,13 @@ class Session:
         *,
         subscribe: Callable[[Callable[[Event], None]], Callable[[], None]] | None = None,
         on_input: Callable[[], None] | None = None,
+        fork: Forker | None = None,
     ) -> None:
         """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``);
         ``on_input`` is called after each command is sent and when the input closes (it rings
-        the sampler's doorbell)."""
+        the sampler's doorbell); ``fork`` starts a fork of this session (``fork``)."""
         self.id = session_id
+        self._fork = fork
         self._subscribe = subscribe
         self._on_input = on_input
         self.state = state
@@ -265,6 +275,18 @@ class Session:
         reply: Reply[None] = Reply()
         await self._ask(Milestone(name=name.strip(), note=note or None, reply=reply))
         await self._wait(reply)
+
+    async def fork(self, at_round: int | None = None, new_id: str | None = None) -> Session:
+        """A new live session whose history is this one's at the end of round ``at_round``
+        (the newest committed round when None); this session goes on untouched. ``new_id``
+        defaults to ``<id>-fork-<n>``.
+
+        Raises ``ConfigError`` for a round not committed (or a session not made by a runtime),
+        and what ``Runtime.fork`` raises.
+        """
+        if self._fork is None:
+            raise ConfigError(f"session {self.id} was not started by a runtime: it cannot fork")
+        return await self._fork(at_round=at_round, new_id=new_id)
 
     @property
     def protected(self) -> ProtectedState:

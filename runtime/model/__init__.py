@@ -13,10 +13,17 @@ from ._discovery import (
     window_from_model_info,
 )
 from ._factory import make_gateway
-from ._openai_wire import PURPOSE_HEADER, SUMMARY_PREFIX, chat_messages, responses_input
+from ._openai_wire import (
+    COMPACTION_ITEM_TYPE,
+    PURPOSE_HEADER,
+    SUMMARY_PREFIX,
+    chat_messages,
+    responses_input,
+)
 from ._scripted import Brain, ScriptedModel
 
 __all__ = [
+    "COMPACTION_ITEM_TYPE",
     "Brain",
     "PURPOSE_HEADER",
     "SUMMARY_PREFIX",

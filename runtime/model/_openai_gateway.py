@@ -50,6 +50,8 @@ from stowage.core import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    ModelResponseError,
+    ProviderCompaction,
     ResponseDone,
     ResponseTooLarge,
     StreamEvent,
@@ -74,7 +76,9 @@ from ._openai_wire import (
     chat_body,
     chat_messages,
     chat_tools,
+    compact_body,
     parse_chat_completion,
+    parse_compaction,
     parse_responses_response,
     responses_body,
     responses_input,
@@ -106,6 +110,8 @@ HTTP_CLIENTS: tuple[HttpClient, ...] = ("aiohttp", "sdk")
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 _log = structlog.get_logger("stowage.gateway")
+# OpenAI's provider-native compaction, beside ``/responses``
+_COMPACT_PATH = "/responses/compact"
 # A character of an answer takes at most 6 bytes in a JSON body (``\u0001``); the slack holds
 # the rest of a body: ids, usage, and the tool schemas a Responses object echoes.
 _JSON_BYTES_PER_CHAR = 6
@@ -243,6 +249,9 @@ class OpenAIGateway:
         url, basic = _endpoint(base, self._path)
         #: the endpoint as errors and logs name it: never with its credentials
         self.url = redact_url(base.rstrip("/") + self._path) or ""
+        #: the provider-native compaction endpoint (the responses wire only), as ``url``
+        self.compact_url = redact_url(base.rstrip("/") + _COMPACT_PATH) or ""
+        self._compactor: AiohttpTransport | None = None
         if self._sdk is None:
             self._transport = AiohttpTransport(
                 url,
@@ -251,6 +260,15 @@ class OpenAIGateway:
                 connect_timeout=timeout,
                 read_timeout=timeout,
             )
+            if wire_api == "responses":
+                # its own transport: aiohttp opens its session on the first compaction only
+                self._compactor = AiohttpTransport(
+                    _endpoint(base, _COMPACT_PATH)[0],
+                    self._headers(key, basic),
+                    purpose_header=PURPOSE_HEADER,
+                    connect_timeout=timeout,
+                    read_timeout=timeout,
+                )
 
     @staticmethod
     def _headers(key: str, basic: str | None) -> dict[str, str]:
@@ -279,17 +297,24 @@ class OpenAIGateway:
         return model_error(exc, max_retry_wait=self.max_retry_wait)
 
     def _raise(
-        self, exc: BaseException, request: ModelRequest, *, status: int | None = None
+        self,
+        exc: BaseException,
+        request: ModelRequest,
+        *,
+        status: int | None = None,
+        url: str | None = None,
     ) -> NoReturn:
-        """Raise the ``ModelError`` for ``exc``, naming the endpoint and the HTTP status
-        (``status``: the stream's, for a failure after its headers came)."""
+        """Raise the ``ModelError`` for ``exc``, naming the endpoint (``url``, else the
+        wire's) and the HTTP status (``status``: the stream's, for a failure after its
+        headers came)."""
         error = self._map(exc)
         if isinstance(exc, HttpStatusError):
             status = exc.status
         else:
             code = getattr(exc, "status_code", None)  # the SDK's status errors
             status = code if isinstance(code, int) else status
-        where = f"POST {self.url}" + (f", HTTP {status}" if status else ", no HTTP status")
+        url = url or self.url
+        where = f"POST {url}" + (f", HTTP {status}" if status else ", no HTTP status")
         _locate(error, where)
         _log.warning(
             "model_call_failed",
@@ -298,7 +323,7 @@ class OpenAIGateway:
             purpose=request.purpose,
             error=type(error).__name__,
             status=status,
-            url=self.url,
+            url=url,
             retry_after=error.retry_after,
         )
         if error is exc:
@@ -367,6 +392,40 @@ class OpenAIGateway:
         except self._boundary as exc:  # the body came (HTTP 200) but cannot be used
             self._raise(exc, request, status=200)
         return response
+
+    async def compact(self, request: ModelRequest) -> ProviderCompaction:
+        """Compact ``request.input`` with the endpoint's own ``POST /responses/compact``: the
+        compaction item it answers, verbatim, to stand for those items from now on.
+
+        Raises what ``create`` raises (an endpoint without it: ``ModelResponseError`` for its
+        404, 405 or 501), and ``ModelResponseError`` for an answer with no compaction item or
+        on the chat wire, which has no such endpoint.
+        """
+        if self.wire_api != "responses":
+            raise ModelResponseError(
+                "provider compaction needs the responses wire API; this gateway speaks chat"
+            )
+        body = compact_body(request)
+        raw: Any
+        try:
+            async with asyncio.timeout(self.request_deadline):
+                if self._compactor is not None:
+                    raw = await self._post_and_read(
+                        self._compactor, orjson.dumps(body), request.purpose
+                    )
+                else:
+                    assert self._sdk is not None
+                    raw = await self._sdk.compact(body, request.purpose)
+        except self._boundary as exc:
+            self._raise(exc, request, url=self.compact_url)
+        except TimeoutError:
+            self._timed_out(request, idle=False, status=None)
+        try:
+            data = orjson.loads(raw) if self._sdk is None else plain(raw)
+            compaction = parse_compaction(data, covered=len(request.input))
+        except self._boundary as exc:  # the body came (HTTP 200) but cannot be used
+            self._raise(exc, request, status=200, url=self.compact_url)
+        return compaction
 
     def _check_size(self, chars: int) -> None:
         """Raises ``ResponseTooLarge`` when an answer of ``chars`` characters (text and call
@@ -446,5 +505,7 @@ class OpenAIGateway:
         """Close the connections."""
         if self._transport is not None:
             await self._transport.aclose()
+        if self._compactor is not None:
+            await self._compactor.aclose()
         if self._sdk is not None:
             await self._sdk.aclose()

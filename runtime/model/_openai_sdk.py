@@ -188,6 +188,11 @@ class SdkClient:
             **known, extra_headers={PURPOSE_HEADER: purpose}, extra_body=extra or None
         )
 
+    async def compact(self, body: dict[str, Any], purpose: str) -> Any:
+        """The SDK's typed result of ``responses.compact`` with ``body`` (its public API)."""
+        endpoint: Any = self.client.responses
+        return await endpoint.compact(**body, extra_headers={PURPOSE_HEADER: purpose})
+
     async def aclose(self) -> None:
         """Close the SDK's connections."""
         await self.client.close()

@@ -26,6 +26,7 @@ from stowage.core import (
     ModelRequest,
     ModelResponse,
     ModelResponseError,
+    ProviderCompaction,
     SystemMessage,
     ToolSpec,
     Usage,
@@ -34,6 +35,7 @@ from stowage.core import (
 from stowage.policy import answer_chars
 
 __all__ = [
+    "COMPACTION_ITEM_TYPE",
     "PURPOSE_HEADER",
     "SUMMARY_PREFIX",
     "ChatStreamAccumulator",
@@ -41,10 +43,12 @@ __all__ = [
     "chat_body",
     "chat_messages",
     "chat_tools",
+    "compact_body",
     "context_error",
     "context_error_figures",
     "is_context_length_error",
     "parse_chat_completion",
+    "parse_compaction",
     "parse_responses_response",
     "responses_body",
     "responses_input",
@@ -53,6 +57,8 @@ __all__ = [
 
 # Tells a test server whether a request is a summary; real providers ignore unknown headers.
 PURPOSE_HEADER = "x-stowage-purpose"
+#: the ``type`` of the item ``/responses/compact`` answers with
+COMPACTION_ITEM_TYPE = "compaction"
 
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
@@ -118,6 +124,9 @@ def responses_input(items: Iterable[Item]) -> list[dict[str, Any]]:
                 )
             case FunctionCallOutput(call_id=call_id, output=output):
                 out.append({"type": "function_call_output", "call_id": call_id, "output": output})
+            case CompactionSummary(provider=dict() as provider):
+                # the endpoint's own compaction item goes back exactly as it came
+                out.append(provider)
             case CompactionSummary(text=text):
                 out.append({"role": "user", "content": SUMMARY_PREFIX + text})
     return out
@@ -168,6 +177,47 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def compact_body(request: ModelRequest) -> dict[str, Any]:
+    """The JSON body of a ``POST /responses/compact`` request: the model and the items to
+    compact (an earlier compaction item among them goes back verbatim, so compactions
+    chain), and the session's cache key. Tools and limits are not part of that endpoint."""
+    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
+    if request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
+    return body
+
+
+def parse_compaction(data: Any, *, covered: int) -> ProviderCompaction:
+    """The compaction a decoded ``response.compaction`` object carries: its (last)
+    ``compaction`` output item, verbatim, a readable line that says what it stands for, and
+    usage when reported. The other output items (user messages the endpoint kept) are left
+    out: stowage keeps its own choice of them. ``covered``: how many items were compacted.
+
+    Raises ``ModelResponseError`` if the body is malformed or has no compaction item.
+    """
+    try:
+        output = data["output"]
+        found = [
+            item
+            for item in output
+            if isinstance(item, dict) and item.get("type") == COMPACTION_ITEM_TYPE
+        ]
+        usage = _usage(data.get("usage"), "input_tokens", "output_tokens")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ModelResponseError(f"malformed compaction body: {data!r:.200}") from exc
+    if not found:
+        kinds = sorted({str(i.get("type")) for i in output if isinstance(i, dict)})
+        raise ModelResponseError(
+            f"the compaction answer has no {COMPACTION_ITEM_TYPE!r} item (output: "
+            f"{', '.join(kinds) or 'empty'})"
+        )
+    text = (
+        f"[history compacted by the provider: {covered} items; the content is encrypted, "
+        "only the Responses endpoint reads it]"
+    )
+    return ProviderCompaction(item=dict(found[-1]), text=text, usage=usage)
 
 
 def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:

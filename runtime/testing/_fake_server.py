@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider.
 
 It serves ``/v1/chat/completions`` and ``/v1/responses`` (streamed and not) from a brain (the
-scripted one by default), records every request body, and injects faults on demand: in process
+scripted one by default), and ``/v1/responses/compact`` (the brain's summary sealed in a
+compaction item it reads back when the item returns; ``compact_endpoint=False`` answers 404), records every request body, and injects faults on demand: in process
 through ``inject``, or from another process through ``POST /_fake/faults``; or at random, at
 given rates (``fault_rates``), for load runs. Faults answer like real providers and the proxies
 in front of them do when things go wrong: errors with their headers and bodies (OpenAI's and
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from stowage.core import ModelRequest, ModelResponse
+from stowage.core import ModelRequest, ModelResponse, UserMessage
 from stowage.load import parse_fault_rates
 from stowage.model import PURPOSE_HEADER, ScriptedBrain
 from stowage.policy import CacheHit, PrefixCache
@@ -47,9 +48,11 @@ from ._fake_faults import (
     responses_stream,
 )
 from ._fake_wire import (
+    COMPACT_INSTRUCTION,
     body_purpose,
     chat_chunks,
     chat_completion,
+    compaction_object,
     request_from_chat,
     request_from_responses,
     responses_events,
@@ -331,6 +334,8 @@ class FakeOpenAIServer:
     window_field: str = "max_model_len"
     #: the one API key the ``/v1`` routes accept (None: any); another key gets OpenAI's 401
     api_key: str | None = None
+    #: serve ``/v1/responses/compact``; False: it answers 404, as an endpoint without it does
+    compact_endpoint: bool = True
     #: the provider's prefix cache it simulates (None: every request is uncached); per key
     #: (``prompt_cache_key``, else the first two messages) its ``figures`` count requests,
     #: input, cached tokens and prefix breaks, and the server adds requests, input and cached
@@ -419,6 +424,7 @@ class FakeOpenAIServer:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/responses/compact", self._compact, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
                 Route("/_fake/faults", self._post_fault, methods=["POST"]),
@@ -663,6 +669,39 @@ class FakeOpenAIServer:
             _sse(responses_stream(events, kind), named=True, done=False, interval=interval),
             media_type="text/event-stream",
         )
+
+    async def _compact(self, request: Request) -> Response:
+        """``POST /v1/responses/compact``: the brain summarizes the input (as it would a
+        summary request), sealed in one compaction item; 404 without ``compact_endpoint``."""
+        body, fault, failure = await self._prepare(request)
+        if not self.compact_endpoint:  # recorded and counted like any request, then refused
+            error = {
+                "message": "Invalid URL (POST /v1/responses/compact)",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+            return JSONResponse({"error": error}, 404)
+        if failure is not None:
+            return failure
+        try:
+            compacted = request_from_responses(body, purpose="summary")
+        except (KeyError, TypeError, AttributeError) as exc:
+            return _bad_request(exc)
+        asked = dataclasses.replace(
+            compacted, input=(*compacted.input, UserMessage(text=COMPACT_INSTRUCTION))
+        )
+        response, serial = self._answer(asked, fault, body.get("prompt_cache_key"))
+        users = [i.text for i in compacted.input if isinstance(i, UserMessage)]
+        data = compaction_object(
+            response.text,
+            items=len(compacted.input),
+            users=users,
+            usage=response.usage,
+            model=compacted.model,
+            serial=serial,
+        )
+        return self._whole(data, fault)
 
     async def _models(self, request: Request) -> Response:
         model = {"id": "scripted", "object": "model", "created": 0, "owned_by": "stowage"}

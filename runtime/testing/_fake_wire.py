@@ -7,7 +7,9 @@ details, sequence numbers) closely enough for the official SDK.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,12 +24,16 @@ from stowage.core import (
     ModelResponse,
     SystemMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
-from stowage.model import SUMMARY_PREFIX
+from stowage.model import COMPACTION_ITEM_TYPE, SUMMARY_PREFIX
 
 __all__ = [
+    "COMPACT_INSTRUCTION",
     "body_purpose",
+    "compaction_object",
+    "read_compaction",
     "chat_completion",
     "chat_chunks",
     "request_from_chat",
@@ -55,6 +61,64 @@ def _message(role: str, text: str) -> Item:
     if text.startswith(SUMMARY_PREFIX):
         return CompactionSummary(text=text[len(SUMMARY_PREFIX) :])
     return UserMessage(text=text)
+
+
+#: what the fake's ``/responses/compact`` asks its brain, after the items to compact
+COMPACT_INSTRUCTION = "Compact the conversation above into a summary that keeps every fact."
+# marks the fake's own compaction items, so it reads back only what it wrote
+_FAKE_CONTENT = "stowage-fake-compaction"
+# characters of each user message a compaction item keeps
+_USER_OPENING = 80
+
+
+def _seal(payload: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+
+
+def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
+    """The summary a compaction input item stands for, the item itself carried along: the
+    fake's own items are read back (their content is base64 of a JSON digest, not
+    encrypted); any other is opaque and says so. Raises nothing."""
+    text = "[a compaction item this server cannot read]"
+    try:
+        payload = json.loads(base64.b64decode(str(entry.get("encrypted_content", ""))))
+        if isinstance(payload, dict) and payload.get("kind") == _FAKE_CONTENT:
+            text = str(payload["summary"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    return CompactionSummary(text=text, provider=dict(entry))
+
+
+def compaction_object(
+    summary: str, *, items: int, users: list[str], usage: Usage | None, model: str, serial: int
+) -> dict[str, Any]:
+    """A ``response.compaction`` object: one compaction item whose content is base64 of a
+    JSON digest (the brain's ``summary`` of the ``items`` compacted and the openings of the
+    user messages among them: a compaction is smaller than what it stands for), which
+    ``read_compaction`` reads back when the item returns."""
+    openings = [text[:_USER_OPENING] for text in users]
+    digest = {"kind": _FAKE_CONTENT, "items": items, "users": openings, "summary": summary}
+    return {
+        "id": _id("cmp_", serial, model),
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": [
+            {
+                "type": COMPACTION_ITEM_TYPE,
+                "id": _id("cmpi_", serial, model),
+                "encrypted_content": _seal(digest),
+            }
+        ],
+        "usage": None
+        if usage is None
+        else {
+            "input_tokens": usage.input_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.total_tokens,
+        },
+    }
 
 
 def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
@@ -150,6 +214,8 @@ def request_from_responses(body: dict[str, Any], *, purpose: str | None = None) 
             items.append(
                 FunctionCallOutput(call_id=entry["call_id"], output=_text(entry["output"]))
             )
+        elif kind == COMPACTION_ITEM_TYPE:
+            items.append(read_compaction(entry))
         else:
             items.append(_message(entry["role"], _text(entry.get("content"))))
     tools = [

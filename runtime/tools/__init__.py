@@ -1,5 +1,5 @@
 """Tools: the registry and its executor helper, ``@tool``, MCP servers' tools, the workspace
-tools (and the secret patterns they refuse), and ``recall_artifact``."""
+tools (and the secret patterns they refuse), ``recall_artifact`` and ``search_history``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ._milestone import MILESTONE_TOOL, MilestoneArgs, with_milestone
     from ._recall import with_recall
     from ._registry import FunctionTool, ToolError, ToolRegistry, execute_call
+    from ._search_history import SEARCH_TOOL, FindRecords, FoundRecords, search_history_tool
     from ._workspace import workspace_tools
 
 __all__ = [
@@ -30,6 +31,10 @@ __all__ = [
     "mcp_server",
     "tool",
     "with_recall",
+    "SEARCH_TOOL",
+    "FindRecords",
+    "FoundRecords",
+    "search_history_tool",
     "MILESTONE_TOOL",
     "MilestoneArgs",
     "with_milestone",
@@ -55,6 +60,10 @@ _EXPORTS = {
     "ToolRegistry": "._registry",
     "execute_call": "._registry",
     "workspace_tools": "._workspace",
+    "SEARCH_TOOL": "._search_history",
+    "FindRecords": "._search_history",
+    "FoundRecords": "._search_history",
+    "search_history_tool": "._search_history",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -1,8 +1,11 @@
-"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed.
+"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed,
+or any record ``search_history`` found.
 
 A stub names its artifact ``R<seq>``: the seq of the output's record in the log. The live
 history still holds the original (stubs exist only in the projection); an output a later
-compaction absorbed is read back from the log, where nothing is ever deleted.
+compaction absorbed is read back from the log, where nothing is ever deleted. The same
+reference reads a user message, an answer or a tool call back, since ``search_history``
+(offered with this tool) finds those too.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 
 import pydantic
-from stowage.core import FunctionCallOutput, HistoryEntry, ItemRecord, Record, Settings
+from stowage.core import HistoryEntry, Item, ItemRecord, Record, Settings, Tool
 from stowage.policy import effective_threshold
 
 from ._registry import FunctionTool, ToolError, ToolRegistry
+from ._search_history import SEARCH_TOOL, FindRecords, find_in_log, item_text, search_history_tool
 
 __all__ = ["RECALL_TOOL", "recall_tool", "with_recall"]
 
@@ -46,7 +50,8 @@ def recall_tool(
 ) -> FunctionTool[RecallArgs]:
     """The tool over one session: ``history`` gives its live history, ``read_log`` its whole
     log (read only when the output was compacted away). Raises nothing; the tool raises
-    ``ToolError`` for a reference that names no tool output."""
+    ``ToolError`` for a reference that names no record of the session's messages and tool
+    steps."""
 
     async def recall(args: RecallArgs) -> str:
         match = _REF.match(args.ref)
@@ -59,14 +64,15 @@ def recall_tool(
         for record in await read_log():
             if isinstance(record, ItemRecord) and record.seq == seq:
                 return _page(_output(record.item, args.ref), args)
-        raise ToolError(f"no artifact {args.ref!r} in this session's log")
+        raise ToolError(f"no artifact or record {args.ref!r} in this session's log")
 
     return FunctionTool(
         name=RECALL_TOOL,
         description=(
             "Return the original output of an earlier tool call that is shown as a stub or "
-            "cut to its head and tail ('artifact R<n>'). Pass the reference it names; for a "
-            f"long one, an offset and length (at most {PAGE_CHARS} characters a call)."
+            "cut to its head and tail ('artifact R<n>'), or any record search_history found. "
+            "Pass the reference it names; for a long one, an offset and length (at most "
+            f"{PAGE_CHARS} characters a call)."
         ),
         args_model=RecallArgs,
         fn=recall,
@@ -87,10 +93,11 @@ def _page(output: str, args: RecallArgs) -> str:
     return f"[{args.ref}: chars {args.offset}-{end} of {size}{rest}]\n{output[args.offset : end]}"
 
 
-def _output(item: object, ref: str) -> str:
-    if not isinstance(item, FunctionCallOutput):
-        raise ToolError(f"{ref} is not a tool output")
-    return item.output
+def _output(item: Item, ref: str) -> str:
+    found = item_text(item)
+    if found is None:
+        raise ToolError(f"{ref} is not a tool output nor a message: nothing to read back")
+    return found[1]
 
 
 def with_recall(
@@ -100,12 +107,20 @@ def with_recall(
     has_stubs: bool,
     history: Callable[[], Sequence[HistoryEntry]],
     read_log: Callable[[], Awaitable[Sequence[Record]]],
+    search: FindRecords | None = None,
 ) -> ToolRegistry:
     """``tools`` plus ``recall_artifact`` when this session may show stubs (watermark mode
-    with auto compaction and tools, or stubs already in its history); ``tools`` itself otherwise, or
-    when it has a tool of that name already. Raises nothing."""
+    with auto compaction and tools, or stubs already in its history), and ``search_history``
+    with it when ``settings.search_history_tool`` is on; ``tools`` itself otherwise, or when
+    it has a tool named ``recall_artifact`` already (one named ``search_history`` is kept,
+    and ours left out). ``search`` narrows a search where the log is stored (a store's
+    search); without it every search reads the whole log with ``read_log``. Raises
+    nothing."""
     # a session without tools has no outputs to stub (unless an earlier run stubbed some)
     possible = settings.auto_compact and effective_threshold(settings) is None and len(tools) > 0
     if not (possible or has_stubs) or RECALL_TOOL in tools:
         return tools
-    return ToolRegistry([*tools, recall_tool(history, read_log)])
+    added: list[Tool] = [recall_tool(history, read_log)]
+    if settings.search_history_tool and SEARCH_TOOL not in tools:
+        added.append(search_history_tool(search or find_in_log(read_log), reader=RECALL_TOOL))
+    return ToolRegistry([*tools, *added])

@@ -20,6 +20,8 @@ class WorkerOptions:
     no NOTIFY arrives (the fallback: NOTIFY wakes a worker at once). ``grace``: seconds turns
     in flight may take to finish after SIGTERM before they are interrupted. ``turn_attempts``:
     tries at one message whose turn the model keeps failing before it is given up on.
+    ``metrics_port``: serve Prometheus metrics on 127.0.0.1 at this port (0: any free one;
+    None: none).
     """
 
     concurrency: int = 32
@@ -27,6 +29,7 @@ class WorkerOptions:
     poll_interval: float = 5.0
     grace: float = 30.0
     turn_attempts: int = 3
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -36,5 +39,7 @@ class WorkerOptions:
         for name in ("poll_interval", "grace"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
         if not self.idle_timeout >= 0:
             raise ConfigError(f"idle_timeout must be >= 0 seconds, got {self.idle_timeout}")

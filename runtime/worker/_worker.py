@@ -39,6 +39,7 @@ from stowage.facade import Runtime
 from stowage.storage import PostgresStore
 from stowage.tools import ToolRegistry
 
+from ._metrics import WorkerMetrics, render_metrics, serve_metrics
 from ._options import WorkerOptions
 from ._serve import Served, serve_session
 
@@ -88,6 +89,7 @@ class Worker:
         self._serving: dict[str, Served] = {}
         self._serving_group: TaskGroup | None = None
         self._interrupt: anyio.CancelScope | None = None
+        self._connecting: anyio.CancelScope | None = None
         self._draining = False
         self._drain = anyio.Event()
         self._claim = anyio.Event()
@@ -96,6 +98,10 @@ class Worker:
         self.claimed = 0
         self.taken_over = 0
         self.answered = 0
+        self.metrics = WorkerMetrics()
+        self._runtime.subscribe(self.metrics.observe)
+        #: the port the metrics page is served on, once it is (``options.metrics_port``)
+        self.metrics_port: int | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -115,6 +121,8 @@ class Worker:
         self._draining = True
         self._drain.set()
         self._claim.set()
+        if self._connecting is not None:  # nothing is held yet: stop waiting for the database
+            self._connecting.cancel()
         for served in self._serving.values():
             served.wake()
 
@@ -128,10 +136,12 @@ class Worker:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``drain()`` has finished (or ``interrupt()``); the store is closed when
-        it returns. ``task_status`` is started once the runtime runs (for ``TaskGroup.start``).
+        it returns. ``task_status`` is started once the runtime runs (for ``TaskGroup.start``);
+        ``worker_ready`` is logged once the store is open and claims begin.
 
         Raises nothing for the store: a database that cannot be reached is logged
-        (``claim_failed``, ``listen_failed``) and tried again every ``poll_interval``.
+        (``connect_failed``, ``claim_failed``, ``listen_failed``) and tried again every
+        ``poll_interval``. Raises ``ConfigError`` when ``options.metrics_port`` is taken.
         """
         self._log = _log.bind(pid=os.getpid())
         interrupt = self._interrupt = anyio.CancelScope()
@@ -139,15 +149,41 @@ class Worker:
             async with self._runtime, anyio.create_task_group() as tg:
                 tg.start_soon(self._listen)
                 tg.start_soon(self._interrupt_after_grace, interrupt)
+                if self.options.metrics_port is not None:
+                    self.metrics_port = await tg.start(
+                        serve_metrics, self.options.metrics_port, self._metrics_page
+                    )
+                    self._log.info("metrics_serving", port=self.metrics_port)
                 self._log.info("worker_started", concurrency=self.options.concurrency)
                 task_status.started()
-                await self._claim_and_serve()
+                if await self._connect():
+                    await self._claim_and_serve()
                 tg.cancel_scope.cancel()
         if interrupt.cancelled_caught:
             self._log.warning("worker_interrupted", grace=self.options.grace)
         self._log.info("worker_stopped", claimed=self.claimed, answered=self.answered)
 
     # -- claiming ---------------------------------------------------------------------------
+
+    async def _connect(self) -> bool:
+        """Open the store (its pool, its tables) before the first claim, trying again every
+        ``poll_interval``; False when ``drain()`` came first. A drain cancels the wait at
+        once: until the first claim this worker holds nothing it must give back."""
+        self._connecting = connecting = anyio.CancelScope()
+        try:
+            with connecting:
+                while not self._draining:
+                    try:
+                        await self.store.connect()
+                    except StoreError as exc:
+                        self._log.warning("connect_failed", error=str(exc))
+                        await anyio.sleep(self.options.poll_interval)
+                        continue
+                    self._log.info("worker_ready")
+                    return True
+            return False
+        finally:
+            self._connecting = None
 
     async def _claim_and_serve(self) -> None:
         async with anyio.create_task_group() as serving:
@@ -164,11 +200,13 @@ class Worker:
             self._log.info("worker_draining", serving=len(self._serving))
 
     async def _claim_some(self, limit: int) -> int:
+        began = anyio.current_time()
         try:
             claimed = await self.store.claim_waiting(limit=limit)
         except StoreError as exc:
             self._log.warning("claim_failed", error=str(exc))
             return 0
+        self.metrics.claimed(anyio.current_time() - began, len(claimed))
         for session_id, previous in claimed:
             self._claimed(session_id, previous)
         return len(claimed)
@@ -245,6 +283,19 @@ class Worker:
                 del self._serving[session_id]
             served.done.set()
             self._claim.set()  # a place is free, and input may have come since the last look
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    async def _metrics_page(self) -> str:
+        try:
+            depth: tuple[int, int] | None = await self.store.queue_depth()
+        except StoreError as exc:
+            self._log.warning("queue_depth_failed", error=str(exc))
+            depth = None
+        answered = self.answered + sum(s.answered for s in self._serving.values())
+        return render_metrics(
+            self.metrics, answered=answered, serving=self._busy(), queue_depth=depth
+        )
 
     # -- wake-ups ---------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -67,6 +68,8 @@ class Terminal:
     """The chat on a pty (stdin, stdout), its stderr on a pipe (no status line there)."""
 
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        # the chat's input history goes to the test's folder, never the user's
+        env = {**env, "XDG_STATE_HOME": str(cwd / "state")}
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             [*STOWAGE, *args], cwd=cwd, env=env, stdin=slave, stdout=slave,
@@ -120,9 +123,14 @@ class Terminal:
         return rc, err
 
 
+#: what a terminal shows nothing of: control sequences (the prompt's cursor, paste mode, ...)
+_INVISIBLE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
+
+
 def lines(raw: bytes) -> list[str]:
     # ECHOCTL is off: the terminal echoes Ctrl-C as the bare control byte, which shows nothing
-    return raw.decode().replace("\r", "").replace("\x03", "").split("\n")
+    shown = _INVISIBLE.sub("", raw.decode())
+    return shown.replace("\r", "").replace("\x03", "").split("\n")
 
 
 def test_ctrl_c_interrupts_the_turn_in_flight_and_the_session_goes_on(

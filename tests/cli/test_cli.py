@@ -86,6 +86,7 @@ async def wait_here(args: NoArgs) -> str:
     return "never"
 
 registry = ToolRegistry([FunctionTool(name="wait_here", description="waits", args_model=NoArgs, fn=wait_here)])
+no_tools = ToolRegistry()
 """
 
 
@@ -116,7 +117,9 @@ def test_sigkill_mid_round_then_check_passes_and_resume_closes_the_orphan_call(
     checked = cli("check", "crash", "--store", "st", cwd=workdir)
     assert checked.returncode == 0, checked.stdout
     assert "without output" in checked.stdout
-    resumed = cli("resume", "crash", "go on", "--store", "st", "--tools", "none", cwd=workdir)
+    # the session would go on with the tools it recorded (wait_here again): none this time
+    resumed = cli("resume", "crash", "go on", "--store", "st", "--tools", "none",
+                  "--tools-from", "slowtools:no_tools", cwd=workdir)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]
     calls = {

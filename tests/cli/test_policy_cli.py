@@ -25,8 +25,14 @@ def test_compact_with_focus_compacts_by_hand_and_show_lists_it(tmp_path: Path, c
     shown = cli("show", "s1", "--store", "st", cwd=tmp_path)
     assert "== compaction 1 (full)" in shown.stdout and "manual compaction" in shown.stdout
     assert "landed in the background (no request waited)" in shown.stdout
-    # the same figure as the console's card: tokens before over the recorded usable budget
-    assert re.search(r"applied at \d+% of usable \([\d,]+ tokens\)", shown.stdout)
+    # the same figure as the console's card and chart: tokens in use when it was applied,
+    # over the recorded usable budget, and each round's figure after it committed
+    assert re.search(
+        r"applied at [\d,]+ tokens in use \((reported|estimated)\), \d+% of usable "
+        r"\([\d,]+ tokens\)",
+        shown.stdout,
+    )
+    assert re.search(r"round 1 committed: .*; in use [\d,]+ \((reported|estimated)\)", shown.stdout)
     # no --compact-threshold and a registered model: the session runs the watermark policy
     records = [json.loads(line) for line in (tmp_path / "st" / "s1.jsonl").read_text().splitlines()]
     assert records[0]["settings"]["compact_threshold"] is None

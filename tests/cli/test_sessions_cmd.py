@@ -166,3 +166,30 @@ async def test_list_and_last_over_postgresql(tmp_path: Path, pg_schema: str) -> 
         await reader.aclose()
     assert sorted(rows) == ["pg-a", "pg-b"] and rows["pg-b"].turns == 2
     assert rows["pg-a"].state == "idle" and "## User\n\nhello" in text
+
+
+def test_markdown_export_keeps_what_compaction_removed_and_marks_each_compaction(
+    tmp_path: Path, cli: Cli
+) -> None:
+    (tmp_path / "notes.txt").write_text("the launch code is 4242\n" * 40)
+    ok(cli("run", "--session", "m", "read notes.txt", "--store", "st", cwd=tmp_path))
+    ok(cli("resume", "m", "and now list the files", "--store", "st", cwd=tmp_path))
+    ok(cli("compact", "m", "--store", "st", cwd=tmp_path))
+    whole = ok(cli("export", "m", "--store", "st", cwd=tmp_path))
+    current = ok(cli("export", "m", "--current", "--store", "st", cwd=tmp_path))
+    records = [json.loads(line) for line in (tmp_path / "st" / "m.jsonl").read_text().splitlines()]
+    (compaction,) = [r for r in records if r["type"] == "compaction"]
+    # the whole log: the first message and the file's contents the compaction took out of
+    # view are still there, before a marked section that holds the summary, quoted
+    assert "## User\n\nread notes.txt" in whole
+    assert "the launch code is 4242" in whole
+    section = whole.index(f"### Compaction 1 (full), record #{compaction['seq']}")
+    assert whole.index("read notes.txt") < section
+    first_summary_line = compaction["summary"].splitlines()[0]
+    assert f"> {first_summary_line}" in whole[section:]
+    assert f"Covers the log through #{compaction['covers_through']}" in whole[section:]
+    # what the model sees now: the summary instead of what it covers
+    assert "## Summary of earlier history" in current and "### Compaction" not in current
+    assert "what the model sees now" in current.splitlines()[2]
+    bad = cli("export", "m", "--current", "--format", "jsonl", "--store", "st", cwd=tmp_path)
+    assert bad.returncode == 2 and "--current applies to --format markdown" in bad.stderr

@@ -17,13 +17,19 @@ from stowage.console._chart import chart_geometry
 from stowage.console._views import ChartPoint, CompactionCard, _tone
 from stowage.core import (
     ApprovalRecord,
+    AssistantMessage,
     ErrorRecord,
     FunctionCall,
     ItemRecord,
+    ManifestSection,
+    MilestoneRecord,
     Record,
+    RequestManifest,
+    RoundCommittedRecord,
     SessionRecord,
     TurnRecord,
     UserMessage,
+    lineage_store,
 )
 from stowage.storage import JsonlStore
 
@@ -98,7 +104,8 @@ def _card(applied: float | None, kind: str = "auto") -> CompactionCard:
     return CompactionCard(
         number=1, seq=9, ts="", kind=kind, reason="", round=3, turn=1, tokens_before=100,
         tokens_after=10, estimated=False, removed=4, retained=1, covers_through=8,
-        applied_at=applied, waited=None, summary="", protected="",
+        applied_at=applied, waited=None, summary="", protected="", in_use=100,
+        in_use_estimated=False,
     )  # fmt: skip
 
 
@@ -156,3 +163,69 @@ def test_record_times_are_said_the_way_people_say_them() -> None:
     assert ago(at(timedelta(hours=2, minutes=59)), now) == "2 h ago"
     assert ago(at(timedelta(days=5, hours=1)), now) == "5 d ago"
     assert ago("not a time", now) == "not a time"
+
+
+async def test_milestones_and_request_manifests_are_on_the_session_page(tmp_path: Path) -> None:
+    manifest = RequestManifest(
+        sha256="ab" * 32,
+        input_sha256="cd" * 32,
+        sections=(
+            ManifestSection(name="system", first_seq=None, last_seq=None, items=1, sha256="0" * 16, tokens=12),
+            ManifestSection(name="history", first_seq=2, last_seq=4, items=3, sha256="1" * 16, tokens=140),
+        ),
+    )  # fmt: skip
+    records: list[Record] = [
+        SessionRecord(seq=1, model="scripted", context_window=8000),
+        ItemRecord(seq=2, item=UserMessage(text="plan the migration")),
+        TurnRecord(seq=3, turn=1, phase="started"),
+        ItemRecord(seq=4, round=1, item=AssistantMessage(text="the plan: three steps")),
+        RoundCommittedRecord(seq=5, round=1, usage=None, first_seq=4, last_seq=4, manifest=manifest),
+        TurnRecord(seq=6, turn=1, phase="finished"),
+        MilestoneRecord(seq=7, name="planning done", note="three steps agreed"),
+    ]  # fmt: skip
+    store = JsonlStore(tmp_path / "store")
+    await store.create("phased", records)
+    await store.aclose()
+    reader = StoreReader(JsonlStore(tmp_path / "store"))
+    transport = httpx.ASGITransport(app=create_app(reader, store_label="test"))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            page = (await client.get("/s/phased")).text
+    finally:
+        await reader.store.aclose()
+    milestone = re.search(r'<li class="t t-milestone"[^>]*>(.*?)</li>', page, re.S)
+    assert milestone, page
+    assert "milestone: planning done (said by the user)" in milestone.group(1)
+    assert "three steps agreed" in milestone.group(1)
+    assert re.search(r'<g class="milestone">.*?planning done', page, re.S)
+    round_entry = re.search(r'<li class="t t-round"[^>]*>(.*?)</li>', page, re.S)
+    assert round_entry, page
+    assert f"request {'ab' * 6} ~152 tokens: system (1, ~12), history #2-4 (3, ~140)" in (
+        round_entry.group(1)
+    )
+
+
+async def test_a_fork_shows_its_parents_history_up_to_the_fork_point(tmp_path: Path) -> None:
+    parent: list[Record] = [
+        SessionRecord(seq=1, model="scripted", context_window=8000),
+        ItemRecord(seq=2, item=UserMessage(text="the parent's first message")),
+        TurnRecord(seq=3, turn=1, phase="started"),
+        ItemRecord(seq=4, round=1, item=AssistantMessage(text="answered in the parent")),
+        RoundCommittedRecord(seq=5, round=1, usage=None, first_seq=4, last_seq=4),
+        TurnRecord(seq=6, turn=1, phase="finished"),
+        ItemRecord(seq=7, item=UserMessage(text="after the fork point")),
+    ]
+    store = lineage_store(JsonlStore(tmp_path / "store"))
+    await store.create("parent", parent)
+    child = await store.fork("parent", "child", at_round=1)
+    await store.aclose()
+    reader = StoreReader(JsonlStore(tmp_path / "store"))
+    transport = httpx.ASGITransport(app=create_app(reader, store_label="test"))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            page = (await client.get(f"/s/{child}")).text
+    finally:
+        await reader.store.aclose()
+    assert "the parent&#39;s first message" in page and "answered in the parent" in page
+    assert "after the fork point" not in page
+    assert 'class="warn"' not in page  # the fork record folds: no damaged-log warning

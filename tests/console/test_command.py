@@ -45,10 +45,22 @@ def test_the_cards_fraction_is_measured_on_the_budget_the_policy_logged(demo_sto
         if stated is None or card.applied_at is None or card.tokens_before is None:
             continue
         assert view.row.usable == int(stated.group(2))
-        assert card.applied_at == card.tokens_before / view.row.usable
+        assert card.in_use is not None
+        assert card.applied_at == card.in_use / view.row.usable
         assert card.applied_at > 0.5  # never a compaction of a context below the target
         checked += 1
     assert checked > 0
+    # one figure: a compaction applied right after round N's commit was applied at the figure
+    # the chart shows for round N
+    points = {point.seq: point for point in view.chart}
+    agreed = 0
+    for card in view.cards:
+        before = points.get(card.seq - 1)
+        if before is not None and card.in_use is not None:
+            assert card.in_use == before.tokens, (card, before)
+            assert card.in_use_estimated == before.estimated
+            agreed += 1
+    assert agreed > 0
 
 
 def test_the_command_line_loads_the_console_only_when_it_is_asked_for(tmp_path: Path) -> None:
@@ -140,3 +152,33 @@ def test_the_host_check_applies_to_every_bind_address(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
+
+
+def test_one_figure_per_round_on_the_chart_in_show_and_in_list(demo_store: Path) -> None:
+    """The chart's point for a round, ``show``'s line for it and (for the newest) ``list``
+    read the same recorded figure and say whether it was reported or estimated; a card's
+    "in use when applied" is ``show``'s "applied at"."""
+    session_id = only_session(demo_store)
+    view = session_view(session_id, _records(demo_store, session_id))
+    shown = run_cli("show", session_id, "--store", str(demo_store), cwd=demo_store.parent)
+    assert shown.returncode == 0, shown.stderr
+    rounds = {
+        int(m.group(1)): (int(m.group(2).replace(",", "")), m.group(3))
+        for m in re.finditer(
+            r"round (\d+) committed[^\n]*; in use ([\d,]+) \((reported|estimated)\)", shown.stdout
+        )
+    }
+    assert len(rounds) == len(view.chart) > 5
+    for point in view.chart:
+        assert rounds[point.round] == (
+            point.tokens,
+            "estimated" if point.estimated else "reported",
+        ), point
+    applied = [
+        int(m.group(1).replace(",", ""))
+        for m in re.finditer(r"applied at ([\d,]+) tokens in use", shown.stdout)
+    ]
+    assert applied == [card.in_use for card in view.cards]
+    listed = run_cli("list", "--store", str(demo_store), cwd=demo_store.parent)
+    assert f"{view.row.tokens:,}" in listed.stdout
+    assert view.row.tokens == view.chart[-1].tokens  # nothing after the last round moved it

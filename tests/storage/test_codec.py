@@ -125,6 +125,11 @@ records: st.SearchStrategy[Record] = st.one_of(
         waited=st.none() | st.floats(min_value=0, max_value=3600, allow_nan=False),
         reattached=st.lists(ints, max_size=4).map(tuple),
         regrounded=st.booleans(),
+        focus=st.none() | text,
+        provider_item=st.none()
+        | st.fixed_dictionaries(
+            {"type": st.just("compaction"), "id": text, "encrypted_content": text}
+        ),
     ),
     every_field(
         MicrocompactRecord,
@@ -259,6 +264,10 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
         fields.discard("round")
     if isinstance(record, RoundCommittedRecord) and record.manifest is None:
         fields.discard("manifest")  # written only when the round sent a request
+    if isinstance(record, CompactionRecord) and record.focus is None:
+        fields.discard("focus")  # written only when the summary was given a focus
+    if isinstance(record, CompactionRecord) and record.provider_item is None:
+        fields.discard("provider_item")  # written only for a provider-native compaction
     assert set(data) - {"v", "type"} == fields
 
 

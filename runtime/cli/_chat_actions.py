@@ -1,0 +1,186 @@
+"""What the chat's slash commands do, on the live session the chat holds.
+
+Each goes through the same public calls as the command of the same name (``stowage context``,
+``export``, ``compact``, ``protect``, ``approve``, ``deny``): the session's own methods for
+what changes it, and a second, read-only opening of its store for what only reads the log
+(``context_main`` and ``export_main`` themselves, so the figures are the ones ``stowage
+context`` prints). An answer to an approval continues the turn here, its events drawn like a
+turn's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from stowage.core import (
+    CompactionSkipped,
+    ConfigError,
+    Event,
+    LogStore,
+    ModelError,
+    ProtectedStateViolation,
+    Settings,
+    redact_url,
+    render,
+)
+from stowage.facade import Session, TurnResult
+
+from ._chat_commands import Command, help_lines
+from ._chat_view import TurnView, call_text
+from ._exits import error_line
+from ._sessions import context_main, export_main
+
+__all__ = ["QUIT", "ChatHost", "Subscribe", "decide", "run_command"]
+
+#: adds a subscriber to the runtime's events; returns the function that removes it
+Subscribe = Callable[[Callable[[Event], None]], Callable[[], None]]
+
+#: what ``run_command`` returns for ``/quit``
+QUIT = "quit"
+
+#: the errors a command reports in one line and the chat goes on after (a session that
+#: failed, closed or lost its lease ends the chat instead)
+_REPORTED = (ConfigError, ModelError, ProtectedStateViolation)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatHost:
+    """What the commands use besides the session: the settings it runs with (``/model``),
+    the runtime's events (an approved turn's progress, a compaction's figures) and a way to
+    open its store again to read the log (``/context``, ``/export``); each may be missing."""
+
+    session: Session
+    settings: Settings | None = None
+    subscribe: Subscribe | None = None
+    open_store: Callable[[], LogStore] | None = None
+
+
+def _watch(host: ChatHost, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+    """``subscriber`` gets the session's events until the returned function is called."""
+    if host.subscribe is None:
+        return lambda: None
+    session_id = host.session.id
+
+    def deliver(event: Event) -> None:
+        if getattr(event, "session_id", None) == session_id:
+            subscriber(event)
+
+    return host.subscribe(deliver)
+
+
+async def decide(host: ChatHost, view: TurnView, call_id: str, *, approve: bool) -> TurnResult:
+    """Approve (or deny) call ``call_id`` and draw the rest of the turn; returns its result.
+    Raises what ``Session.approve`` raises (``ApprovalError`` for a call that awaits none)."""
+    if not approve:  # a denied call never runs, so no tool line would say what became of it
+        for call in host.session.pending_approvals:
+            if call.call_id == call_id:
+                view.say(f"  !! {call_text(call.name, call.arguments)}: denied")
+    view.begin("running the approved call" if approve else "going on without the call")
+    unsubscribe = _watch(host, view.on_event)
+    try:
+        if approve:
+            result = await host.session.approve(call_id)
+        else:
+            result = await host.session.deny(call_id)
+    finally:
+        unsubscribe()
+        view.status.hide()
+    view.finish(result)
+    return result
+
+
+async def run_command(command: Command, host: ChatHost, view: TurnView) -> TurnResult | str | None:
+    """Do ``command``: ``QUIT`` for ``/quit``, the turn's result for an answered approval,
+    else None. A bad argument or a failed model call is one line and the chat goes on;
+    raises what ends the session (``SessionFailed``, ``SessionLeaseLost``, ...)."""
+    try:
+        return await _run(command, host, view)
+    except _REPORTED as exc:
+        view.say(error_line(exc))
+    except OSError as exc:  # /export to a path that cannot be written
+        view.say(f"stowage: error: {exc.strerror or exc}: {exc.filename or command.argument}")
+    return None
+
+
+async def _run(command: Command, host: ChatHost, view: TurnView) -> TurnResult | str | None:
+    session, argument = host.session, command.argument
+    match command.name:
+        case "/quit":
+            return QUIT
+        case "/help":
+            for line in help_lines():
+                view.say(line, on_out=True)
+        case "/model":
+            view.say(_model_line(host.settings), on_out=True)
+        case "/context" | "/export":
+            await _read_only(command, host, view)
+        case "/compact":
+            await _compact(host, view, argument or None)
+        case "/protect":
+            if not argument:
+                raise ConfigError("/protect needs the text of the constraint: /protect TEXT")
+            state = await session.protect(add_constraints=[argument])
+            view.say(render(state) or "(no protected state)", on_out=True)
+        case "/approve" | "/deny":
+            waiting = [call.call_id for call in session.pending_approvals]
+            if not waiting:
+                view.say("no call awaits approval")
+                return None
+            return await decide(
+                host, view, argument or waiting[0], approve=command.name == "/approve"
+            )
+    return None
+
+
+def _model_line(settings: Settings | None) -> str:
+    if settings is None:
+        return "model: not known to this chat"
+    if settings.model == "scripted":
+        endpoint = "offline (the scripted model)"
+    else:
+        endpoint = f"{redact_url(settings.base_url) or 'the default OpenAI endpoint'}"
+        endpoint += f" ({settings.wire_api} API)"
+    window = f"  window {settings.context_window:,}" if settings.context_window else ""
+    return f"model {settings.model}  endpoint {endpoint}{window}"
+
+
+async def _read_only(command: Command, host: ChatHost, view: TurnView) -> None:
+    if host.open_store is None:
+        raise ConfigError(f"{command.name} needs the session's store, which this chat lacks")
+    view.status.hide()
+    view.end_line()
+    session_id = host.session.id
+    if command.name == "/context":
+        args = argparse.Namespace(session=session_id, json=False)
+        await context_main(args, host.open_store())
+    else:
+        path = command.argument or f"{session_id}.md"
+        fmt = "jsonl" if Path(path).suffix == ".jsonl" else "markdown"
+        args = argparse.Namespace(session=session_id, format=fmt, output=path)
+        await export_main(args, host.open_store())
+    sys.stdout.flush()
+
+
+async def _compact(host: ChatHost, view: TurnView, focus: str | None) -> None:
+    skipped: list[str] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, CompactionSkipped):
+            skipped.append(event.reason)
+        view.on_event(event)
+
+    view.begin("compacting")
+    unsubscribe = _watch(host, on_event)
+    try:
+        done = await host.session.compact(focus)
+    finally:
+        unsubscribe()
+        view.status.hide()
+    if not done:
+        view.say("nothing compacted" + (f": {skipped[-1]}" if skipped else ""))
+    elif host.subscribe is None:  # else the runtime's notice has said it, with its figures
+        view.say("compacted")
