@@ -421,7 +421,7 @@ class OpenAIGateway:
         except TimeoutError:
             self._timed_out(request, idle=False, status=None)
         try:
-            data = orjson.loads(raw) if self._sdk is None else plain(raw)
+            data = orjson.loads(raw)
             compaction = parse_compaction(data, covered=len(request.input))
         except self._boundary as exc:  # the body came (HTTP 200) but cannot be used
             self._raise(exc, request, status=200, url=self.compact_url)
