@@ -573,10 +573,12 @@ async def _runtime_for(
         )
     try:
         settings = settings_from(args)
-        if settings.model != "scripted" and settings.api_key:
-            # a server that is down or refuses the key: say so before a new session is
-            # written for it, so failed attempts leave no logs behind
-            await probe_endpoint(settings.base_url, settings.api_key)
+        if settings.model != "scripted" and (settings.api_key or settings.base_url):
+            # a server that is down, refuses the key or is not at this URL: say so before a
+            # new session is written for it, so failed attempts leave no logs behind
+            await probe_endpoint(
+                settings.base_url, settings.api_key, wire_api=settings.wire_api
+            )
         tools, servers = session_tools(settings)
     except BaseException:
         await store.aclose()

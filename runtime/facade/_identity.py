@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import structlog
 from stowage.core import (
     DEFAULT_COMPACT_THRESHOLD,
@@ -108,10 +109,13 @@ class WindowFound:
 
 
 class WindowFinder:
-    """Finds windows for one runtime; asks each endpoint about each model at most once."""
+    """Finds windows for one runtime; asks each endpoint about each model at most once, also
+    when many sessions open at the same time (the first asks, the others wait for its
+    answer: a worker claiming a batch of sessions does not ask the endpoint once each)."""
 
     def __init__(self) -> None:
         self._asked: dict[tuple[str | None, str], int | None] = {}
+        self._asking: dict[tuple[str | None, str], anyio.Lock] = {}
         self._warned: set[str] = set()
 
     async def find(self, settings: Settings) -> WindowFound:
@@ -125,13 +129,17 @@ class WindowFinder:
             return WindowFound(context_window=None, source="none")
         key = (settings.base_url, settings.model)
         if key not in self._asked:
-            # the model package (and its HTTP client) only when an endpoint is asked:
-            # ``stowage list`` and ``show`` read budgets from logs and never ask one
-            from stowage.model import discover_context_window
+            asking = self._asking.setdefault(key, anyio.Lock())
+            async with asking:
+                if key not in self._asked:  # asked while this one waited
+                    # the model package (and its HTTP client) only when an endpoint is asked:
+                    # ``stowage list`` and ``show`` read budgets from logs and never ask one
+                    from stowage.model import discover_context_window
 
-            self._asked[key] = await discover_context_window(
-                settings.base_url, settings.api_key, settings.model
-            )
+                    self._asked[key] = await discover_context_window(
+                        settings.base_url, settings.api_key, settings.model
+                    )
+            self._asking.pop(key, None)
         window = self._asked[key]
         if window is not None:
             return WindowFound(context_window=window, source="endpoint")

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import structlog
-from stowage.core import ModelAuthError, ModelConnectionError, redact_url
+from stowage.core import ModelAuthError, ModelConnectionError, ModelResponseError, redact_url
 
 __all__ = [
     "WINDOW_FIELDS",
@@ -77,15 +77,19 @@ async def discover_context_window(
     return window_from_model_info(data)
 
 
-async def probe_endpoint(base_url: str | None, api_key: str | None, *, wait: float = 10.0) -> None:
+async def probe_endpoint(
+    base_url: str | None, api_key: str | None, *, wait: float = 10.0, wire_api: str = "chat"
+) -> None:
     """Check, with one ``GET {base_url}/models``, that an endpoint can serve at all, before a
     command writes a new session for it (so a wrong URL or a server that is down leaves no
-    log behind).
+    log behind). Some servers have no ``/models``: on a 404 the wire's own route is asked with
+    an empty ``POST`` (a server that serves it refuses the empty body with a 400 or 422 and
+    costs nothing); a 404 or 405 there too means nothing serves that API at this URL.
 
-    Raises ``ModelConnectionError`` when nothing answers at the URL and ``ModelAuthError``
-    when it refuses the key (401, 403), each naming the request as the gateway does. Anything
-    else passes, a slow answer, a 404 (some servers have no ``/models``) and a 5xx among it:
-    the model call will say what it is.
+    Raises ``ModelConnectionError`` when nothing answers at the URL, ``ModelAuthError`` when
+    it refuses the key (401, 403) and ``ModelResponseError`` when neither route is there,
+    each naming the requests as the gateway does. Anything else passes, a slow answer and a
+    5xx among it: the model call will say what it is.
     """
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -103,4 +107,32 @@ async def probe_endpoint(base_url: str | None, api_key: str | None, *, wait: flo
     if response.status_code in (401, 403):
         raise ModelAuthError(
             f"the endpoint refused the API key (GET {redact_url(url)}, HTTP {response.status_code})"
+        )
+    if response.status_code == 404:
+        await _probe_route(base_url, headers, wire_api=wire_api, wait=wait)
+
+
+async def _probe_route(
+    base_url: str | None, headers: dict[str, str], *, wire_api: str, wait: float
+) -> None:
+    """After a 404 on ``/models``: whether the wire's route is served at ``base_url``."""
+    import httpx
+
+    base = (base_url or _DEFAULT_BASE_URL).rstrip("/")
+    route = "/chat/completions" if wire_api == "chat" else "/responses"
+    url = f"{base}{route}"
+    try:
+        async with httpx.AsyncClient(timeout=wait) as client:
+            response = await client.post(url, headers=headers, json={})
+    except httpx.HTTPError:
+        return  # it answered GET: the model call will say what this is
+    if response.status_code in (401, 403):
+        raise ModelAuthError(
+            f"the endpoint refused the API key (POST {redact_url(url)}, HTTP {response.status_code})"
+        )
+    if response.status_code in (404, 405):
+        raise ModelResponseError(
+            f"nothing serves the {wire_api} API at {redact_url(base)}: GET /models and "
+            f"POST {route} both answered {response.status_code}; check --base-url (an "
+            "OpenAI-compatible URL usually ends in /v1)"
         )

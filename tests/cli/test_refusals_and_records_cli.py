@@ -79,3 +79,27 @@ def test_the_focus_field_round_trips_and_is_left_out_when_there_is_none() -> Non
                              tokens_before=10, tokens_after=2, removed=3, round=1)  # fmt: skip
     assert "focus" not in json.loads(encode_record(plain))
     assert decode_record(encode_record(plain)).focus is None
+
+
+def test_a_base_url_that_serves_nothing_leaves_no_session_behind(
+    tmp_path: Path, cli: Cli, cli_env: dict[str, str]
+) -> None:
+    from .test_identity import _serve
+
+    served = _serve(tmp_path, cli_env)
+    base_url, _ = next(served)
+    try:
+        wrong = base_url.removesuffix("/v1") + "/not-the-api"
+        done = cli("run", "--session", "junk", "--model", "some-model", "--base-url", wrong,
+                   "--api-key", "k", "--store", "st", "hello", cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 3, done.stderr
+        assert "nothing serves the chat API at" in done.stderr
+        assert "POST /chat/completions both answered 404" in done.stderr
+        assert "check --base-url" in done.stderr
+        assert not (tmp_path / "st" / "junk.jsonl").exists()  # no junk "open" session
+        # the right URL of the same server passes the probe and answers
+        right = cli("run", "--session", "fine", "--model", "some-model", "--base-url",
+                    base_url, "--api-key", "k", "--store", "st", "hello", cwd=tmp_path)  # fmt: skip
+        assert right.returncode == 0, right.stderr
+    finally:
+        served.close()
