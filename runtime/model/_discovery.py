@@ -132,7 +132,7 @@ async def _probe_route(
         )
     if response.status_code in (404, 405):
         raise ModelResponseError(
-            f"nothing serves the {wire_api} API at {redact_url(base)}: GET /models and "
-            f"POST {route} both answered {response.status_code}; check --base-url (an "
-            "OpenAI-compatible URL usually ends in /v1)"
+            f"nothing serves the {wire_api} API at {redact_url(base)}: GET .../models and "
+            f"POST {redact_url(url)} both answered HTTP {response.status_code}; check "
+            "--base-url (an OpenAI-compatible URL usually ends in /v1)"
         )

@@ -36,6 +36,7 @@ async def wait_here(args: NoArgs) -> str:
     return "never"
 
 registry = ToolRegistry([FunctionTool(name="wait_here", description="waits", args_model=NoArgs, fn=wait_here)])
+no_tools = ToolRegistry()
 """
 
 
@@ -124,7 +125,9 @@ def test_a_second_process_is_refused_while_the_first_runs_a_slow_tool(
     (row,) = [json.loads(line) for line in
               cli("list", "--json", "--store", spec, cwd=tmp_path).stdout.splitlines()]  # fmt: skip
     assert row["state"] == "open" and row["holder"] is None, row  # killed mid-turn: free, open
-    resumed = cli("resume", "race", "go on", "--store", spec, "--tools", "none", cwd=tmp_path)
+    # the session would go on with the tools it recorded (wait_here again): none this time
+    resumed = cli("resume", "race", "go on", "--store", spec, "--tools", "none",
+                  "--tools-from", "slowtools:no_tools", cwd=tmp_path)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr  # a dead writer's lease is free
     assert cli("check", "race", "--store", spec, cwd=tmp_path).returncode == 0
 

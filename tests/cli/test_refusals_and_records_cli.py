@@ -94,7 +94,7 @@ def test_a_base_url_that_serves_nothing_leaves_no_session_behind(
                    "--api-key", "k", "--store", "st", "hello", cwd=tmp_path)  # fmt: skip
         assert done.returncode == 3, done.stderr
         assert "nothing serves the chat API at" in done.stderr
-        assert "POST /chat/completions both answered 404" in done.stderr
+        assert f"POST {wrong}/chat/completions both answered HTTP 404" in done.stderr
         assert "check --base-url" in done.stderr
         assert not (tmp_path / "st" / "junk.jsonl").exists()  # no junk "open" session
         # the right URL of the same server passes the probe and answers
