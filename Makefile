@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 STAGE := build/stage
+# the build backend's notes about editable installs are not the user's to act on: `make demo`
+# shows the demo, not setuptools (errors still stop the install and are printed)
+PIP_QUIET := PYTHONWARNINGS=ignore::UserWarning
 
 .PHONY: demo test lint typecheck clean venv stage test-min
 
@@ -13,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,mcp]'
+	$(PIP_QUIET) $(BIN)/python -m pip install --quiet -e '.[dev,mcp]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -33,7 +36,7 @@ test: $(STAMP)
 .venv-min/.installed: pyproject.toml .ci/constraints-min.txt
 	test -d .venv-min || $(PYTHON) -m venv .venv-min
 	.venv-min/bin/python -m pip install --quiet --upgrade pip
-	.venv-min/bin/python -m pip install --quiet -e '.[dev]' -c .ci/constraints-min.txt
+	$(PIP_QUIET) .venv-min/bin/python -m pip install --quiet -e '.[dev]' -c .ci/constraints-min.txt
 	touch .venv-min/.installed
 
 test-min: .venv-min/.installed

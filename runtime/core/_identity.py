@@ -52,6 +52,9 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "tools_from",
     "mcp",
     "mcp_url",
+    # what the model takes, as the options, the registry or the endpoint said at creation
+    "parallel_tool_calls",
+    "max_tools",
 )
 
 _WATERMARKS = ("soft_mark", "compact_mark", "hard_mark", "target_after")

@@ -512,6 +512,8 @@ class Settings:
             "tools_from": self.tools_from,
             "mcp": [redact_command(command) for command in self.mcp],
             "mcp_url": [redact_url(url) for url in self.mcp_url],
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "max_tools": self.max_tools,
         }
 
 

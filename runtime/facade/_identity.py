@@ -8,9 +8,10 @@ one warning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -24,7 +25,13 @@ from stowage.core import (
     identity_from_records,
     validate_session_id,
 )
-from stowage.policy import Budget, effective_threshold, lookup_model, resolve_budget
+from stowage.policy import (
+    Budget,
+    capabilities_from_model_info,
+    effective_threshold,
+    lookup_model,
+    resolve_budget,
+)
 from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
 __all__ = [
@@ -102,10 +109,25 @@ def recorded_usable(records: Sequence[Record], *, has_stubs: bool = False) -> in
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowFound:
-    """A window and where it came from: option, registry, endpoint, or none (unknown)."""
+    """A window and where it came from: option, registry, endpoint, or none (unknown); and,
+    when the endpoint was asked, what it said the model can take (None: nothing said)."""
 
     context_window: int | None
     source: str
+    parallel_tool_calls: bool | None = None
+    max_tools: int | None = None
+
+    def applied(self, settings: Settings) -> Settings:
+        """``settings`` with what was found where they leave it open (the options win); the
+        session record keeps the result, so a resumed session shapes its requests the same."""
+        changes: dict[str, Any] = {}
+        if settings.context_window is None and self.context_window is not None:
+            changes["context_window"] = self.context_window
+        if settings.parallel_tool_calls is None and self.parallel_tool_calls is not None:
+            changes["parallel_tool_calls"] = self.parallel_tool_calls
+        if settings.max_tools is None and self.max_tools is not None:
+            changes["max_tools"] = self.max_tools
+        return settings.with_(**changes) if changes else settings
 
 
 class WindowFinder:
@@ -114,7 +136,7 @@ class WindowFinder:
     answer: a worker claiming a batch of sessions does not ask the endpoint once each)."""
 
     def __init__(self) -> None:
-        self._asked: dict[tuple[str | None, str], int | None] = {}
+        self._asked: dict[tuple[str | None, str], Mapping[str, Any] | None] = {}
         self._asking: dict[tuple[str | None, str], anyio.Lock] = {}
         self._warned: set[str] = set()
 
@@ -134,15 +156,24 @@ class WindowFinder:
                 if key not in self._asked:  # asked while this one waited
                     # the model package (and its HTTP client) only when an endpoint is asked:
                     # ``stowage list`` and ``show`` read budgets from logs and never ask one
-                    from stowage.model import discover_context_window
+                    from stowage.model import discover_model_info
 
-                    self._asked[key] = await discover_context_window(
+                    self._asked[key] = await discover_model_info(
                         settings.base_url, settings.api_key, settings.model
                     )
             self._asking.pop(key, None)
-        window = self._asked[key]
+        info = self._asked[key]
+        from stowage.model import window_from_model_info
+
+        window = window_from_model_info(info) if info is not None else None
+        caps = capabilities_from_model_info(info) if info is not None else None
         if window is not None:
-            return WindowFound(context_window=window, source="endpoint")
+            return WindowFound(
+                context_window=window,
+                source="endpoint",
+                parallel_tool_calls=caps.parallel_tool_calls if caps else None,
+                max_tools=caps.max_tools if caps else None,
+            )
         if settings.model not in self._warned:
             self._warned.add(settings.model)
             _log.warning(

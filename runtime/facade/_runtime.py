@@ -444,8 +444,7 @@ class Runtime:
             ProtectedState(), user_ops(objective=objective, add_constraints=constraints), "user"
         )
         found = await self._windows.find(settings)
-        if settings.context_window is None and found.context_window is not None:
-            settings = settings.with_(context_window=found.context_window)
+        settings = found.applied(settings)
         tools = self._tools_for(settings)
         # refused before the log exists and before any model call
         system_tokens, protected_tokens = fixed_request_tokens(

@@ -9,6 +9,7 @@ from ._brain import ScriptedBrain, is_summary_request, scripted_usage
 from ._discovery import (
     WINDOW_FIELDS,
     discover_context_window,
+    discover_model_info,
     probe_endpoint,
     window_from_model_info,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ScriptedModel",
     "chat_messages",
     "discover_context_window",
+    "discover_model_info",
     "is_summary_request",
     "make_gateway",
     "probe_endpoint",

@@ -19,6 +19,7 @@ from stowage.core import ModelAuthError, ModelConnectionError, ModelResponseErro
 __all__ = [
     "WINDOW_FIELDS",
     "discover_context_window",
+    "discover_model_info",
     "probe_endpoint",
     "window_from_model_info",
 ]
@@ -58,6 +59,16 @@ async def discover_context_window(
     """The window ``GET {base_url}/models/{model}`` states, or None when the endpoint cannot
     be reached within ``wait`` seconds, answers with an error, or names no window. Raises
     nothing."""
+    info = await discover_model_info(base_url, api_key, model, wait=wait)
+    return window_from_model_info(info) if info is not None else None
+
+
+async def discover_model_info(
+    base_url: str | None, api_key: str | None, model: str, *, wait: float = 10.0
+) -> Mapping[str, Any] | None:
+    """What ``GET {base_url}/models/{model}`` answers (its window, and what the model can
+    take: ``policy.capabilities_from_model_info``), or None when the endpoint cannot be
+    reached within ``wait`` seconds or answers with an error. Raises nothing."""
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models/{quote(model, safe='/')}"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     import httpx  # here, not at import: ``import stowage.model`` stays light
@@ -72,9 +83,7 @@ async def discover_context_window(
     except (httpx.HTTPError, ValueError) as exc:
         _log.debug("window_discovery_failed", url=redact_url(url), error=type(exc).__name__)
         return None
-    if not isinstance(data, Mapping):
-        return None
-    return window_from_model_info(data)
+    return data if isinstance(data, Mapping) else None
 
 
 async def probe_endpoint(
