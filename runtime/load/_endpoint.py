@@ -200,7 +200,7 @@ async def fake_server_process(
     retry_after: float = 0.2,
     seed: int | None = None,
 ) -> AsyncIterator[str]:
-    """Run ``python -m runtime.testing.fake_server`` in its own process, keeping no request
+    """Run ``python -m stowage.testing.fake_server`` in its own process, keeping no request
     bodies; yields its base URL (``http://127.0.0.1:PORT/v1``) and stops it on exit.
 
     Raises ``ConfigError`` when the server does not start (its stderr says why).
