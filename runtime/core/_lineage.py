@@ -127,6 +127,10 @@ def round_end(session_id: str, records: Sequence[Record], round_: int | None) ->
     return records[end].seq, found
 
 
+#: how many sessions' offsets a store keeps (an entry is a few dozen bytes)
+_OFFSETS_KEPT = 100_000
+
+
 def _renumbered(records: Iterable[Record], by: int) -> list[Record]:
     return [replace(r, seq=r.seq + by) for r in records] if by else list(records)
 
@@ -169,7 +173,8 @@ class LineageStore:
     def __init__(self, store: LogStore) -> None:
         self.inner = store
         # the lineage seq before each log's own first record: 0, or a fork's through_seq;
-        # fixed when the log is created, so learnt once
+        # fixed when the log is created, so learnt once, and kept for the sessions seen last
+        # (a worker meets millions over its life; one it forgot costs one tail read)
         self._offsets: dict[str, int] = {}
 
     # -- lineage ---------------------------------------------------------------------------
@@ -189,9 +194,10 @@ class LineageStore:
         own = await self.inner.read(session_id, repair=repair)
         first = own.records[0] if own.records else None
         if not isinstance(first, ForkedFromRecord):
-            self._offsets[session_id] = 0
+            self._learn(session_id, 0)
             return Lineage(session_id=session_id, records=own.records, own_from=1, read=own)
-        offset = self._offsets[session_id] = first.through_seq
+        offset = first.through_seq
+        self._learn(session_id, offset)
         try:
             parent = await self._lineage(first.parent_id, False, (*children, session_id))
         except CorruptLogError:
@@ -276,8 +282,15 @@ class LineageStore:
             tail = await self.inner.read_tail(session_id, repair=False)
             first = tail.records[0] if tail.records else None
             offset = first.through_seq if isinstance(first, ForkedFromRecord) else 0
-            self._offsets[session_id] = offset
+            self._learn(session_id, offset)
         return offset
+
+    def _learn(self, session_id: str, offset: int) -> None:
+        offsets = self._offsets
+        offsets.pop(session_id, None)  # the newest last, so the oldest go first
+        offsets[session_id] = offset
+        if len(offsets) > _OFFSETS_KEPT:
+            del offsets[next(iter(offsets))]
 
     # -- LogStore --------------------------------------------------------------------------
 
@@ -297,7 +310,7 @@ class LineageStore:
         if isinstance(first, ForkedFromRecord):
             whole = await self.read(session_id, repair=False)
             return LogRead(records=tuple(tail_records(whole.records)), torn_tail=tail.torn_tail)
-        self._offsets[session_id] = 0
+        self._learn(session_id, 0)
         if not any(isinstance(r, RewindRecord) for r in records):
             return tail
         effective = effective_records(records)
@@ -314,7 +327,7 @@ class LineageStore:
         first = records[0] if records else None
         offset = first.through_seq if isinstance(first, ForkedFromRecord) else 0
         await self.inner.create(session_id, _renumbered(records, -offset))
-        self._offsets[session_id] = offset
+        self._learn(session_id, offset)
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         offset = await self._offset(validate_session_id(session_id))

@@ -85,7 +85,7 @@ def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
         if isinstance(payload, dict) and payload.get("kind") == _FAKE_CONTENT:
             text = str(payload["summary"])
     except (ValueError, KeyError, TypeError):
-        pass
+        pass  # not one of this server's items: it stays opaque, as said above
     return CompactionSummary(text=text, provider=dict(entry))
 
 
