@@ -27,6 +27,7 @@ from ._messages import (
     TurnResult,
     UserTurn,
 )
+from ._queue import MailboxReceive, MailboxSend, open_mailbox
 from .compactor import CompactorKept, run_compactor
 from .persistence import run_persistence
 from .sampler import Sampler
@@ -44,6 +45,8 @@ __all__ = [
     "Decide",
     "Doorbell",
     "Latch",
+    "MailboxReceive",
+    "MailboxSend",
     "Milestone",
     "Plan",
     "PlanFailed",
@@ -60,6 +63,7 @@ __all__ = [
     "TurnResult",
     "UserTurn",
     "mailbox",
+    "open_mailbox",
     "run_compactor",
     "run_persistence",
     "run_tool_executor",

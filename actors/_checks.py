@@ -35,10 +35,13 @@ class ResponseChecks:
         # the sampler's own logger when it builds this (one bound logger per live session)
         self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
 
-    async def usage(self, response: ModelResponse, request: ModelRequest) -> VettedUsage:
-        """The usage to record for ``response``; implausible usage is set aside, so the
-        estimate stands, and said once per session (a log line and an ``error`` record)."""
-        vetted = vet_usage(response, request)
+    async def usage(
+        self, response: ModelResponse, request: ModelRequest, *, input_chars: int | None = None
+    ) -> VettedUsage:
+        """The usage to record for ``response`` (``input_chars``: the characters of
+        ``request``'s input, when known); implausible usage is set aside, so the estimate
+        stands, and said once per session (a log line and an ``error`` record)."""
+        vetted = vet_usage(response, request, input_chars=input_chars)
         if vetted.reason is None or self._usage_said:
             return vetted
         self._usage_said = True

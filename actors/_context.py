@@ -6,11 +6,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 from stowage.core import BeforeCompaction, CallLimiter, Event, ModelGateway, Record, Settings
 from stowage.tools import ToolRegistry
 
 from ._messages import Append
+from ._queue import MailboxSend
 
 __all__ = ["SessionContext"]
 
@@ -24,7 +24,7 @@ class SessionContext:
     gateway: ModelGateway
     tools: ToolRegistry
     publish: Callable[[Event], None]
-    persistence: MemoryObjectSendStream[Append]
+    persistence: MailboxSend[Append]
     #: model calls in flight to the endpoint: each round and each summary takes a place
     model_limiter: CallLimiter | None = None
     compaction_limiter: anyio.CapacityLimiter | None = None

@@ -9,10 +9,10 @@ its snapshots, since persistence delivers them on the same edge once a batch is 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
-from stowage.core import MilestoneRecord, Record, SessionState
+from stowage.core import MilestoneRecord, ProtectedState, Record, SessionState
 from stowage.core import render as render_protected
 
 from ._accounting import Accounting
@@ -35,10 +35,17 @@ class Journal:
     #: the last seq of the newest batch that ended at a boundary (the compactor's verdicts
     #: are on such seqs)
     boundary_seq: int = 0
+    _rendered_from: ProtectedState | None = field(default=None, init=False, repr=False)
+    _rendered: str | None = field(default=None, init=False, repr=False)
 
     def protected_text(self) -> str | None:
         """The protected state as every projection renders it; None when there is none."""
-        return render_protected(self.state.protected) or None
+        protected = self.state.protected
+        # an immutable value, replaced on change: rendered once per value, not per request
+        if protected is not self._rendered_from:
+            self._rendered_from = protected
+            self._rendered = render_protected(protected) or None
+        return self._rendered
 
     def snapshot(self, cause: SnapshotCause) -> CommittedSnapshot:
         """The session as of the last folded record, for the compactor."""
@@ -104,9 +111,9 @@ class Journal:
                 notify=self.compactor if committed is not None else None,
             )
         )
-        with anyio.fail_after(self.ctx.write_timeout, shield=True):
+        with anyio.CancelScope(shield=True):
             # a write already sent must be answered before this task may be cancelled
-            await reply.wait()
+            await reply.wait_within(self.ctx.write_timeout)
 
 
 def _phase(milestone: MilestoneRecord | None) -> str | None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import anyio
-import anyio.lowlevel
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._queue import Flag, MailboxReceive, MailboxSend, open_mailbox
 
 __all__ = ["Doorbell", "Latch", "Mailbox", "Reply", "Slot", "mailbox"]
 
@@ -19,13 +19,16 @@ T = TypeVar("T")
 class Mailbox(Generic[T]):
     """Both ends of a bounded actor inbox."""
 
-    send: MemoryObjectSendStream[T]
-    receive: MemoryObjectReceiveStream[T]
+    send: MailboxSend[T]
+    receive: MailboxReceive[T]
 
 
 def mailbox(capacity: int, item_type: type[T]) -> Mailbox[T]:
-    """A bounded inbox: senders wait when it is full (back-pressure, never unbounded memory)."""
-    send, receive = anyio.create_memory_object_stream[T](capacity)
+    """A bounded inbox: senders wait when it is full (back-pressure, never unbounded memory).
+    Raises ``ValueError`` for a capacity below 1."""
+    send: MailboxSend[T]
+    receive: MailboxReceive[T]
+    send, receive = open_mailbox(capacity)
     return Mailbox(send, receive)
 
 
@@ -36,7 +39,7 @@ class Reply(Generic[T]):
     Same contract as a one-slot stream but without a stream pair per ask (appends are hot).
     """
 
-    _event: anyio.Event = field(default_factory=anyio.Event)
+    _event: Flag = field(default_factory=Flag)
     _value: T | None = None
     _error: BaseException | None = None
 
@@ -64,6 +67,13 @@ class Reply(Generic[T]):
             raise self._error
         return self._value  # type: ignore[return-value]
 
+    async def wait_within(self, seconds: float) -> T:
+        """The answer, given within ``seconds``; raises ``TimeoutError`` when none came, and
+        the exception given to ``fail``."""
+        if not await self._event.wait_within(seconds):
+            raise TimeoutError(f"no answer within {seconds} s")
+        return await self.wait()
+
 
 @dataclass(eq=False)
 class Slot(Generic[T]):
@@ -75,7 +85,7 @@ class Slot(Generic[T]):
 
     _value: T | None = None
     #: made by a getter that waits, dropped when it wakes: a parked session's slots hold none
-    _changed: anyio.Event | None = None
+    _changed: Flag | None = None
     _closed: bool = False
     #: called each time a getter starts waiting with nothing it accepts (it went idle)
     on_idle: Callable[[], None] | None = None
@@ -124,7 +134,7 @@ class Slot(Generic[T]):
                 return value
             if self._closed:
                 raise anyio.EndOfStream
-            changed = self._changed = anyio.Event()
+            changed = self._changed = Flag()
             self._waiting = True
             if self.on_idle is not None:
                 self.on_idle()
@@ -136,35 +146,12 @@ class Slot(Generic[T]):
                     self._changed = None
 
 
-class Latch:
-    """A one-shot flag to wait on, like ``anyio.Event``, but the event exists only once
-    someone waits: an object that lives as long as a session and is rarely waited on (its
-    "stopped" flag) costs two fields, not an event and its waiter queue."""
+class Latch(Flag):
+    """A one-shot flag to wait on, like ``anyio.Event``: an object that lives as long as a
+    session and is rarely waited on (its "stopped" flag) costs two fields until someone
+    waits."""
 
-    __slots__ = ("_event", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: anyio.Event | None = None
-
-    def set(self) -> None:
-        """Set the flag and wake every waiter; setting it again does nothing."""
-        self._set = True
-        if self._event is not None:
-            self._event.set()
-
-    def is_set(self) -> bool:
-        """Whether it was set."""
-        return self._set
-
-    async def wait(self) -> None:
-        """Return once it is set (at once, after a checkpoint, when it already is)."""
-        if self._set:
-            await anyio.lowlevel.checkpoint()
-            return
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
+    __slots__ = ()
 
 
 @dataclass(eq=False)
@@ -173,7 +160,7 @@ class Doorbell:
     command came, the input closed, another actor went idle). A ring with nobody waiting is
     not remembered: the waiter checks what it waits for, then waits, with no await between."""
 
-    _event: anyio.Event | None = None
+    _event: Flag | None = None
 
     def ring(self) -> None:
         """Wake the waiter, if one waits."""
@@ -182,7 +169,7 @@ class Doorbell:
 
     async def wait(self) -> None:
         """Wait for the next ring."""
-        event = self._event = anyio.Event()
+        event = self._event = Flag()
         try:
             await event.wait()
         finally:

@@ -10,6 +10,7 @@ whole response is back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import anyio
@@ -28,9 +29,10 @@ from stowage.core import (
     ResponseDone,
     ResponseTooLarge,
     RoundStarted,
+    StubCache,
     TextDelta,
+    ToolSpec,
     build_projection,
-    estimate_tokens,
     request_manifest,
 )
 from stowage.policy import cache_key_for, capabilities_for
@@ -43,6 +45,9 @@ from ._responses import answer_too_large
 from ._retry import call_with_retries
 
 __all__ = ["Requester", "TurnInterrupted"]
+
+#: the ratio of the round's announced estimate (``estimate_tokens``' default)
+_ESTIMATE_CHARS_PER_TOKEN = 4.0
 
 
 class TurnInterrupted(Exception):
@@ -72,30 +77,48 @@ class Requester:
         self._sending: ModelRequest | None = None
         # the serialized items of the last request, for the next one's manifest
         self._lines = LineCache()
+        self._specs: tuple[ToolSpec, ...] = ()
+        # the stub items of the last projection: the same objects while the outputs are
+        self._stubs: StubCache = {}
 
-    def projection(self) -> tuple[Item, ...]:
+    def projection(self, protected: str | None = None) -> tuple[Item, ...]:
         state = self.journal.state
+        if protected is None:
+            protected = self.journal.protected_text()
         return build_projection(
-            state.history, stubbed=state.stubbed, protected_text=self.journal.protected_text()
+            state.history, stubbed=state.stubbed, protected_text=protected, stubs=self._stubs
         )
+
+    def input_chars(self) -> int:
+        """Characters of the projection of the history as it stands (the input of a request
+        built now): kept by the state as records are folded in, no pass over the history."""
+        protected = self.journal.protected_text()
+        return self.journal.state.projected_chars + (len(protected) if protected else 0)
 
     def build(self, round_: int) -> ModelRequest:
         """The round's request from the history as it stands, announced as ``RoundStarted``."""
         settings = self.ctx.settings
-        projection = self.projection()
+        protected = self.journal.protected_text()
+        projection = self.projection(protected)
+        chars = self.input_chars()
         self.ctx.publish(
             RoundStarted(
                 session_id=self.ctx.session_id,
                 round=round_,
                 items=len(projection),
-                tokens=estimate_tokens(projection),
+                tokens=math.ceil(chars / _ESTIMATE_CHARS_PER_TOKEN),
                 estimated=True,
             )
         )
+        specs = self.ctx.tools.specs()
+        if specs != self._specs:
+            self._specs = specs
         return ModelRequest(
             model=settings.model,
             input=projection,
-            tools=self.ctx.tools.specs(),
+            # the same tuple while the tools are the same: what is computed from it (its
+            # characters, its manifest lines) is computed once per session, not per request
+            tools=self._specs,
             max_output_tokens=settings.max_output_tokens,
             cache_key=self._cache_key,
             parallel_tool_calls=self._parallel,

@@ -38,13 +38,16 @@ def answer_too_large(response: ModelResponse, max_chars: int) -> str | None:
     return oversized_answer(answer_chars(response), max_chars)
 
 
-def vet_usage(response: ModelResponse, request: ModelRequest) -> VettedUsage:
-    """``response``'s usage if it can describe ``request``; else none, with the report and the
-    reason kept. Raises nothing."""
+def vet_usage(
+    response: ModelResponse, request: ModelRequest, *, input_chars: int | None = None
+) -> VettedUsage:
+    """``response``'s usage if it can describe ``request`` (``input_chars``: its input items'
+    characters, when known); else none, with the report and the reason kept. Raises
+    nothing."""
     usage = response.usage
     if usage is None:
         return VettedUsage(usage=None)
-    reason = implausible_usage(usage, chars=request_chars(request))
+    reason = implausible_usage(usage, chars=request_chars(request, input_chars=input_chars))
     if reason is None:
         return VettedUsage(usage=usage)
     return VettedUsage(usage=None, rejected=usage, reason=reason)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
-from anyio.streams.memory import MemoryObjectSendStream
 from stowage.core import (
     FunctionCall,
     FunctionCallOutput,
@@ -27,6 +26,7 @@ from ._interrupt import TurnInterrupt
 from ._journal import Journal
 from ._mailbox import Reply
 from ._messages import RunTools
+from ._queue import MailboxSend
 from ._responses import VettedUsage, cut_call_outputs, merge_outputs
 
 __all__ = ["RoundWriter", "commit_record"]
@@ -115,7 +115,7 @@ class RoundWriter:
         self,
         round_: int,
         response: ModelResponse,
-        tools: MemoryObjectSendStream[RunTools] | None,
+        tools: MailboxSend[RunTools] | None,
         interrupt: TurnInterrupt | None,
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in order: calls the output limit cut off get an error output
@@ -131,7 +131,7 @@ class RoundWriter:
         round_: int,
         calls: tuple[FunctionCall, ...],
         refused: dict[str, FunctionCallOutput],
-        tools: MemoryObjectSendStream[RunTools] | None,
+        tools: MailboxSend[RunTools] | None,
         interrupt: TurnInterrupt | None,
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in call order: ``refused`` ones keep the output given, the

@@ -17,10 +17,10 @@ from collections import defaultdict
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 from stowage.core import LogStore, Record, StoreError
 
 from ._messages import Append
+from ._queue import MailboxReceive
 
 __all__ = ["run_persistence"]
 
@@ -28,7 +28,7 @@ _log = structlog.get_logger("stowage.persistence")
 
 
 async def run_persistence(
-    store: LogStore, inbox: MemoryObjectReceiveStream[Append], *, max_batch: int = 1024
+    store: LogStore, inbox: MailboxReceive[Append], *, max_batch: int = 1024
 ) -> None:
     """Serve appends until every send end of ``inbox`` is closed, then drain and return."""
     log = _log.bind(actor="persistence")

@@ -28,7 +28,6 @@ from typing import Literal, TypeVar
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.core import (
     ApprovalError,
     AssistantMessage,
@@ -72,6 +71,7 @@ from ._messages import (
     UserTurn,
 )
 from ._plans import PlanApplier
+from ._queue import MailboxReceive, MailboxSend
 from ._requests import Requester, TurnInterrupted
 from ._rounds import RoundWriter, commit_record
 
@@ -121,7 +121,7 @@ class Sampler:
     #: the compactor's advice
     plans: Slot[Advice]
     #: the executor's inbox of the current run of the actors (``serve`` sets it)
-    tools: MemoryObjectSendStream[RunTools] | None = None
+    tools: MailboxSend[RunTools] | None = None
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
@@ -157,9 +157,9 @@ class Sampler:
 
     async def serve(
         self,
-        commands: MemoryObjectReceiveStream[SamplerCommand],
+        commands: MailboxReceive[SamplerCommand],
         first: SamplerCommand,
-        tools: MemoryObjectSendStream[RunTools],
+        tools: MailboxSend[RunTools],
         doorbell: Doorbell,
     ) -> bool:
         """Serve ``first``, then every command that comes while there is work. Returns False
@@ -331,9 +331,12 @@ class Sampler:
         await self._gate.settle()
         request = self._requests.build(round_)
         request, response, manifest = await self._requests.send(request, round_, self._interrupt)
+        # the history is the one the request was sent from until this round writes
+        input_chars = self._requests.input_chars()
         seq = self.state.last_seq
-        response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
-        usage = await self._checks.usage(response, request)
+        taken = self._taken_call_ids() if response.calls else set()  # only calls need them
+        response = unique_call_ids(response, taken, salt=f"s{seq + 1}")
+        usage = await self._checks.usage(response, request, input_chars=input_chars)
         seq = self.state.last_seq
         sampled: list[Record] = [
             ItemRecord(seq=seq + 1 + i, item=item, round=round_)

@@ -7,7 +7,6 @@ from contextlib import nullcontext
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 from stowage.core import (
     Event,
     FunctionCall,
@@ -19,6 +18,7 @@ from stowage.core import (
 from stowage.tools import ToolRegistry, execute_call
 
 from ._messages import RunTools
+from ._queue import MailboxReceive
 
 __all__ = ["INTERRUPTED_CALL", "run_tool_executor"]
 
@@ -32,7 +32,7 @@ _log = structlog.get_logger("stowage.tools")
 async def run_tool_executor(
     session_id: str,
     registry: ToolRegistry,
-    inbox: MemoryObjectReceiveStream[RunTools],
+    inbox: MailboxReceive[RunTools],
     publish: Callable[[Event], None],
     *,
     default_timeout: float,
@@ -51,20 +51,34 @@ async def run_tool_executor(
                 for c in request.calls
             ]
             with request.interrupt.guard() if request.interrupt else nullcontext():
-                async with anyio.create_task_group() as tg:
-                    for index, call in enumerate(request.calls):
-                        tg.start_soon(
-                            _run_one,
-                            session_id,
-                            registry,
-                            call,
-                            request.round,
-                            outputs,
-                            index,
-                            publish,
-                            default_timeout,
-                            limiter,
-                        )
+                if len(request.calls) == 1:
+                    # one call (most rounds): run it here, not in a task group of one
+                    await _run_one(
+                        session_id,
+                        registry,
+                        request.calls[0],
+                        request.round,
+                        outputs,
+                        0,
+                        publish,
+                        default_timeout,
+                        limiter,
+                    )
+                else:
+                    async with anyio.create_task_group() as tg:
+                        for index, call in enumerate(request.calls):
+                            tg.start_soon(
+                                _run_one,
+                                session_id,
+                                registry,
+                                call,
+                                request.round,
+                                outputs,
+                                index,
+                                publish,
+                                default_timeout,
+                                limiter,
+                            )
             log.debug("tools_done", round=request.round, calls=len(outputs))
             request.reply.set(tuple(outputs))
 

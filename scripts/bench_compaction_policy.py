@@ -23,7 +23,14 @@ message, so the cache serves most of it), prefix breaks, compactions (micro and 
 long, and recall of the planted facts (``scripts/drift_eval.py``'s) in the last request. The
 summarizer is the scripted one (lossy with ``--loss``), and it is the same for every policy.
 
+With ``--wire anthropic`` the same runs go through the Anthropic gateway to the fake server's
+``/v1/messages``, whose cache serves only the prefixes the gateway's breakpoints mark (a read
+needs the same marked prefix seen before; a new mark is a cache write, also reported).
+``--cache-minimum`` sets the smallest prefix that cache keeps (Claude's is 1,024 or 2,048
+tokens by model).
+
     .venv/bin/python scripts/bench_compaction_policy.py [--rounds 200] [--json out.json]
+    .venv/bin/python scripts/bench_compaction_policy.py --wire anthropic
 """
 
 from __future__ import annotations
@@ -65,10 +72,12 @@ from stowage import (
     replay,
 )
 from stowage.core._gateway import StreamEvent
+from stowage.model._anthropic_gateway import AnthropicGateway
 from stowage.model._brain import ScriptedBrain, is_summary_request, scripted_usage
 from stowage.model._openai_gateway import OpenAIGateway
 from stowage.storage import JsonlStore
 from stowage.testing import FakeOpenAIServer
+from stowage.testing._fake_messages import BreakpointCache
 
 ROUNDS_PER_TURN = 5
 POLICIES = ("stowage", "stowage-reground", "codex-like", "claude-code-like", "unlimited")
@@ -126,12 +135,15 @@ class Metered:
     summary_latency: float
     round_latency: float = 0.0
     rounds: list[ModelRequest] = field(default_factory=list)
-    usages: list[tuple[str, int, int]] = field(default_factory=list)  # purpose, input, cached
+    # purpose, input, cached, written to the cache
+    usages: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     def _seen(self, request: ModelRequest, response: ModelResponse) -> None:
         usage = response.usage
         if usage is not None:
-            self.usages.append((request.purpose, usage.input_tokens, usage.cached_tokens))
+            self.usages.append(
+                (request.purpose, usage.input_tokens, usage.cached_tokens, usage.cache_write_tokens)
+            )
 
     async def create(self, request: ModelRequest) -> ModelResponse:
         await self._before(request)
@@ -171,6 +183,7 @@ class Figures:
     summaries: int = 0
     input_tokens: int = 0
     uncached_tokens: int = 0
+    cache_write_tokens: int = 0
     round_input_tokens: int = 0
     round_cached_tokens: int = 0
     summary_input_tokens: int = 0
@@ -234,13 +247,16 @@ def settings_for(policy: str, args: argparse.Namespace, store: Path, base_url: s
 async def run(policy: str, args: argparse.Namespace, store: Path, output_chars: int) -> Figures:
     figures = Figures(policy=policy, output_chars=output_chars)
     facts = drift_eval.facts_for(0)
-    async with FakeOpenAIServer(brain=make_brain(args.loss, args.seed)) as server:
+    cache = BreakpointCache(minimum=args.cache_minimum)
+    brain = make_brain(args.loss, args.seed)
+    async with FakeOpenAIServer(brain=brain, breakpoint_cache=cache) as server:
         settings = settings_for(policy, args, store, server.base_url)
-        gateway = Metered(
-            OpenAIGateway(base_url=server.base_url, api_key="bench", wire_api="chat"),
-            args.summary_latency,
-            args.round_latency,
+        inner: ModelGateway = (
+            AnthropicGateway(base_url=server.base_url, api_key="bench")
+            if args.wire == "anthropic"
+            else OpenAIGateway(base_url=server.base_url, api_key="bench", wire_api=args.wire)
         )
+        gateway = Metered(inner, args.summary_latency, args.round_latency)
 
         def on_event(event: Event) -> None:
             if isinstance(event, HistoryCompacted):
@@ -269,11 +285,12 @@ async def run(policy: str, args: argparse.Namespace, store: Path, output_chars: 
             live = list(session.state.history)
         figures.wall = time.perf_counter() - started
         assert server.prefix_cache is not None
-        key = next(iter(server.prefix_cache.figures))
-        figures.prefix_breaks = server.prefix_cache.figures[key]["prefix_breaks"]
-    for purpose, input_tokens, cached in gateway.usages:
+        seen = cache.figures if args.wire == "anthropic" else server.prefix_cache.figures
+        figures.prefix_breaks = seen[next(iter(seen))]["prefix_breaks"]
+    for purpose, input_tokens, cached, written in gateway.usages:
         figures.input_tokens += input_tokens
         figures.uncached_tokens += input_tokens - cached
+        figures.cache_write_tokens += written
         if purpose == "round":
             figures.rounds += 1
             figures.round_input_tokens += input_tokens
@@ -313,12 +330,13 @@ async def main(args: argparse.Namespace) -> list[Figures]:
 
 def _print_table(args: argparse.Namespace, output_chars: int, results: list[Figures]) -> None:
     table = Table(
-        title=f"{args.rounds} rounds, {output_chars}-char tool outputs, {args.window}-token "
+        title=f"{args.wire} wire, {args.rounds} rounds, {output_chars}-char tool outputs, "
+        f"{args.window}-token "
         f"window, rounds {args.round_latency}s, summaries {args.summary_latency}s, "
         f"summary loss {args.loss}"
     )
     for column in (
-        "policy", "round reqs", "summary reqs", "uncached input", "prefix reuse",
+        "policy", "round reqs", "summary reqs", "uncached input", "cache writes", "prefix reuse",
         "summary cached", "breaks",
         "compactions micro/full(fallback)", "below hard", "max window used", "rounds waited",
         "recall", "replay = live",
@@ -326,7 +344,8 @@ def _print_table(args: argparse.Namespace, output_chars: int, results: list[Figu
         table.add_column(column, justify="right")
     for f in results:
         table.add_row(
-            f.policy, str(f.rounds), str(f.summaries), f"{f.uncached_tokens:,}", f"{f.reuse:.1%}",
+            f.policy, str(f.rounds), str(f.summaries), f"{f.uncached_tokens:,}",
+            f"{f.cache_write_tokens:,}", f"{f.reuse:.1%}",
             "-" if f.summary_reuse is None else f"{f.summary_reuse:.1%}", str(f.prefix_breaks), f"{f.micro}/{f.full}({f.fallbacks})",
             f"{f.landed_below_hard}/{f.landed}" if f.landed else "-",
             f"{f.max_fraction:.1%}" if f.policy != "unlimited" else "-",
@@ -356,6 +375,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(DEFAULT_POLICIES))
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument(
+        "--wire",
+        choices=("chat", "responses", "anthropic"),
+        default="chat",
+        help="the wire API the runs go through (anthropic: the Messages endpoint and its "
+        "breakpoint cache)",
+    )
+    parser.add_argument(
+        "--cache-minimum",
+        type=int,
+        default=0,
+        help="anthropic wire: the smallest marked prefix, in tokens, its cache keeps",
+    )
     return parser
 
 

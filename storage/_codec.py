@@ -57,6 +57,8 @@ def _usage_out(usage: Usage | None) -> dict[str, int] | None:
     }
     if usage.cached_tokens:
         out["cached_tokens"] = usage.cached_tokens
+    if usage.cache_write_tokens:
+        out["cache_write_tokens"] = usage.cache_write_tokens
     return out
 
 
@@ -290,6 +292,9 @@ def _usage_in(d: dict[str, Any]) -> Usage | None:
         output_tokens=_int(value, "output_tokens"),
         total_tokens=_int(value, "total_tokens"),
         cached_tokens=_int(value, "cached_tokens") if "cached_tokens" in value else 0,
+        cache_write_tokens=(
+            _int(value, "cache_write_tokens") if "cache_write_tokens" in value else 0
+        ),
     )
 
 

@@ -28,6 +28,7 @@ file; the root is created by the first ``create``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import os
@@ -112,7 +113,9 @@ class _Write:
 
 @dataclass(eq=False, slots=True)
 class _Slot:
-    lock: anyio.Lock
+    # asyncio's lock, not anyio's: every group commit takes one per session, and anyio's
+    # yields to the event loop even when it is free (the runtime runs on asyncio)
+    lock: asyncio.Lock
     users: int = 0
 
 
@@ -134,7 +137,7 @@ class _SessionLocks:
         for session_id in sorted(set(session_ids)):
             slot = self._slots.get(session_id)
             if slot is None:
-                slot = self._slots[session_id] = _Slot(anyio.Lock())
+                slot = self._slots[session_id] = _Slot(asyncio.Lock())
             slot.users += 1
             slots.append((session_id, slot))
         held: list[_Slot] = []

@@ -32,6 +32,7 @@ import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
@@ -53,6 +54,7 @@ from stowage.core import (
     validate_session_id,
 )
 
+from ._archive import ARCHIVE_BATCH, ArchiveReport
 from ._codec import decode_record
 from ._lease import (
     Lease,
@@ -67,7 +69,10 @@ from ._lease import (
     register_lease,
 )
 from ._pg_append import fast_append_sql, plan_fast
+from ._pg_archive import ArchiveTables, archive_session, decode_identity, read_identity_rows
 from ._pg_inbox import InboxTables, decode_entries, messages_logged, queued_status
+from ._pg_partitions import MIGRATE_BATCH, migrate_to_partitions, partition_count
+from ._pg_workers import WorkerTable
 from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import check_continues, decode_rows, plan_batch, plan_sessions
 
@@ -96,7 +101,9 @@ def _asyncpg() -> ModuleType:
 
 
 class PostgresStore:
-    """Session logs in ``<schema>.stowage_records`` and ``<schema>.stowage_sessions``.
+    """Session logs in ``<schema>.stowage_records`` and ``<schema>.stowage_sessions``; records
+    that old compactions cover may move to ``stowage_records_archive`` (``archive``), which
+    every read but resume's reads with them (see ``_archive``).
 
     The pool opens on first use; the tables are created by the first write if missing. Every
     commit is durable per the server's ``synchronous_commit``. Raises ``ConfigError`` for a bad
@@ -128,6 +135,10 @@ class PostgresStore:
         self._records = f'"{schema}".stowage_records'
         self._sessions = f'"{schema}".stowage_sessions'
         self._inbox = InboxTables(schema)
+        self._workers = WorkerTable(schema, self._sessions)
+        self._tables = ArchiveTables(
+            self._sessions, self._records, f'"{schema}".stowage_records_archive'
+        )
         self._fast_append = fast_append_sql(self._inbox, self._records)
         self._min_size, self._max_size = min_size, max_size
         self._pool: Any = None
@@ -698,20 +709,38 @@ class PostgresStore:
             await lease.release()
 
     async def live_workers(self) -> list[dict[str, Any]]:
-        """The holders of live leases, one per store object (a worker): ``owner``, ``pid``,
-        ``host``, ``sessions`` held, ``since`` (its oldest grant), ``renewed`` (its newest
-        renewal). A worker that holds no lease is not among them. Raises ``StoreError``."""
-        rows = await self._fetch_read(
-            lambda pool: pool.fetch(
-                "SELECT lease_owner AS owner, lease_pid AS pid, lease_host AS host, "
-                "count(*) AS sessions, min(lease_since) AS since, "
-                f"max(lease_renewed) AS renewed FROM {self._sessions} "
-                "WHERE lease_owner IS NOT NULL AND lease_expires > now() "
-                "GROUP BY lease_owner, lease_pid, lease_host ORDER BY lease_host, lease_pid"
-            ),
-            list,
-        )
+        """The live workers (their ``beat`` rows) and every other holder of live leases, one
+        per store object: ``owner``, ``pid``, ``host``, ``sessions`` held, ``since`` (its
+        oldest grant, else when it started), ``renewed`` (its newest beat or renewal),
+        ``rounds_per_s`` (between its last two beats, else None); see ``_pg_workers``.
+        Raises ``StoreError``."""
+        rows = await self._fetch_read(lambda pool: pool.fetch(self._workers.list_sql()), list)
         return [dict(row) for row in rows]
+
+    @property
+    def renew_every(self) -> float:
+        """Seconds between lease renewals (and a worker's beats)."""
+        return self._renew_every
+
+    async def beat(self, rounds: int) -> None:
+        """Say this store's worker is up, with ``rounds`` committed so far, for a lease TTL:
+        one statement (see ``_pg_workers``). Raises ``StoreError``."""
+        pool = await self._get_pool(write=True)
+        holder = now_holder(self._owner)
+        try:
+            await pool.execute(
+                self._workers.beat_sql(), self._owner, holder.pid, holder.host, self._ttl, rounds
+            )
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+
+    async def leave(self) -> None:
+        """Delete this store's worker row (a worker stopping). Raises ``StoreError``."""
+        pool = await self._get_pool(write=True)
+        try:
+            await pool.execute(self._workers.leave_sql(), self._owner)
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
 
     async def queue_depth(self) -> tuple[int, int]:
         """Messages queued in the store (not answered yet, in flight included) and the
@@ -743,15 +772,12 @@ class PostgresStore:
         """The records with ``first <= seq <= last``, in order. Raises ``CorruptLogError`` for a
         bad row or a gap, ``StoreError``."""
         validate_session_id(session_id)
-        rows = await self._fetch_read(
-            lambda pool: pool.fetch(
-                f"SELECT seq, body FROM {self._records} WHERE session_id = $1 "
-                "AND seq BETWEEN $2 AND $3 ORDER BY seq",
-                session_id,
-                first,
-                last,
-            ),
-            list,
+        rows = await self._fetch_logged(
+            lambda records: f"SELECT seq, body FROM {records} AS r ORDER BY seq",
+            "session_id = $1 AND seq BETWEEN $2 AND $3",
+            session_id,
+            first,
+            last,
         )
         where = f"{self._records}#{session_id}"
         out: list[Record] = []
@@ -785,20 +811,99 @@ class PostgresStore:
             raise SessionNotFound(f"no log for session {session_id!r}")
 
         async def fetch(first: int, last: int) -> list[ItemRecord]:
-            rows = await self._fetch_read(
-                lambda pool: pool.fetch(
-                    f"SELECT seq, body FROM {self._records} WHERE session_id = $1 "
-                    "AND seq BETWEEN $2 AND $3 AND body ILIKE ALL($4::text[]) ORDER BY seq",
-                    session_id,
-                    first,
-                    last,
-                    patterns,
-                ),
-                list,
+            rows = await self._fetch_logged(
+                lambda records: f"SELECT seq, body FROM {records} AS r ORDER BY seq",
+                "session_id = $1 AND seq BETWEEN $2 AND $3 AND body ILIKE ALL($4::text[])",
+                session_id,
+                first,
+                last,
+                patterns,
             )
             return decode_found(((r["seq"], r["body"]) for r in rows), where=where)
 
         return await scan_windows(fetch, int(last_seq), deadline=deadline)
+
+    async def read_identity(self, session_id: str) -> LogRead:
+        """The session record, then every ``settings_changed``, ``rewind`` and
+        ``forked_from`` record: what resume folds a session's identity from, read from the
+        hot table alone (those records are never archived). Raises ``InvalidSessionId``,
+        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
+        validate_session_id(session_id)
+
+        async def run(pool: Any) -> list[Any]:
+            async with pool.acquire() as conn:
+                return await read_identity_rows(conn, self._tables, session_id)
+
+        rows = await self._fetch_read(run, list)
+        if not rows or rows[0]["seq"] != 1:
+            raise SessionNotFound(f"no log for session {session_id!r}")
+        return LogRead(records=decode_identity(rows, where=f"{self._records}#{session_id}"))
+
+    async def archive(
+        self,
+        *,
+        older_than: timedelta,
+        session_id: str | None = None,
+        batch: int = ARCHIVE_BATCH,
+        on_batch: Callable[[str, int], None] | None = None,
+    ) -> list[ArchiveReport]:
+        """Move the records of ``session_id`` (every compacted session when None) that a
+        compaction recorded more than ``older_than`` ago covers into
+        ``stowage_records_archive``, ``batch`` seqs a transaction (see ``_pg_archive``); safe
+        to stop at any point and to run again. Returns one report per session looked at.
+        Raises ``InvalidSessionId``, ``CorruptLogError``, ``StoreError``."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        pool = await self._get_pool(write=True)
+        try:
+            cutoff = await pool.fetchval("SELECT now()") - older_than
+            if session_id is None:
+                rows = await pool.fetch(
+                    f"SELECT session_id FROM {self._sessions} WHERE tail_from > 1 "
+                    "ORDER BY session_id"
+                )
+                ids = [row["session_id"] for row in rows]
+            else:
+                ids = [session_id]
+            return [
+                await archive_session(
+                    pool, self._tables, each, cutoff=cutoff, batch=batch, on_batch=on_batch
+                )
+                for each in ids
+            ]
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+
+    async def partitions(self) -> int:
+        """How many hash partitions (by session) the records table has: 0 when it is a plain
+        table or does not exist yet. Raises ``StoreError``."""
+        pool = await self._get_pool(write=False)
+        try:
+            async with pool.acquire() as conn:
+                return await partition_count(conn, self._schema)
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+
+    async def migrate_partitions(
+        self,
+        count: int,
+        *,
+        batch: int = MIGRATE_BATCH,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> bool:
+        """Make the records table ``PARTITION BY HASH (session_id)`` with ``count`` partitions:
+        a new table filled in batches while workers go on, then swapped in under a short
+        exclusive lock (see ``_pg_partitions``); ``on_progress(copied, total)`` after each
+        batch. Returns False when it already has ``count`` partitions (nothing done). Raises
+        ``ConfigError`` for a count below 2 or when it is partitioned with another count,
+        ``StoreError``."""
+        pool = await self._get_pool(write=True)
+        try:
+            return await migrate_to_partitions(
+                pool, self._schema, count, batch=batch, on_progress=on_progress
+            )
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
 
     @asynccontextmanager
     async def notifications(
@@ -952,17 +1057,20 @@ class PostgresStore:
     async def _read(self, session_id: str, *, tail: bool) -> LogRead:
         validate_session_id(session_id)
 
-        # one statement, so one snapshot: the session row and its records agree
-        rows = await self._fetch_read(
-            lambda pool: pool.fetch(
+        # one statement, so one snapshot: the session row and its records agree, and a record
+        # being archived is in exactly one of the two tables. Resume's read (``tail``) finds
+        # nothing in the archive but after a rewind to before an archived compaction (its
+        # probe of the archive's key is one index lookup); the whole log reads both.
+        rows = await self._fetch_logged(
+            lambda records: (
                 f"SELECT s.tail_from, r.seq, r.body FROM {self._sessions} AS s "
-                f"LEFT JOIN {self._records} AS r ON r.session_id = s.session_id "
-                "AND (r.seq = 1 OR r.seq >= CASE WHEN $2 THEN s.tail_from ELSE 1 END) "
-                "WHERE s.session_id = $1 AND s.tail_from > 0 ORDER BY r.seq",
-                session_id,
-                tail,
+                f"LEFT JOIN LATERAL {records} AS r ON true "
+                "WHERE s.session_id = $1 AND s.tail_from > 0 ORDER BY r.seq"
             ),
-            list,
+            "session_id = s.session_id AND (seq = 1 OR seq >= s.tail_from)"
+            if tail
+            else "session_id = s.session_id",
+            session_id,
         )
         if not rows:
             raise SessionNotFound(f"no log for session {session_id!r}")
@@ -970,6 +1078,27 @@ class PostgresStore:
         where = f"{self._records}#{session_id}"
         pairs = ((row["seq"], row["body"]) for row in rows if row["seq"] is not None)
         return LogRead(records=decode_rows(pairs, where=where, tail_from=start))
+
+    async def _fetch_logged(
+        self, query: Callable[[str], str], where: str, *arguments: Any
+    ) -> list[Any]:
+        """Rows of ``query(relation)``, the relation being the hot and archived rows that
+        match ``where``; of the hot rows alone on a database whose archive table was never
+        made (written by an earlier version, read before any write of this one)."""
+        try:
+            pool = await self._get_pool(write=False)
+            return list(await pool.fetch(query(self._tables.both(where)), *arguments))
+        except self._pg.UndefinedTableError:
+            pass
+        except self._pg.InvalidSchemaNameError:
+            return []
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        hot = f"(SELECT seq, body FROM {self._records} WHERE {where})"
+        rows: list[Any] = await self._fetch_read(
+            lambda pool: pool.fetch(query(hot), *arguments), list
+        )
+        return rows
 
     async def _fetch_read(self, fn: Callable[[Any], Any], missing: Callable[[], T]) -> Any:
         """Run a read; ``missing()`` answers it when the tables do not exist yet."""
@@ -1025,8 +1154,10 @@ class PostgresStore:
                 "session_id text NOT NULL, seq bigint NOT NULL, body text NOT NULL, "
                 "PRIMARY KEY (session_id, seq))"
             )
+            await conn.execute(self._tables.ddl())  # covered records moved out of the way
             for statement in self._inbox.ddl():  # the message ids the logs hold
                 await conn.execute(statement)
+            await conn.execute(self._workers.ddl())  # who is up, idle workers too
 
 
 def _pool_options(pg: ModuleType) -> dict[str, Any]:

@@ -13,6 +13,9 @@ and owner are still this store's (``FencingError`` otherwise), so a writer whose
 over cannot add one record. A lease is free when released, expired (``lease_ttl`` seconds after
 its last renewal) or held by a process of this host that no longer exists (a killed writer does
 not block its sessions for a whole TTL). Readers never write: they create no file and no table.
+
+Records that old compactions cover may move to ``records_archive`` (``archive``, see
+``_archive``): every read but resume's reads the two tables as one log.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -29,6 +33,7 @@ import anyio
 import anyio.to_thread
 from stowage.core import (
     ConfigError,
+    CorruptLogError,
     FencingError,
     ItemRecord,
     LeaseHolder,
@@ -41,6 +46,8 @@ from stowage.core import (
     validate_session_id,
 )
 
+from ._archive import ARCHIVE_BATCH, ArchiveReport, archive_through, identity_records
+from ._codec import decode_record
 from ._lease import (
     Lease,
     LeaseRow,
@@ -55,6 +62,14 @@ from ._lease import (
 )
 from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
+from ._sqlite_archive import (
+    ARCHIVE_DDL,
+    archive_state,
+    has_archive,
+    identity_rows,
+    logged_rows,
+    move_batch,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -109,6 +124,7 @@ class SqliteStore:
         self._synchronous = "FULL" if durability == "fsync" else "OFF"
         self._conn: sqlite3.Connection | None = None
         self._schema_ready = False
+        self._has_archive = False
         self._lock = anyio.Lock()
         self._closed = False
         self._owner = new_owner()
@@ -273,16 +289,88 @@ class SqliteStore:
 
         async def fetch(first: int, last: int) -> list[ItemRecord]:
             def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
-                return conn.execute(
-                    "SELECT seq, body FROM records WHERE session_id = ? AND seq BETWEEN ? AND ?"
-                    f"{matching} ORDER BY seq",
+                return logged_rows(
+                    conn,
+                    f"session_id = ? AND seq BETWEEN ? AND ?{matching}",
                     (session_id, first, last, *patterns),
-                ).fetchall()
+                    archived=self._archived(conn),
+                )
 
             return decode_found(await self._run(run, missing=list), where=where)
 
         newest = await self._run(last_seq, missing=missing)
         return await scan_windows(fetch, newest, deadline=deadline)
+
+    async def read_identity(self, session_id: str) -> LogRead:
+        """The session record, then every ``settings_changed``, ``rewind`` and
+        ``forked_from`` record: what resume folds a session's identity from, read from the
+        hot table alone (those records are never archived). Raises ``InvalidSessionId``,
+        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
+        validate_session_id(session_id)
+        where = f"{self._path}#{session_id}"
+
+        def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            return identity_rows(conn, session_id)
+
+        rows: list[tuple[int, str]] = await self._run(run, missing=lambda: [])
+        if not rows or rows[0][0] != 1:
+            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+        return LogRead(records=identity_records(_decoded(rows, where)))
+
+    async def archive(
+        self,
+        *,
+        older_than: timedelta,
+        session_id: str | None = None,
+        batch: int = ARCHIVE_BATCH,
+        on_batch: Callable[[str, int], None] | None = None,
+    ) -> list[ArchiveReport]:
+        """Move the records of ``session_id`` (every compacted session when None) that a
+        compaction recorded more than ``older_than`` ago covers into ``records_archive``,
+        ``batch`` seqs a transaction (see ``_sqlite_archive``); safe to stop at any point and
+        to run again. Returns one report per session looked at. Raises ``InvalidSessionId``,
+        ``CorruptLogError``, ``StoreError``."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        cutoff = datetime.now(UTC) - older_than
+
+        def compacted(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT session_id FROM sessions WHERE tail_from > 1 ORDER BY session_id"
+            )
+            return [row[0] for row in rows]
+
+        ids: list[str] = (
+            [session_id]
+            if session_id is not None
+            else await self._run(compacted, missing=lambda: [])
+        )
+        reports = []
+        for each in ids:
+            state = await self._run(
+                partial(archive_state, session_id=each), write=True, missing=lambda: None
+            )
+            if state is None:
+                reports.append(ArchiveReport(session_id=each, moved=0, archived_through=0))
+                continue
+            tail_from, archived, rows = state
+            candidates = _decoded(rows, f"{self._path}#{each}")
+            through = archive_through(candidates, cutoff=cutoff, tail_from=tail_from)
+            moved = 0
+            first = max(archived + 1, 2)  # seq 1, the session record, stays hot
+            while first <= through:
+                last = min(through, first + batch - 1)
+                count = await self._run(
+                    partial(move_batch, session_id=each, first=first, last=last), write=True
+                )
+                moved += count
+                if on_batch is not None:
+                    on_batch(each, count)
+                first = last + 1
+            reports.append(
+                ArchiveReport(session_id=each, moved=moved, archived_through=max(archived, through))
+            )
+        return reports
 
     async def exists(self, session_id: str) -> bool:
         """Whether the session has a log; raises ``InvalidSessionId``."""
@@ -469,10 +557,13 @@ class SqliteStore:
             if row is None:
                 raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
             tail_from = row[0] if tail else 1
-            rows = conn.execute(
-                "SELECT seq, body FROM records WHERE session_id = ? AND (seq = 1 OR seq >= ?) "
-                "ORDER BY seq",
+            # resume's read (``tail``) finds nothing in the archive but after a rewind to
+            # before an archived compaction (one probe of the archive's key)
+            rows = logged_rows(
+                conn,
+                "session_id = ? AND (seq = 1 OR seq >= ?)",
                 (session_id, tail_from),
+                archived=self._archived(conn),
             )
             return LogRead(records=decode_rows(rows, where=where, tail_from=tail_from))
 
@@ -480,6 +571,13 @@ class SqliteStore:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
 
         return await self._run(run, missing=missing)
+
+    def _archived(self, conn: sqlite3.Connection) -> bool:
+        """Whether reads must look in the archive table too: it exists (a file an earlier
+        version wrote has none until this version writes it)."""
+        if not self._has_archive:
+            self._has_archive = has_archive(conn)
+        return self._has_archive
 
     async def _run(
         self,
@@ -538,9 +636,20 @@ class SqliteStore:
             self._conn = conn
         if write and not self._schema_ready:
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.executescript(_SCHEMA)
-            self._schema_ready = True
+            self._conn.executescript(_SCHEMA + ARCHIVE_DDL)
+            self._schema_ready = self._has_archive = True
         return self._conn
+
+
+def _decoded(rows: list[tuple[int, str]], where: str) -> list[Record]:
+    """Decode candidate rows; ``CorruptLogError`` naming ``where`` and the seq of a bad one."""
+    out: list[Record] = []
+    for seq, body in rows:
+        try:
+            out.append(decode_record(body))
+        except ValueError as exc:
+            raise CorruptLogError(str(exc), path=where, line=seq) from None
+    return out
 
 
 def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -373,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ._approve import add_approval_commands
     from ._console import add_console_command
     from ._exits import EXIT_STATUSES
+    from ._store_admin import add_store_admin_commands
     from ._worker import add_worker_commands
     from ._workers import add_workers_command
 
@@ -391,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_workers_command(sub)
     add_console_command(sub)
     add_approval_commands(sub, _common)
+    add_store_admin_commands(sub)
     return parser
 
 
@@ -930,6 +932,18 @@ async def _approval(args: argparse.Namespace) -> int:
     return await approval_main(args)
 
 
+async def _archive(args: argparse.Namespace) -> int:
+    from ._store_admin import archive_main
+
+    return await archive_main(args)
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    from ._store_admin import migrate_main
+
+    return await migrate_main(args)
+
+
 #: each command's handler: it imports what the command uses when it runs
 _HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "run": _run_new,
@@ -954,6 +968,8 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "console": _console,
     "approve": _approval,
     "deny": _approval,
+    "archive": _archive,
+    "migrate": _migrate,
 }
 
 # events the command's own one-line error (or the status line) already reports: printing them

@@ -219,15 +219,20 @@ def settings_from_options(
     values.update(options)
     if getattr(args, "stream", None) is False:
         values["stream"] = False
+    anthropic = values.get("wire_api") == "anthropic"
     if values.get("base_url") is None:
-        values["base_url"] = os.environ.get("OPENAI_BASE_URL")
-    values["api_key"] = _api_key(args, config, values.get("profile"))
+        values["base_url"] = os.environ.get(
+            "ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"
+        )
+    values["api_key"] = _api_key(args, config, values.get("profile"), anthropic=anthropic)
     return Settings(workspace=Path.cwd(), **{**values, **extra})
 
 
-def _api_key(args: argparse.Namespace, config: ConfigBase, profile: str | None) -> str | None:
+def _api_key(
+    args: argparse.Namespace, config: ConfigBase, profile: str | None, *, anthropic: bool = False
+) -> str | None:
     """--api-key, else the profile's key, else STOWAGE_API_KEY or a file's, else
-    OPENAI_API_KEY."""
+    OPENAI_API_KEY (ANTHROPIC_API_KEY on the anthropic wire)."""
     typed: str | None = getattr(args, "api_key", None)
     if typed:
         return typed
@@ -236,7 +241,7 @@ def _api_key(args: argparse.Namespace, config: ConfigBase, profile: str | None) 
         return found[1].api_key.get_secret_value()
     if config.api_key is not None:
         return config.api_key.get_secret_value()
-    return os.environ.get("OPENAI_API_KEY")
+    return os.environ.get("ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY")
 
 
 async def continued_settings(

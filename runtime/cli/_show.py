@@ -113,6 +113,8 @@ def render_transcript(
                 )
                 if usage and usage.cached_tokens:
                     figures += f" cached {usage.cached_tokens}"
+                if usage and usage.cache_write_tokens:
+                    figures += f" cache-written {usage.cache_write_tokens}"
                 flag = " (interrupted, closed on resume)" if interrupted else ""
                 after = in_use_at.get(record.seq)
                 if after is not None:

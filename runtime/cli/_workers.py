@@ -1,9 +1,11 @@
-"""``stowage workers``: the workers of a PostgreSQL store that hold sessions now.
+"""``stowage workers``: the workers of a PostgreSQL store that are up, and what they hold.
 
-Read from the leases themselves (``PostgresStore.live_workers``), so it needs nothing from the
-workers: one row per worker with a live lease (pid, host, sessions held, oldest grant, newest
-renewal). A worker idling with no session leased holds no row and is not listed; one whose
-leases expired (dead, or stalled past its TTL) is gone from the list too.
+Read from the store alone (``PostgresStore.live_workers``): each worker's own row, which it
+rewrites every lease-renew interval with its rounds so far (so an idle worker is listed too,
+and rounds/s is the difference of its last two beats), joined to the live leases (sessions
+held, oldest grant, newest renewal). A store object holding leases that never beats (a plain
+``stowage run``) is listed from its leases, without rounds/s. A worker that stopped deleted its
+row; one killed drops off once its row and leases expire (the lease TTL).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ __all__ = ["add_workers_command", "format_workers", "workers_main"]
 def add_workers_command(subparsers: Any) -> None:
     """Add ``workers`` to the subparsers of ``stowage`` (its options are added when used)."""
     workers = subparsers.add_parser(
-        "workers", help="list the workers holding sessions of a PostgreSQL store"
+        "workers", help="list the workers of a PostgreSQL store and the sessions they hold"
     )
     fill_later(workers, _workers_options)
     workers.set_defaults(handler=workers_main)
@@ -37,14 +39,18 @@ def _workers_options(workers: argparse.ArgumentParser) -> None:
 
 def format_workers(rows: list[dict[str, Any]], *, now: datetime) -> str:
     """The table ``stowage workers`` prints (a header, then one line per worker). Pure."""
-    lines = [f"{'PID':>8}  {'HOST':<24} {'SESSIONS':>8}  {'RENEWED':>12}  {'HOLDING SINCE':>14}"]
+    lines = [
+        f"{'PID':>8}  {'HOST':<24} {'SESSIONS':>8}  {'ROUNDS/S':>8}  {'RENEWED':>12}  {'SINCE':>14}"
+    ]
     for row in rows:
+        rate = row.get("rounds_per_s")
         lines.append(
             f"{row['pid'] or '-':>8}  {row['host'] or '-'!s:<24} {row['sessions']:>8}  "
+            f"{'-' if rate is None else f'{rate:.1f}':>8}  "
             f"{_ago(row['renewed'], now):>12}  {_ago(row['since'], now):>14}"
         )
     if not rows:
-        lines.append("(no worker holds a session)")
+        lines.append("(no worker is up and no session is held)")
     return "\n".join(lines)
 
 

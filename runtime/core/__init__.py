@@ -117,7 +117,7 @@ if TYPE_CHECKING:
         request_bytes,
         request_manifest,
     )
-    from ._projection import PREVIEW_MIN_CHARS, build_projection, default_stub
+    from ._projection import PREVIEW_MIN_CHARS, StubCache, build_projection, default_stub
     from ._protected import ProtectedEntry, ProtectedState, prepare_all, render, user_ops, verify
     from ._protected_updates import (
         UPDATES_INSTRUCTIONS,
@@ -159,7 +159,7 @@ if TYPE_CHECKING:
         validate_session_id,
     )
     from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars
-    from ._store import LeaseHolder, LogRead, LogStore, TornTail, WriterLease
+    from ._store import IdentityReader, LeaseHolder, LogRead, LogStore, TornTail, WriterLease
     from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool_context
 
 __all__ = [
@@ -234,6 +234,7 @@ __all__ = [
     "LeaseHolder",
     "LogRead",
     "LogRepaired",
+    "IdentityReader",
     "LogStore",
     "MicrocompactRecord",
     "Microcompacted",
@@ -277,6 +278,7 @@ __all__ = [
     "StoreError",
     "StowageError",
     "StreamEvent",
+    "StubCache",
     "SystemMessage",
     "TextDelta",
     "Tool",
@@ -420,6 +422,7 @@ _EXPORTS = {
     "tail_records": "._lineage",
     "configure_logging": "._logging",
     "PREVIEW_MIN_CHARS": "._projection",
+    "StubCache": "._projection",
     "build_projection": "._projection",
     "default_stub": "._projection",
     "ProtectedEntry": "._protected",
@@ -465,6 +468,7 @@ _EXPORTS = {
     "item_chars": "._sizes",
     "LeaseHolder": "._store",
     "LogRead": "._store",
+    "IdentityReader": "._store",
     "LogStore": "._store",
     "TornTail": "._store",
     "WriterLease": "._store",

@@ -7,6 +7,7 @@ History, protected state and every derived figure are folds over these records (
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
@@ -37,9 +38,20 @@ __all__ = [
 ]
 
 
+# the last stamp made, by the millisecond it names: every record gets one, and a round's
+# records are made within the same millisecond, so most stamps are a look-up, not a format
+_last_ts: tuple[int, str] = (-1, "")
+
+
 def now_ts() -> str:
     """The current UTC time as an ISO-8601 string with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    global _last_ts
+    ms = time.time_ns() // 1_000_000
+    if ms != _last_ts[0]:
+        seconds, millis = divmod(ms, 1000)
+        stamp = datetime.fromtimestamp(seconds, UTC).replace(microsecond=millis * 1000)
+        _last_ts = (ms, stamp.isoformat(timespec="milliseconds"))
+    return _last_ts[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +63,9 @@ class Usage:
     total_tokens: int
     #: input tokens the provider served from its prompt cache (0 when it did not say)
     cached_tokens: int = 0
+    #: input tokens the provider wrote to its prompt cache for later requests (Anthropic's
+    #: ``cache_creation_input_tokens``; 0 when it did not say, or it caches on its own)
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,6 +50,10 @@ def redact_url(url: str | None) -> str | None:
             [(name, REDACTED if _SECRET_PARAM.search(name) else value) for name, value in pairs],
             safe=REDACTED,
         )
+    if netloc == parts.netloc and query == parts.query:
+        # nothing hidden: the text as given, since rebuilding it drops the empty authority
+        # of ``sqlite:////abs/path`` and ``sqlite:///rel`` and names another file
+        return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

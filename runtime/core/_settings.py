@@ -107,7 +107,7 @@ class Settings:
     base_url: Annotated[
         str | None,
         setting(
-            "OpenAI-compatible endpoint (else OPENAI_BASE_URL)",
+            "the model endpoint (else OPENAI_BASE_URL, or ANTHROPIC_BASE_URL on the anthropic wire)",
             cli="--base-url",
             profile=True,
         ),
@@ -115,15 +115,18 @@ class Settings:
     api_key: Annotated[
         str | None,
         setting(
-            "API key (else the profile's, STOWAGE_API_KEY or OPENAI_API_KEY); never stored",
+            "API key (else the profile's, STOWAGE_API_KEY or OPENAI_API_KEY, ANTHROPIC_API_KEY on "
+            "the anthropic wire); never stored",
             cli="--api-key",
             profile=True,
         ),
     ] = dataclasses.field(default=None, repr=False)
     wire_api: Annotated[
-        Literal["chat", "responses"],
+        Literal["chat", "responses", "anthropic"],
         setting(
-            "the endpoint's API: chat completions or responses", cli="--wire-api", profile=True
+            "the endpoint's API: chat completions, responses, or anthropic (Claude's Messages)",
+            cli="--wire-api",
+            profile=True,
         ),
     ] = "chat"
     store: Annotated[
@@ -133,6 +136,15 @@ class Settings:
         Literal["fsync", "none"],
         setting("fsync every batch before it is acknowledged, or leave it to the OS"),
     ] = "fsync"
+    archive_after: Annotated[
+        float | None,
+        setting(
+            "seconds after a compaction that 'stowage archive' moves the records it covers to "
+            "the archive table resume never reads (SQLite, PostgreSQL); unset: only with "
+            "--older-than",
+            gt=0,
+        ),
+    ] = None
     system: Annotated[
         str | None, setting("the system message of a new session", cli="--system")
     ] = None

@@ -45,7 +45,7 @@ from typing import Protocol, runtime_checkable
 
 from ._records import Record
 
-__all__ = ["LeaseHolder", "LogRead", "LogStore", "TornTail", "WriterLease"]
+__all__ = ["IdentityReader", "LeaseHolder", "LogRead", "LogStore", "TornTail", "WriterLease"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,4 +192,16 @@ class LogStore(Protocol):
 
     async def aclose(self) -> None:
         """Release every lease this store holds, then files and connections."""
+        ...
+
+
+@runtime_checkable
+class IdentityReader(Protocol):
+    """A store that reads what a session's identity is folded from without its whole log
+    (the SQL stores, whose archive of covered records resume never reads)."""
+
+    async def read_identity(self, session_id: str) -> LogRead:
+        """The session's first record, then every ``settings_changed``, ``rewind`` and
+        ``forked_from`` record, in seq order. Raises ``SessionNotFound``,
+        ``InvalidSessionId``, ``CorruptLogError``, ``StoreError``."""
         ...

@@ -18,10 +18,14 @@ import structlog
 from stowage.core import (
     DEFAULT_COMPACT_THRESHOLD,
     ConfigError,
+    ForkedFromRecord,
+    IdentityReader,
+    LineageStore,
     LogStore,
     Record,
     SessionIdentity,
     Settings,
+    effective_records,
     identity_from_records,
     validate_session_id,
 )
@@ -48,11 +52,20 @@ _log = structlog.get_logger("stowage.runtime")
 
 async def session_identity(store: LogStore, session_id: str) -> SessionIdentity:
     """The identity session ``session_id`` runs with: its session record with every
-    ``settings_changed`` record folded in. Reads the whole log; takes no lease.
+    ``settings_changed`` record folded in. Takes no lease; reads the whole log, or on a store
+    that can (``IdentityReader``) only the records the identity is folded from.
 
     Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError``, ``StoreError``.
     """
-    read = await store.read(validate_session_id(session_id), repair=False)
+    validate_session_id(session_id)
+    # the SQL stores read only the few records the identity folds, never the archive: what
+    # keeps a long session's resume from reading its whole log (a fork's needs its lineage)
+    inner = store.inner if isinstance(store, LineageStore) else store
+    if isinstance(inner, IdentityReader):
+        records = (await inner.read_identity(session_id)).records
+        if records and not isinstance(records[0], ForkedFromRecord):
+            return identity_from_records(effective_records(records))
+    read = await store.read(session_id, repair=False)
     return identity_from_records(read.records)
 
 

@@ -31,13 +31,14 @@ from typing import Any, Self
 import anyio
 import structlog
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from stowage.actors import (
     Advice,
     Append,
     CompactorInbox,
     CompactorKept,
     Doorbell,
+    MailboxReceive,
+    MailboxSend,
     RunTools,
     Sampler,
     SamplerCommand,
@@ -45,6 +46,7 @@ from stowage.actors import (
     Slot,
     TurnResult,
     mailbox,
+    open_mailbox,
     run_compactor,
     run_persistence,
     run_tool_executor,
@@ -250,7 +252,7 @@ class Runtime:
         self._leases = Leases(self.store, self._lease_lost, self._held_leases)
         self._renewer: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
-        self._persistence: MemoryObjectSendStream[Append] | None = None
+        self._persistence: MailboxSend[Append] | None = None
 
     @property
     def limits(self) -> dict[str, CallLimiter | anyio.CapacityLimiter | None]:
@@ -817,7 +819,9 @@ class Runtime:
         """Start the session of ``slot`` (creating, its lease held): live from now on."""
         self._check_running()
         assert self._tg is not None
-        send, receive = anyio.create_memory_object_stream[SamplerCommand](self._capacity)
+        send: MailboxSend[SamplerCommand]
+        receive: MailboxReceive[SamplerCommand]
+        send, receive = open_mailbox(self._capacity)
         doorbell = Doorbell()
         session = Session(
             state.session_id,
@@ -878,7 +882,7 @@ class Runtime:
     async def _supervise(
         self,
         slot: SessionSlot,
-        commands: MemoryObjectReceiveStream[SamplerCommand],
+        commands: MailboxReceive[SamplerCommand],
         doorbell: Doorbell,
     ) -> None:
         assert self._persistence is not None
@@ -996,7 +1000,7 @@ def _fencing_error(exc: BaseException) -> FencingError | None:
 
 
 async def _next_command(
-    commands: MemoryObjectReceiveStream[SamplerCommand], doorbell: Doorbell
+    commands: MailboxReceive[SamplerCommand], doorbell: Doorbell
 ) -> SamplerCommand:
     """The next command, waited for on the doorbell (rung by every command and by the end of
     input): a parked session then holds no waiter in its stream, only the doorbell's event
@@ -1017,7 +1021,7 @@ def _between_runs(slot: SessionSlot, to: SlotState) -> None:
 async def _run_actors(
     ctx: SessionContext,
     sampler: Sampler,
-    commands: MemoryObjectReceiveStream[SamplerCommand],
+    commands: MailboxReceive[SamplerCommand],
     first: SamplerCommand,
     committed: CompactorInbox,
     plans: Slot[Advice],
@@ -1035,7 +1039,7 @@ async def _run_actors(
     return ended
 
 
-async def _tool_executor(ctx: SessionContext, inbox: MemoryObjectReceiveStream[RunTools]) -> None:
+async def _tool_executor(ctx: SessionContext, inbox: MailboxReceive[RunTools]) -> None:
     await run_tool_executor(
         ctx.session_id,
         ctx.tools,

@@ -102,6 +102,10 @@ async def probe_endpoint(
     """
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    if wire_api == "anthropic":  # its own root, key header and version header
+        base_url = (base_url or "https://api.anthropic.com").rstrip("/").removesuffix("/v1")
+        url = f"{base_url}/v1/models"
+        headers = {"anthropic-version": "2023-06-01"} | ({"x-api-key": api_key} if api_key else {})
     import httpx  # here, not at import: ``import stowage.model`` stays light
 
     try:
@@ -128,7 +132,7 @@ async def _probe_route(
     import httpx
 
     base = (base_url or _DEFAULT_BASE_URL).rstrip("/")
-    route = "/chat/completions" if wire_api == "chat" else "/responses"
+    route = {"chat": "/chat/completions", "anthropic": "/v1/messages"}.get(wire_api, "/responses")
     url = f"{base}{route}"
     try:
         async with httpx.AsyncClient(timeout=wait) as client:

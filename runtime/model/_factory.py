@@ -13,13 +13,27 @@ __all__ = ["make_gateway"]
 
 
 def make_gateway(settings: Settings) -> ModelGateway:
-    """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, else an
-    ``OpenAIGateway`` (its HTTP client is imported here, on first use).
+    """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, an
+    ``AnthropicGateway`` for wire_api ``anthropic``, else an ``OpenAIGateway`` (its HTTP
+    client is imported here, on first use).
 
-    Raises ``ConfigError`` when an OpenAI gateway has no API key.
+    Raises ``ConfigError`` when the gateway has no API key.
     """
     if settings.model == "scripted":
         return ScriptedModel()
+    if settings.wire_api == "anthropic":
+        from ._anthropic_gateway import AnthropicGateway
+
+        return AnthropicGateway(
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            timeout=settings.request_timeout,
+            stream_idle_timeout=settings.stream_idle_timeout,
+            request_deadline=settings.request_deadline,
+            max_retry_wait=settings.max_retry_wait,
+            max_answer_chars=settings.max_answer_chars,
+            http_client=settings.http_client,
+        )
     from ._openai_gateway import OpenAIGateway
 
     return OpenAIGateway(

@@ -254,6 +254,8 @@ _LIMIT = (
     re.compile(r"context (?:window|length) (?:is|of) (\d[\d,]*)", re.IGNORECASE),
     re.compile(r"> ?(\d[\d,]*) maximum", re.IGNORECASE),
     re.compile(r"limit (?:is|of) (\d[\d,]*) tokens", re.IGNORECASE),
+    # Anthropic, when prompt and max_tokens together pass it: "197000 + 8192 > 200000"
+    re.compile(r"\d[\d,]* \+ \d[\d,]* > (\d[\d,]*)"),
 )
 # The input it counted, most precise first: "(7180 in the messages, ...)", "your messages
 # resulted in 7180 tokens", "prompt is too long: 7180 tokens".
@@ -261,6 +263,7 @@ _INPUT = (
     re.compile(r"(\d[\d,]*) in the messages", re.IGNORECASE),
     re.compile(r"resulted in (\d[\d,]*) tokens", re.IGNORECASE),
     re.compile(r"prompt is too long: (\d[\d,]*) tokens", re.IGNORECASE),
+    re.compile(r"(\d[\d,]*) \+ \d[\d,]* > \d", re.IGNORECASE),
 )
 _TOKENS = re.compile(r"(\d[\d,]*) tokens", re.IGNORECASE)
 

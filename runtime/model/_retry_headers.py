@@ -3,8 +3,10 @@
 Providers and the proxies in front of them say it in different words: ``Retry-After``
 (seconds or an HTTP date), ``retry-after-ms``, LiteLLM's ``llm_provider-*`` copies of the
 provider's own headers, and OpenAI's ``x-ratelimit-reset-requests`` / ``-tokens`` (durations
-such as ``1s``, ``6m0s``, ``250ms``). The longest wait that applies wins: a reset applies
-only to a limit that is used up (its ``x-ratelimit-remaining-*`` is 0 or not given).
+such as ``1s``, ``6m0s``, ``250ms``), and Anthropic's ``anthropic-ratelimit-*-reset`` (an
+RFC 3339 time). The longest wait that applies wins: a reset applies only to a limit that is
+used up (its ``x-ratelimit-remaining-*`` or ``anthropic-ratelimit-*-remaining`` is 0 or not
+given).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 
 __all__ = ["parse_duration", "parse_retry_after", "requested_wait"]
@@ -65,6 +68,19 @@ def _millis(value: str | None) -> float | None:
         return None
 
 
+def _until(value: str | None, now: float | None) -> float | None:
+    """Seconds until an RFC 3339 time (Anthropic's resets), or None when it is not one."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
 def _exhausted(headers: Mapping[str, str], remaining: str) -> bool:
     value = headers.get(remaining)
     if value is None:
@@ -83,6 +99,10 @@ def _waits(headers: Mapping[str, str], now: float | None) -> list[float | None]:
     for kind in ("requests", "tokens"):
         if _exhausted(headers, f"x-ratelimit-remaining-{kind}"):
             waits.append(parse_duration(headers.get(f"x-ratelimit-reset-{kind}")))
+    for kind in ("requests", "tokens", "input-tokens", "output-tokens"):
+        prefix = f"anthropic-ratelimit-{kind}"
+        if f"{prefix}-reset" in headers and _exhausted(headers, f"{prefix}-remaining"):
+            waits.append(_until(headers[f"{prefix}-reset"], now))
     return waits
 
 

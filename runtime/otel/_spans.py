@@ -178,6 +178,10 @@ class TraceSubscriber:
                 attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
                 if usage.cached_tokens > 0:  # 0: the endpoint did not say
                     attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached_tokens
+                if usage.cache_write_tokens > 0:  # Anthropic's cache writes
+                    attributes["gen_ai.usage.cache_creation.input_tokens"] = (
+                        usage.cache_write_tokens
+                    )
             if event.truncated:
                 attributes["gen_ai.response.finish_reasons"] = ("length",)
             span = self._tracer().start_span(

@@ -34,7 +34,7 @@ class ModelLimits:
     max_output_tokens: int
 
 
-#: Published limits of common OpenAI models. Dated snapshots ("gpt-4o-2024-08-06") match by
+#: Published limits of common OpenAI and Anthropic models. Dated snapshots ("gpt-4o-2024-08-06") match by
 #: prefix. ``scripted`` is the offline model: a small window so that demos compact.
 MODEL_REGISTRY: Mapping[str, ModelLimits] = {
     "gpt-5": ModelLimits(context_window=400_000, max_output_tokens=128_000),
@@ -52,6 +52,18 @@ MODEL_REGISTRY: Mapping[str, ModelLimits] = {
     "o3": ModelLimits(context_window=200_000, max_output_tokens=100_000),
     "o3-mini": ModelLimits(context_window=200_000, max_output_tokens=100_000),
     "o4-mini": ModelLimits(context_window=200_000, max_output_tokens=100_000),
+    # Anthropic's Claude models (wire_api "anthropic"): 200k windows
+    "claude-opus-4-5": ModelLimits(context_window=200_000, max_output_tokens=64_000),
+    "claude-opus-4-1": ModelLimits(context_window=200_000, max_output_tokens=32_000),
+    "claude-opus-4": ModelLimits(context_window=200_000, max_output_tokens=32_000),
+    "claude-sonnet-4-5": ModelLimits(context_window=200_000, max_output_tokens=64_000),
+    "claude-sonnet-4": ModelLimits(context_window=200_000, max_output_tokens=64_000),
+    "claude-haiku-4-5": ModelLimits(context_window=200_000, max_output_tokens=64_000),
+    "claude-3-7-sonnet": ModelLimits(context_window=200_000, max_output_tokens=64_000),
+    "claude-3-5-sonnet": ModelLimits(context_window=200_000, max_output_tokens=8_192),
+    "claude-3-5-haiku": ModelLimits(context_window=200_000, max_output_tokens=8_192),
+    "claude-3-opus": ModelLimits(context_window=200_000, max_output_tokens=4_096),
+    "claude-3-haiku": ModelLimits(context_window=200_000, max_output_tokens=4_096),
     "scripted": ModelLimits(context_window=10_000, max_output_tokens=1_000),
 }
 

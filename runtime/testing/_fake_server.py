@@ -1,8 +1,8 @@
 """A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider.
 
-It serves ``/v1/chat/completions`` and ``/v1/responses`` (streamed and not) from a brain (the
-scripted one by default), and ``/v1/responses/compact`` (the brain's summary sealed in a
-compaction item it reads back when the item returns; ``compact_endpoint=False`` answers 404), records every request body, and injects faults on demand: in process
+It serves ``/v1/chat/completions``, ``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed
+and not; see ``_fake_messages``) from a brain (the scripted one by default), and
+``/v1/responses/compact`` (the brain's summary sealed in a compaction item it reads back when the item returns; ``compact_endpoint=False`` answers 404), records every request body, and injects faults on demand: in process
 through ``inject``, or from another process through ``POST /_fake/faults``; or at random, at
 given rates (``fault_rates``), for load runs. Faults answer like real providers and the proxies
 in front of them do when things go wrong: errors with their headers and bodies (OpenAI's and
@@ -46,6 +46,13 @@ from ._fake_faults import (
     mutate,
     responses_answer,
     responses_stream,
+)
+from ._fake_messages import (
+    BreakpointCache,
+    message_events,
+    message_object,
+    overflow_error,
+    request_from_messages,
 )
 from ._fake_wire import (
     COMPACT_INSTRUCTION,
@@ -288,7 +295,9 @@ async def _dripped(data: bytes, interval: float, piece: int = 16) -> AsyncIterat
 
 
 #: headers ``request_headers`` never keeps
-_SECRET_HEADERS = frozenset({"authorization", "api-key", "openai-organization", "cookie"})
+_SECRET_HEADERS = frozenset(
+    {"authorization", "api-key", "x-api-key", "openai-organization", "cookie"}
+)
 
 
 class _KeyCheck:
@@ -301,7 +310,8 @@ class _KeyCheck:
         key = self.server.api_key
         if key is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
             headers = dict(scope.get("headers") or [])
-            if headers.get(b"authorization", b"").decode() != f"Bearer {key}":
+            given = headers.get(b"authorization", b"").decode()
+            if given != f"Bearer {key}" and headers.get(b"x-api-key", b"").decode() != key:
                 message, kind, code = _ERRORS["auth"]
                 body = {"error": {"message": message, "type": kind, "code": code}}
                 await JSONResponse(body, 401)(scope, receive, send)
@@ -328,7 +338,8 @@ class FakeOpenAIServer:
     slow_delay: float = 1.0
     retry_after: float = 0.2
     seed: int | None = None
-    #: the window ``GET /v1/models/{id}`` reports (None: the answer names no window)
+    #: the window ``GET /v1/models/{id}`` reports (None: the answer names no window), and
+    #: the one ``/v1/messages`` enforces with Anthropic's overflow errors (None: none)
     context_window: int | None = None
     #: the field it is reported in: ``max_model_len`` (vLLM), ``context_length`` (OpenRouter)...
     window_field: str = "max_model_len"
@@ -341,8 +352,12 @@ class FakeOpenAIServer:
     #: input, cached tokens and prefix breaks, and the server adds requests, input and cached
     #: tokens by purpose (``round_*``, ``summary_*``: see ``cached_share``)
     prefix_cache: PrefixCache | None = field(default_factory=PrefixCache)
+    #: the Messages endpoint's cache, which serves only prefixes marked by breakpoints (None:
+    #: nothing cached); its ``figures`` are per key as ``prefix_cache``'s, with cache writes
+    breakpoint_cache: BreakpointCache | None = field(default_factory=BreakpointCache)
     #: counts of requests, faults and requests carrying a tool call without its output, and
-    #: input and cached tokens of round and of summary requests over every cache key
+    #: input and cached tokens of round and of summary requests over every cache key (and the
+    #: tokens ``/v1/messages`` wrote to its cache)
     stats: dict[str, Any] = field(
         default_factory=lambda: {
             "requests": 0,
@@ -352,6 +367,7 @@ class FakeOpenAIServer:
             "round_cached_tokens": 0,
             "summary_input_tokens": 0,
             "summary_cached_tokens": 0,
+            "cache_write_tokens": 0,
             "faults": {},
             "orphan_requests": 0,
             "orphan_examples": [],
@@ -402,12 +418,16 @@ class FakeOpenAIServer:
         return counts.get(f"{purpose}_cached_tokens", 0) / total if total else None
 
     def _cache_figures(self) -> dict[str, dict[str, int]]:
-        return {} if self.prefix_cache is None else self.prefix_cache.figures
+        figures = {} if self.prefix_cache is None else dict(self.prefix_cache.figures)
+        if self.breakpoint_cache is not None:
+            figures.update(self.breakpoint_cache.figures)
+        return figures
 
     def _count_cached(self, key: str, purpose: str, hit: CacheHit) -> None:
         """The cache's figures of ``key`` and ``stats``, by purpose: a summary request that
         rides the session's prompt cache shows apart from the rounds it follows."""
-        figures = self._cache_figures()[key]
+        assert self.prefix_cache is not None
+        figures = self.prefix_cache.figures[key]
         for name in ("round", "summary"):
             for what in ("requests", "input_tokens", "cached_tokens"):
                 figures.setdefault(f"{name}_{what}", 0)
@@ -425,6 +445,7 @@ class FakeOpenAIServer:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/responses/compact", self._compact, methods=["POST"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
                 Route("/_fake/faults", self._post_fault, methods=["POST"]),
@@ -667,6 +688,46 @@ class FakeOpenAIServer:
         interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
         return StreamingResponse(
             _sse(responses_stream(events, kind), named=True, done=False, interval=interval),
+            media_type="text/event-stream",
+        )
+
+    async def _messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: Anthropic's Messages API, the same brain behind it; a
+        request past ``context_window`` gets the API's overflow error, and usage says what
+        ``breakpoint_cache`` read and wrote."""
+        body, fault, failure = await self._prepare(request)
+        if failure is not None:
+            return failure
+        try:
+            asked = request_from_messages(body, purpose=request.headers.get(PURPOSE_HEADER))
+        except (KeyError, TypeError, AttributeError) as exc:
+            return _bad_request(exc)
+        overflow = (
+            None if self.context_window is None else overflow_error(asked, self.context_window)
+        )
+        if overflow is not None:
+            return JSONResponse(overflow, 400)
+        self._serial += 1
+        response = self.brain(asked)
+        use = None
+        if self.breakpoint_cache is not None and response.usage is not None:
+            use = self.breakpoint_cache.serve(
+                body, total=response.usage.input_tokens, purpose=asked.purpose
+            )
+            self.stats[f"{asked.purpose}_input_tokens"] += use.total
+            self.stats[f"{asked.purpose}_cached_tokens"] += use.read
+            self.stats["cache_write_tokens"] += use.written
+        if fault is not None and fault.kind in MUTATIONS:
+            response = mutate(response, fault.kind)
+        kind = fault.kind if fault is not None else ""
+        model, serial = asked.model, self._serial
+        if not body.get("stream"):
+            return self._whole(message_object(response, model=model, serial=serial, use=use), fault)
+        cut = kind == "cut_stream"
+        events = list(message_events(response, model=model, serial=serial, use=use, cut=cut))
+        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
+        return StreamingResponse(
+            _sse(events, named=True, done=False, interval=interval),
             media_type="text/event-stream",
         )
 

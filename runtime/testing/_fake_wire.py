@@ -31,6 +31,8 @@ from stowage.model import COMPACTION_ITEM_TYPE, SUMMARY_PREFIX
 
 __all__ = [
     "COMPACT_INSTRUCTION",
+    "PIECE_CHARS",
+    "content_text",
     "body_purpose",
     "compaction_object",
     "read_compaction",
@@ -42,10 +44,13 @@ __all__ = [
     "responses_object",
 ]
 
-_PIECE = 16
+#: characters of text a fake stream sends in one delta
+#: characters of text a fake stream sends in one delta
+PIECE_CHARS = 16
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or its parts' ``text`` joined."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -130,7 +135,8 @@ def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
         return purpose
     if not body.get("tools"):
         return "summary"
-    if body.get("tool_choice") != "none":
+    choice = body.get("tool_choice")
+    if (choice.get("type") if isinstance(choice, dict) else choice) != "none":  # Anthropic: dict
         return "round"
     entries = body.get("messages", body.get("input"))
     last = entries[-1] if isinstance(entries, list) and entries else None
@@ -170,11 +176,11 @@ def request_from_chat(body: dict[str, Any], *, purpose: str | None = None) -> Mo
         if role == "tool":
             items.append(
                 FunctionCallOutput(
-                    call_id=message["tool_call_id"], output=_text(message.get("content"))
+                    call_id=message["tool_call_id"], output=content_text(message.get("content"))
                 )
             )
             continue
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if text or role != "assistant":
             items.append(_message(role, text))
         for call in message.get("tool_calls") or ():
@@ -212,12 +218,12 @@ def request_from_responses(body: dict[str, Any], *, purpose: str | None = None) 
             )
         elif kind == "function_call_output":
             items.append(
-                FunctionCallOutput(call_id=entry["call_id"], output=_text(entry["output"]))
+                FunctionCallOutput(call_id=entry["call_id"], output=content_text(entry["output"]))
             )
         elif kind == COMPACTION_ITEM_TYPE:
             items.append(read_compaction(entry))
         else:
-            items.append(_message(entry["role"], _text(entry.get("content"))))
+            items.append(_message(entry["role"], content_text(entry.get("content"))))
     tools = [
         ToolSpec(
             name=t["name"],
@@ -235,8 +241,8 @@ def _id(prefix: str, *parts: object) -> str:
 
 
 def _pieces(text: str) -> Iterator[str]:
-    for start in range(0, len(text), _PIECE):
-        yield text[start : start + _PIECE]
+    for start in range(0, len(text), PIECE_CHARS):
+        yield text[start : start + PIECE_CHARS]
 
 
 def _chat_usage(response: ModelResponse) -> dict[str, Any] | None:

@@ -15,6 +15,14 @@ def _chat_pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
             calls.append(str(call.get("id")))
         if message.get("role") == "tool":
             outputs.append(str(message.get("tool_call_id")))
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():  # Anthropic's blocks
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                calls.append(str(block.get("id")))
+            elif block.get("type") == "tool_result":
+                outputs.append(str(block.get("tool_use_id")))
     return calls, outputs
 
 

@@ -44,7 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the random faults")
     parser.add_argument(
-        "--context-window", type=int, default=None, help="window GET /v1/models/ID reports"
+        "--context-window",
+        type=int,
+        default=None,
+        help="window GET /v1/models/ID reports (and /v1/messages enforces)",
     )
     parser.add_argument(
         "--window-field", default="max_model_len", help="field that window is reported in"

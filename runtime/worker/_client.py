@@ -5,6 +5,12 @@ sender that waits listens for the store's NOTIFY of answers *before* queueing, s
 comes fast is not missed, and looks again every few seconds in case a notification was (the
 listening connection can drop). The answer is read from the log, where the worker committed it.
 One listening connection serves every wait of a client (``async with``), however many.
+
+A forked session's log numbers its own records from 1 while the records refer to lineage seqs
+(see ``stowage.core.LineageStore``): the seq a message row names is the log's own, the first
+seq of a round is the lineage's, so the answer is read back in the log's own numbering, with
+the offset its first record (``ForkedFromRecord``) gives; it never changes, so a client asks
+once per session.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from stowage.core import ConfigError, StoreError, validate_session_id
+from stowage.core import ConfigError, ForkedFromRecord, StoreError, validate_session_id
 from stowage.storage import PostgresStore
 
 from ._errors import MessageFailed
@@ -27,6 +33,8 @@ __all__ = ["Client", "Sent"]
 
 # a look at a message's status this often, whatever the notifications say
 _RECHECK = 2.0
+# the most sessions whose fork offset a client keeps (forgotten: one more read of seq 1)
+_OFFSETS_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +56,8 @@ class _Connection:
     tasks: TaskGroup
     waiting: dict[str, anyio.Event] = field(default_factory=dict)
     listening: bool = False
+    #: session id -> lineage seq before its log's first record (0 unless a fork)
+    offsets: dict[str, int] = field(default_factory=dict)
 
     def arm(self, session_id: str) -> anyio.Event:
         """The event the next answer notified in ``session_id`` sets."""
@@ -192,20 +202,31 @@ async def _answer(conn: _Connection, session_id: str, message_id: str) -> str:
         notified = conn.arm(session_id)  # armed before the look: no notification slips by
         status = await conn.store.message_status(session_id, message_id)
         if status is not None and status["status"] == "answered":
-            return await _read_answer(conn.store, session_id, int(status["answered_seq"]))
+            return await _read_answer(conn, session_id, int(status["answered_seq"]))
         if status is not None and status["status"] == "failed":
             raise MessageFailed(session_id, message_id, str(status["reason"]))
         with anyio.move_on_after(_RECHECK):
             await notified.wait()
 
 
-async def _read_answer(store: PostgresStore, session_id: str, finished_seq: int) -> str:
-    """The text of the turn whose ``finished`` record is at ``finished_seq``: the assistant
-    items of its last round, which ``round_committed`` (just before) delimits."""
+async def _read_answer(conn: _Connection, session_id: str, finished_seq: int) -> str:
+    """The text of the turn whose ``finished`` record is at ``finished_seq`` (the log's own
+    seq): the assistant items of its last round, which ``round_committed`` (just before)
+    delimits with lineage seqs."""
+    store = conn.store
     commit = await store.read_range(session_id, finished_seq - 1, finished_seq - 1)
     first = final_round_first_seq(commit)
     if first is None:
         raise StoreError(
             f"session {session_id!r}: seq {finished_seq - 1} should close the answering round"
         )
-    return answer_text(await store.read_range(session_id, first, finished_seq - 1))
+    offset = conn.offsets.get(session_id)
+    if offset is None:
+        opening = await store.read_range(session_id, 1, 1)
+        head = opening[0] if opening else None
+        if len(conn.offsets) >= _OFFSETS_KEPT:  # a client of millions of sessions
+            conn.offsets.clear()
+        offset = conn.offsets[session_id] = (
+            head.through_seq if isinstance(head, ForkedFromRecord) else 0
+        )
+    return answer_text(await store.read_range(session_id, first - offset, finished_seq - 1))

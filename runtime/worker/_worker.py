@@ -14,6 +14,11 @@ A killed worker's sessions are claimed by others once its leases expire (a takeo
 with the holder it replaced), resumed from the log (an open round gets "interrupted"
 outputs) and their turns finished.
 
+Once the store is open a worker writes its own row in the store's workers table and rewrites
+it every lease-renew interval with its rounds so far (one statement, whatever the rounds), so
+``stowage workers`` lists it while it holds nothing, with its rounds/s; it deletes the row when
+it stops.
+
 ``drain()`` (SIGTERM in ``stowage worker``): stop claiming, let turns in flight finish for up
 to ``grace`` seconds, then interrupt what is left (nothing half-done is written); every lease
 is given back and ``run`` returns.
@@ -94,6 +99,9 @@ class Worker:
         self._drain = anyio.Event()
         self._claim = anyio.Event()
         self._log = _log
+        # the workers-table row: beats and the final delete, one at a time
+        self._row = anyio.Lock()
+        self._left = False
         #: counters for people and benchmarks
         self.claimed = 0
         self.taken_over = 0
@@ -157,7 +165,12 @@ class Worker:
                 self._log.info("worker_started", concurrency=self.options.concurrency)
                 task_status.started()
                 if await self._connect():
-                    await self._claim_and_serve()
+                    tg.start_soon(self._beat)
+                    try:
+                        await self._claim_and_serve()
+                    finally:
+                        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                            await self._leave()
                 tg.cancel_scope.cancel()
         if interrupt.cancelled_caught:
             self._log.warning("worker_interrupted", grace=self.options.grace)
@@ -206,20 +219,22 @@ class Worker:
         except StoreError as exc:
             self._log.warning("claim_failed", error=str(exc))
             return 0
-        self.metrics.claimed(anyio.current_time() - began, len(claimed))
+        seconds = anyio.current_time() - began
+        self.metrics.claimed(seconds, len(claimed))
         for session_id, previous in claimed:
-            self._claimed(session_id, previous)
+            self._claimed(session_id, previous, claim_ms=round(seconds * 1000, 3))
         return len(claimed)
 
-    def _claimed(self, session_id: str, previous: LeaseHolder | None) -> None:
+    def _claimed(self, session_id: str, previous: LeaseHolder | None, *, claim_ms: float) -> None:
         self.claimed += 1
         if previous is None:
-            self._log.info("session_claimed", session=session_id)
+            self._log.info("session_claimed", session=session_id, claim_ms=claim_ms)
         else:
             self.taken_over += 1
             self._log.warning(
                 "session_taken_over",
                 session=session_id,
+                claim_ms=claim_ms,
                 previous_pid=previous.pid,
                 previous_host=previous.host,
                 previous_since=previous.since.isoformat(),
@@ -296,6 +311,29 @@ class Worker:
         return render_metrics(
             self.metrics, answered=answered, serving=self._busy(), queue_depth=depth
         )
+
+    # -- the workers table ------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        """Keep this worker's row in the store's workers table (``stowage workers`` lists it,
+        idle or not, with its rounds/s): one statement every lease-renew interval."""
+        while not self._left:
+            async with self._row:  # a beat in flight finishes before the row is deleted
+                if self._left:
+                    return
+                try:
+                    await self.store.beat(self.metrics.rounds)
+                except StoreError as exc:
+                    self._log.warning("beat_failed", error=str(exc))
+            await anyio.sleep(self.store.renew_every)
+
+    async def _leave(self) -> None:
+        self._left = True  # no beat after this one writes the row again
+        async with self._row:
+            try:
+                await self.store.leave()
+            except StoreError as exc:  # the row expires by itself
+                self._log.warning("leave_failed", error=str(exc))
 
     # -- wake-ups ---------------------------------------------------------------------------
 

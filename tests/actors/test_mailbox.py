@@ -94,7 +94,7 @@ async def test_latch_and_slot_make_no_event_until_someone_waits() -> None:
         slot.put(1)
         slot.close()
         # what a parked session holds costs no event (an event is its own waiter queue)
-        assert latch._event is None and slot._changed is None
+        assert latch._waiters is None and slot._changed is None
         assert await slot.get() == 1
         slot.reopen()
         async with anyio.create_task_group() as tg:

@@ -2,7 +2,7 @@
 
 What an independent recording server must see: compactions happening, no request carrying a
 tool call without its output, summary requests without tools, and no pre-compaction item
-coming back after a resume in a new process. Both wire APIs.
+coming back after a resume in a new process. Every wire API (Anthropic's Messages too).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def recorded(path: Path) -> list[dict]:
     return [json.loads(line)["body"] for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("wire", ["chat", "responses"])
+@pytest.mark.parametrize("wire", ["chat", "responses", "anthropic"])
 def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_call(
     fake_server: tuple[str, Path], tmp_path: Path, wire: str, cli: Cli
 ) -> None:
@@ -76,7 +76,7 @@ def test_long_conversation_through_the_real_client_compacts_and_never_orphans_a_
     bodies = recorded(record)
     assert all(orphan_calls(body) == [] for body in bodies)
     # a summary request is the session's request (tools and all) with the instructions last
-    summaries = [b for b in bodies if b.get("tool_choice") == "none"]
+    summaries = [b for b in bodies if b.get("tool_choice") in ("none", {"type": "none"})]
     assert summaries, "no summary request reached the server"
     assert all(b.get("tools") for b in summaries)
     log = [json.loads(line) for line in (work / "st" / "bb.jsonl").read_text().splitlines()]

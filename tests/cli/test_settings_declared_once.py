@@ -64,6 +64,8 @@ def test_a_bad_value_names_the_setting_and_the_value() -> None:
         Settings(soft_mark=2)
     with pytest.raises(ConfigError, match=r"modle is not a setting"):
         Settings(modle="x")  # type: ignore[call-arg]
-    with pytest.raises(ConfigError, match=r"wire_api must be 'chat' or 'responses', got 'x'"):
+    with pytest.raises(
+        ConfigError, match=r"wire_api must be 'chat', 'responses' or 'anthropic', got 'x'"
+    ):
         Settings(wire_api="x")  # type: ignore[arg-type]
     assert "sk-secret" not in repr(Settings(api_key="sk-secret", base_url="http://u:p@h/"))

@@ -13,6 +13,7 @@ from stowage.core import (
     HistoryEntry,
     LineCache,
     ModelRequest,
+    StubCache,
     SystemMessage,
     ToolSpec,
     UserMessage,
@@ -87,3 +88,48 @@ def test_without_protected_state_there_is_no_protected_section() -> None:
 def test_an_input_that_is_not_the_histories_projection_is_refused() -> None:
     with pytest.raises(ValueError, match="7 input items"):
         request_manifest(request_for(), HISTORY, has_protected=False)
+
+
+def test_a_session_cache_carried_over_growing_and_changing_requests_gives_fresh_figures() -> None:
+    """The running hashes a session's cache carries from one request to the next give what
+    a manifest computed from nothing gives: as history grows, after a stub, after the
+    history is replaced (a compaction), and when the header or the tools change."""
+    cache = LineCache()
+    history: list[HistoryEntry] = []
+    steps: list[tuple[list[HistoryEntry], tuple[int, ...], str | None, str]] = []
+    for n, entry in enumerate(HISTORY):
+        history.append(entry)
+        steps.append((list(history), (), "OBJECTIVE: ship" if n % 3 else None, "k"))
+    steps.append((list(history), (10,), "OBJECTIVE: ship", "k"))  # a stub
+    steps.append((list(history), (), "OBJECTIVE: ship", "other"))  # another header
+    compacted = [HISTORY[0], HistoryEntry(seq=13, item=CompactionSummary(text="all of it"))]
+    steps.append((compacted, (), None, "k"))
+    steps.append(([*compacted, HistoryEntry(seq=14, item=UserMessage(text="next"))], (), None, "k"))
+    steps.append(([], (), None, "k"))
+    for entries, stubbed, protected, key in steps:
+        items = build_projection(entries, stubbed=stubbed, protected_text=protected)
+        tools = TOOLS if key == "k" else ()
+        request = ModelRequest(model="m", input=items, tools=tools, cache_key=key)
+        has_protected = protected is not None
+        fresh = request_manifest(request, entries, has_protected=has_protected)
+        carried = request_manifest(request, entries, has_protected=has_protected, lines=cache)
+        assert carried == fresh
+        assert carried.sha256 == hashlib.sha256(request_bytes(request)).hexdigest()
+
+
+def test_a_stub_cache_keeps_each_stub_item_while_its_output_is_the_same() -> None:
+    """Stub items are reused from the last projection (so cached lines and hashes stay
+    valid), made again for an output that changed, and forgotten once not stubbed."""
+    stubs: StubCache = {}
+    first = build_projection(HISTORY, stubbed=(10,), stubs=stubs)
+    again = build_projection(HISTORY, stubbed=(10,), stubs=stubs)
+    assert again[4] is first[4] and again == build_projection(HISTORY, stubbed=(10,))
+    assert first[4] != HISTORY[4].item  # it is the stub, not the output
+    changed = [
+        *HISTORY[:4],
+        HistoryEntry(seq=10, item=FunctionCallOutput(call_id="c1", output="y")),
+    ]
+    other = build_projection(changed, stubbed=(10,), stubs=stubs)
+    assert other[4] is not first[4] and "1 chars" in str(other[4])
+    build_projection(HISTORY, stubs=stubs)
+    assert stubs == {}

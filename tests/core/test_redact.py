@@ -42,3 +42,9 @@ def test_settings_record_and_repr_never_carry_the_credentials() -> None:
     recorded = str(settings.public()) + repr(settings)
     for secret in ("hunter2", "alice", "sk-planted"):
         assert secret not in recorded
+
+
+@pytest.mark.parametrize("url", ["sqlite:////tmp/a.db", "sqlite:///rel.db", "file:///x/y"])
+def test_a_url_with_nothing_to_hide_is_kept_as_typed(url: str) -> None:
+    """Rebuilding ``sqlite:////abs`` drops its empty authority and names another file."""
+    assert redact_url(url) == url

@@ -1,4 +1,4 @@
-"""No code of stowage reaches into the openai SDK's private parts.
+"""No code of stowage reaches into the openai (or anthropic) SDK's private parts.
 
 Model calls go through aiohttp or the SDK's public API only: a private hook can change in any
 release of the SDK. The rule, checked on the source with ``ast``: no import of a private openai
@@ -33,9 +33,13 @@ def _sources(*folders: str) -> list[Path]:
     return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
 
 
+#: the SDKs the gateways may call, through their public API only
+SDKS = frozenset({"openai", "anthropic"})
+
+
 def _private_module(name: str | None) -> bool:
     parts = (name or "").split(".")
-    return parts[0] == "openai" and any(p.startswith("_") for p in parts[1:])
+    return parts[0] in SDKS and any(p.startswith("_") for p in parts[1:])
 
 
 def private_sdk_uses(tree: ast.AST, *, strict: bool) -> list[str]:
@@ -51,11 +55,11 @@ def private_sdk_uses(tree: ast.AST, *, strict: bool) -> list[str]:
         elif isinstance(node, ast.Attribute):
             if (
                 isinstance(node.value, ast.Name)
-                and node.value.id == "openai"
+                and node.value.id in SDKS
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
             ):
-                found.append(f"{line}: openai.{node.attr}")
+                found.append(f"{line}: {node.value.id}.{node.attr}")
             elif strict and node.attr in PRIVATE_NAMES:
                 found.append(f"{line}: .{node.attr}")
         elif strict and isinstance(node, ast.Name) and node.id in PRIVATE_NAMES:
@@ -69,7 +73,8 @@ def private_sdk_uses(tree: ast.AST, *, strict: bool) -> list[str]:
 
 def test_no_module_uses_a_private_part_of_the_openai_sdk() -> None:
     sources = _sources(*PACKAGE_FOLDERS)
-    assert any(p.name == "_openai_gateway.py" for p in sources)  # the scan sees the package
+    # the scan sees both gateways
+    assert {"_openai_gateway.py", "_anthropic_sdk.py"} <= {p.name for p in sources}
     found = {}
     for path in sources:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -93,6 +98,8 @@ def test_the_hand_written_http_client_is_gone() -> None:
         "request = client._build_request(options)",
         "http = client._client",
         "make = getattr(client, '_make_status_error_from_response')",
+        "from anthropic._models import BaseModel",
+        "import anthropic\nanthropic._exceptions.APIError",
     ],
 )
 def test_the_rule_catches_each_way_in(source: str) -> None:

@@ -14,8 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: the packages of the extras: [cli] rich, psutil; [postgres] asyncpg; [server] starlette, uvicorn
-EXTRAS = ("asyncpg", "psutil", "rich", "starlette", "uvicorn")
+#: the packages of the extras: [cli] rich, psutil; [postgres] asyncpg; [server] starlette,
+#: uvicorn; [anthropic] anthropic
+EXTRAS = ("anthropic", "asyncpg", "psutil", "rich", "starlette", "uvicorn")
 
 PROBE = """
 import json, sys

@@ -58,3 +58,21 @@ async def test_each_output_size_is_a_workload_of_its_own(tmp_path: Path) -> None
     assert large["input_tokens"] > small["input_tokens"]
     assert "800-char tool outputs" in result.stdout.decode()
     assert "3000-char tool outputs" in result.stdout.decode()
+
+
+async def test_the_anthropic_wire_reports_the_breakpoint_cache_figures(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["--rounds", "30", "--round-latency", "0", "--summary-latency", "0.01", "--wire"]
+    argv += ["anthropic", "--output-chars", "1200", "--policies", "stowage", "unlimited"]
+    with anyio.fail_after(120):
+        result = await anyio.run_process(
+            [sys.executable, str(SCRIPT), *argv, "--json", str(out)], check=False
+        )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    rows = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    for row in rows.values():
+        # the cache read most of each round's input and wrote each new tail once
+        assert 0.5 < row["prefix_reuse"] < 1 and row["replay_ok"]
+        assert row["uncached_tokens"] >= row["cache_write_tokens"] > 0
+    assert rows["unlimited"]["prefix_breaks"] == 0
+    assert "anthropic wire" in result.stdout.decode()

@@ -1,5 +1,5 @@
-"""Operating a fleet: ``stowage workers`` lists the workers holding sessions (read from the
-leases), and ``stowage worker --metrics-port`` serves Prometheus text metrics, scraped here for
+"""Operating a fleet: ``stowage workers`` lists the workers that are up (their own rows) and
+the sessions they hold (the leases), and ``stowage worker --metrics-port`` serves Prometheus text metrics, scraped here for
 real over loopback HTTP."""
 
 from __future__ import annotations
@@ -48,13 +48,16 @@ def test_the_page_has_help_type_and_cumulative_claim_buckets() -> None:
     assert metric(unknown, "stowage_queue_depth") is None  # not a made-up 0
 
 
-def test_the_workers_table_says_when_nobody_holds_a_session() -> None:
+def test_the_workers_table_shows_rounds_per_second_and_says_when_nobody_is_up() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     row = {"pid": 42, "host": "box", "sessions": 3, "renewed": now - timedelta(seconds=2),
-           "since": now - timedelta(minutes=5)}  # fmt: skip
-    table = format_workers([row], now=now).splitlines()
-    assert table[1].split() == ["42", "box", "3", "2.0", "s", "ago", "5", "min", "ago"]
-    assert "no worker holds a session" in format_workers([], now=now)
+           "since": now - timedelta(minutes=5), "rounds_per_s": 12.34}  # fmt: skip
+    idle = {**row, "pid": 43, "sessions": 0, "rounds_per_s": None}
+    table = format_workers([row, idle], now=now).splitlines()
+    assert table[0].split()[:4] == ["PID", "HOST", "SESSIONS", "ROUNDS/S"]
+    assert table[1].split() == ["42", "box", "3", "12.3", "2.0", "s", "ago", "5", "min", "ago"]
+    assert table[2].split()[:4] == ["43", "box", "0", "-"]  # one beat: no rate yet
+    assert "no worker is up" in format_workers([], now=now)
 
 
 def free_port() -> int:

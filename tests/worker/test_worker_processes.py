@@ -133,6 +133,9 @@ async def test_three_workers_killed_at_random_answer_every_message_exactly_once(
             workers.start()
         sent: set[str] = set()
         kills = 0
+        # the last wave waits for two kills: fast workers could otherwise answer everything
+        # before the chaos began, and the run would prove nothing
+        chaos_began = anyio.Event()
         async with Client(DSN, schema=schema) as client, anyio.create_task_group() as tg:
 
             async def chaos() -> None:
@@ -146,6 +149,8 @@ async def test_three_workers_killed_at_random_answer_every_message_exactly_once(
                     victim = rng.choice(holding or alive)
                     victim.send_signal(signal.SIGKILL)
                     kills += 1
+                    if kills == 2:
+                        chaos_began.set()
                     workers.start()  # a replacement, as an orchestrator would
                     await anyio.sleep(2.5)
 
@@ -164,6 +169,7 @@ async def test_three_workers_killed_at_random_answer_every_message_exactly_once(
                 assert done.answer and done.answer.startswith("Answer to: last wave")
                 sent.add(done.message_id)
 
+            await chaos_began.wait()
             async with anyio.create_task_group() as senders:
                 for n in range(sessions):
                     senders.start_soon(converse, f"s{n:03}")

@@ -1,0 +1,205 @@
+"""``stowage archive`` and ``stowage migrate``: keeping a long-lived SQL store's hot table small.
+
+``archive`` moves the records that a compaction older than the retention covers into the
+archive table, which resume never reads and ``show``/``export``/``fork``/``recall_artifact``
+still do (``stowage.storage``'s ``_archive`` says what moves). The retention is
+``--older-than`` (``30d``, ``12h``, ``3600``), else the ``archive_after`` setting; neither
+given, nothing is archived. ``migrate --partitions N`` hash-partitions PostgreSQL's records
+table by session.
+
+A JSONL store is refused: its log is one append-only file per session, which resume already
+reads from the newest compaction's byte offset on (the file is not re-read whole), so moving
+lines out would buy little and break the one-file-per-log rule every JSONL tool relies on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import timedelta
+from typing import Any
+
+from ._parsing import fill_later
+
+__all__ = ["add_store_admin_commands", "archive_main", "migrate_main", "parse_duration"]
+
+_STORE_ENV = "STOWAGE_STORE"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+_NOT_SQL = (
+    "{command} needs a SQLite (sqlite:///FILE) or PostgreSQL (postgresql://…) store, not the "
+    "JSONL directory {spec!r}: a JSONL log is one file per session that resume already reads "
+    "from its newest compaction on"
+)
+
+
+def add_store_admin_commands(subparsers: Any) -> None:
+    """Add ``archive`` and ``migrate`` to the subparsers of ``stowage`` (options added when
+    used)."""
+    archive = subparsers.add_parser(
+        "archive",
+        help="move records covered by old compactions out of the table resume reads "
+        "(SQLite, PostgreSQL)",
+    )
+    fill_later(archive, _archive_options)
+    migrate = subparsers.add_parser(
+        "migrate", help="hash-partition a PostgreSQL store's records table by session"
+    )
+    fill_later(migrate, _migrate_options)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a number of seconds, as a timedelta.
+
+    Raises ``ConfigError`` naming the text and the accepted forms for anything else, and for a
+    duration that is not positive."""
+    from stowage.core import ConfigError
+
+    cleaned = text.strip().lower()
+    unit = cleaned[-1:] if cleaned[-1:] in _UNITS else "s"
+    number = cleaned[:-1] if cleaned[-1:] in _UNITS else cleaned
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ConfigError(
+            f"duration {text!r} is not a number of seconds or a number with s, m, h, d or w"
+        ) from None
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"duration {text!r} must be positive")
+    return timedelta(seconds=seconds)
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="sqlite:///PATH|postgresql://...",
+        help=f"the store (default ${_STORE_ENV}, else the configuration's store)",
+    )
+    parser.add_argument(
+        "--schema", default="public", help="PostgreSQL: schema of the store's tables"
+    )
+    parser.add_argument("--log-format", choices=["console", "json"], default="console")
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+
+
+def _archive_options(archive: argparse.ArgumentParser) -> None:
+    archive.add_argument(
+        "--older-than",
+        default=None,
+        metavar="DURATION",
+        help="archive what compactions older than this cover: 30d, 12h, 90m, or seconds "
+        "(default: the archive_after setting)",
+    )
+    archive.add_argument("--session", default=None, help="only this session (default: all)")
+    archive.add_argument(
+        "--batch",
+        type=int,
+        default=5_000,
+        metavar="N",
+        help="seqs moved a transaction (default 5000): smaller holds each session less",
+    )
+    _store_options(archive)
+
+
+def _migrate_options(migrate: argparse.ArgumentParser) -> None:
+    migrate.add_argument(
+        "--partitions",
+        type=int,
+        required=True,
+        metavar="N",
+        help="hash partitions of the records table (by session); a no-op if it has N already",
+    )
+    _store_options(migrate)
+
+
+def _open_sql_store(args: argparse.Namespace, command: str) -> Any:
+    """The SQLite or PostgreSQL store ``--store`` names; ``ConfigError`` for a JSONL one."""
+    from stowage.core import ConfigError
+    from stowage.storage import PostgresStore, SqliteStore
+
+    from ._config import load_config
+
+    spec = args.store or os.environ.get(_STORE_ENV) or load_config().store or ""
+    if spec.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(spec, schema=args.schema, min_size=1, max_size=2)
+    if spec.startswith("sqlite:///") and len(spec) > len("sqlite:///"):
+        return SqliteStore(spec.removeprefix("sqlite:///"))
+    raise ConfigError(_NOT_SQL.format(command=command, spec=spec))
+
+
+async def archive_main(args: argparse.Namespace) -> int:
+    """Archive the store's covered records; prints one line per session moved and a total.
+    Returns 0; raises ``ConfigError`` (exit 2) for no retention or a JSONL store."""
+    from stowage.core import ConfigError
+
+    from ._config import load_config
+
+    store = _open_sql_store(args, "archive")
+    try:
+        if args.older_than is not None:
+            older_than = parse_duration(args.older_than)
+        else:
+            # a key of the configuration made from the declared settings (no static attribute)
+            seconds: float | None = getattr(load_config(), "archive_after", None)
+            if seconds is None:
+                raise ConfigError(
+                    "archiving is off: give --older-than DURATION, or set archive_after "
+                    "(seconds) in stowage.toml or STOWAGE_ARCHIVE_AFTER"
+                )
+            older_than = timedelta(seconds=seconds)
+        moved_so_far: dict[str, int] = {}
+
+        def on_batch(session_id: str, moved: int) -> None:
+            moved_so_far[session_id] = moved_so_far.get(session_id, 0) + moved
+            if sys.stderr.isatty():
+                print(
+                    f"\r{session_id}: {moved_so_far[session_id]:,} moved", end="", file=sys.stderr
+                )
+
+        if args.batch < 1:
+            raise ConfigError(f"--batch must be at least 1, got {args.batch}")
+        reports = await store.archive(
+            older_than=older_than, session_id=args.session, batch=args.batch, on_batch=on_batch
+        )
+    finally:
+        await store.aclose()
+    if moved_so_far and sys.stderr.isatty():
+        print(file=sys.stderr)
+    total = 0
+    for report in reports:
+        total += report.moved
+        if report.moved:
+            print(
+                f"{report.session_id}: moved {report.moved:,} records "
+                f"(archived through seq {report.archived_through:,})"
+            )
+    sessions = f"{len(reports):,} session{'' if len(reports) == 1 else 's'}"
+    print(f"archived {total:,} records of {sessions}")
+    return 0
+
+
+async def migrate_main(args: argparse.Namespace) -> int:
+    """Partition a PostgreSQL store's records table; prints what it did. Returns 0; raises
+    ``ConfigError`` (exit 2) for a store that is not PostgreSQL or another partition count."""
+    from stowage.core import ConfigError
+    from stowage.storage import PostgresStore
+
+    store = _open_sql_store(args, "migrate")
+    if not isinstance(store, PostgresStore):
+        await store.aclose()
+        raise ConfigError("migrate --partitions needs a PostgreSQL store (postgresql://…)")
+
+    def on_progress(copied: int, total: int) -> None:
+        print(f"copied {copied:,} of about {total:,} records", file=sys.stderr)
+
+    try:
+        done = await store.migrate_partitions(args.partitions, on_progress=on_progress)
+    finally:
+        await store.aclose()
+    if done:
+        print(f"records table partitioned by session into {args.partitions} partitions")
+    else:
+        print(f"records table has {args.partitions} partitions already: nothing to do")
+    return 0

@@ -1,0 +1,134 @@
+"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's
+public ``messages.create``, with the bodies ``_anthropic_wire`` builds.
+
+Its typed results are turned back into the plain JSON they came from (``to_dict``) and parsed
+by the same functions as the aiohttp path; a stream's typed events likewise
+(``AnthropicEvents``, used like ``JsonEventStream``). The SDK sends each request once
+(``max_retries=0``): retries are stowage's. ``import anthropic`` happens when the first
+client is made (the SDK is an extra: ``pip install stowage-runtime[anthropic]``), never when
+this module is imported; only public names of it are used.
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any
+
+from stowage.core import ConfigError, IncompleteResponse, ModelConnectionError, ModelError
+
+from ._anthropic_wire import ANTHROPIC_VERSION, event_error
+from ._http_errors import status_error
+from ._openai_wire import PURPOSE_HEADER
+
+__all__ = ["AnthropicEvents", "AnthropicSdkClient", "map_anthropic_error", "plain_message"]
+
+
+def plain_message(value: Any) -> Any:
+    """A typed SDK object (a message or a stream event) as the plain JSON it came from.
+
+    Raises ``IncompleteResponse`` for anything else.
+    """
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        raise IncompleteResponse(f"the response is not a message: {type(value).__name__}")
+    return to_dict(warnings=False)
+
+
+def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
+    """The ``ModelError`` for an anthropic SDK failure ``exc`` (by the rules of
+    ``status_error``: 429 with its wait, 529 and 5xx retried, an overflow
+    ``ContextLengthExceeded`` with its figures). Raises nothing."""
+    import anthropic
+
+    if isinstance(exc, ModelError):
+        return exc
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
+    if isinstance(exc, anthropic.APIStatusError):
+        return status_error(
+            exc.status_code,
+            None,
+            str(exc.message),
+            exc.response.headers,
+            max_retry_wait=max_retry_wait,
+        )
+    if isinstance(exc, anthropic.APIError):  # an error event inside a stream
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return event_error(body.get("error", {"message": str(exc.message)}))
+    if isinstance(exc, json.JSONDecodeError):
+        return IncompleteResponse(f"the response is not valid JSON: {exc}")
+    return event_error({"message": f"{type(exc).__name__}: {exc}"})
+
+
+class AnthropicEvents:
+    """The SDK's typed stream as plain JSON events, a batch of one at a time, used like
+    ``JsonEventStream``: an ``error`` event raises what ``event_error`` gives."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        response = getattr(stream, "response", None)
+        status = getattr(response, "status_code", None)
+        #: the HTTP status of the stream's response, if it can be read
+        self.status: int | None = status if isinstance(status, int) else None
+
+    async def __aenter__(self) -> AnthropicEvents:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stream.close()
+
+    async def next_events(self) -> list[Any] | None:
+        """The next event as a batch of one, or None at the end of the stream."""
+        import anthropic
+
+        try:
+            event = await anext(self._stream)
+        except StopAsyncIteration:
+            return None
+        except (ModelError, anthropic.APIError, ValueError, TypeError, KeyError):
+            raise
+        except Exception as exc:  # the transport's own error classes: a broken stream
+            raise ModelConnectionError(f"the message stream broke: {exc!r}") from exc
+        data = plain_message(event)
+        if isinstance(data, dict) and data.get("type") == "error":
+            raise event_error(data.get("error"))
+        return [data]
+
+
+class AnthropicSdkClient:
+    """One ``anthropic.AsyncAnthropic`` client calling the public ``messages.create``."""
+
+    def __init__(self, *, api_key: str, base_url: str, timeout: float) -> None:
+        """Raises ``ConfigError`` if the SDK is not installed or cannot make a client."""
+        try:
+            import anthropic
+        except ImportError as exc:
+            raise ConfigError(
+                "http_client 'sdk' on the anthropic wire needs the anthropic SDK: pip install "
+                "'stowage-runtime[anthropic]' (or use http_client 'aiohttp')"
+            ) from exc
+        #: what a call on this path may raise that is the provider's fault
+        self.errors: tuple[type[Exception], ...] = (anthropic.APIError,)
+        try:
+            self.client = anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                # one send per call: the actors retry, with jitter and the server's wait
+                max_retries=0,
+                default_headers={"anthropic-version": ANTHROPIC_VERSION},
+            )
+        except anthropic.AnthropicError as exc:
+            raise ConfigError(f"cannot configure the Anthropic client: {exc}") from exc
+
+    async def create(self, body: dict[str, Any], purpose: str) -> Any:
+        """The SDK's typed result of ``messages.create`` with ``body``: a message, or a
+        stream when ``body`` asks for one."""
+        return await self.client.messages.create(**body, extra_headers={PURPOSE_HEADER: purpose})
+
+    async def aclose(self) -> None:
+        """Close the SDK's connections."""
+        await self.client.close()
