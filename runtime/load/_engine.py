@@ -84,7 +84,7 @@ class LoadConfig:
     retry_after: float = 0.2
     store: Path | None = None
     durability: Literal["fsync", "none"] = "fsync"
-    wire_api: Literal["chat", "responses"] = "chat"
+    wire_api: Literal["chat", "responses", "anthropic"] = "chat"
     stream: bool = True
     tool_kb: float = 2.0
     tool_rounds: int = 2
@@ -665,7 +665,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     add("--retry-after", type=float, default=defaults.retry_after, help="Retry-After of a 429")
     add("--store", type=Path, default=None, help="log directory (default: a temporary one)")
     add("--durability", choices=["fsync", "none"], default="fsync")
-    add("--wire-api", choices=["chat", "responses"], default="chat")
+    add("--wire-api", choices=["chat", "responses", "anthropic"], default="chat")
     add("--no-stream", action="store_true", help="ask for whole responses")
     add("--tool-kb", type=float, default=defaults.tool_kb, help="KB of every tool output")
     add("--tool-rounds", type=int, default=defaults.tool_rounds, help="tool rounds per turn")

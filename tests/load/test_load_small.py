@@ -201,3 +201,15 @@ def test_stowage_load_bounds_the_sessions_running_at_once_when_asked(tmp_path: P
     # every turn still ran and every check held under a bound of 2 sessions running at once
     assert report["ok"] and report["turns_answered"] == 8 * 2
     assert report["config"]["max_running_sessions"] == 2
+
+
+def test_stowage_load_runs_on_the_anthropic_wire_with_its_breakpoint_cache(tmp_path: Path) -> None:
+    """The fake server's /v1/messages serves the run; its cache reads only marked prefixes, so
+    cached tokens show that the marks held, and no request carried an orphan call."""
+    report = _load_command(
+        tmp_path, "--sessions", "4", "--turns", "3", "--context-window", "4000",
+        "--wire-api", "anthropic",
+    )  # fmt: skip
+    assert report["ok"] and report["config"]["wire_api"] == "anthropic"
+    assert report["compactions"] >= 4 and report["checks"]["no_orphan_tool_call_sent"]
+    assert report["cached_tokens_reported"] and report["cached_input_tokens"] > 0
