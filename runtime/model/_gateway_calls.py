@@ -8,6 +8,7 @@ endpoint.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
@@ -110,7 +111,7 @@ def too_large_body(size: int, max_bytes: int) -> ResponseTooLarge:
     )
 
 
-class HttpModelCalls:
+class HttpModelCalls(ABC):
     """``create`` and ``stream`` over aiohttp (``_transport``) or an SDK (``_sdk``).
 
     A subclass sets the attributes below in its ``__init__`` and gives the wire's parts:
@@ -133,25 +134,27 @@ class HttpModelCalls:
 
     # the wire's parts -------------------------------------------------------------------------
 
-    def _request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def _request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]: ...
 
-    def _parse(self, data: Any) -> ModelResponse:
-        raise NotImplementedError
+    @abstractmethod
+    def _parse(self, data: Any) -> ModelResponse: ...
 
+    @abstractmethod
     def _sdk_data(self, raw: Any) -> Any:
         """The plain JSON of the SDK's typed answer."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _sdk_events(self, raw: Any) -> Events:
         """The SDK's typed stream as plain JSON events."""
-        raise NotImplementedError
+        ...
 
-    def _new_accumulator(self) -> StreamAccumulator:
-        raise NotImplementedError
+    @abstractmethod
+    def _new_accumulator(self) -> StreamAccumulator: ...
 
-    def _map(self, exc: BaseException) -> ModelError:
-        raise NotImplementedError
+    @abstractmethod
+    def _map(self, exc: BaseException) -> ModelError: ...
 
     # shared -----------------------------------------------------------------------------------
 
