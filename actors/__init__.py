@@ -31,7 +31,7 @@ from ._queue import MailboxReceive, MailboxSend, open_mailbox
 from .compactor import CompactorKept, run_compactor
 from .persistence import run_persistence
 from .sampler import Sampler
-from .tool_executor import run_tool_executor
+from .tool_executor import ExecutorInbox, run_tool_executor
 
 __all__ = [
     "Advice",
@@ -44,6 +44,7 @@ __all__ = [
     "ContinueTurn",
     "Decide",
     "Doorbell",
+    "ExecutorInbox",
     "Latch",
     "MailboxReceive",
     "MailboxSend",

@@ -26,8 +26,9 @@ from ._interrupt import TurnInterrupt
 from ._journal import Journal
 from ._mailbox import Reply
 from ._messages import RunTools
-from ._queue import MailboxSend
 from ._responses import VettedUsage, cut_call_outputs, merge_outputs
+from .tool_executor import ExecutorInbox
+from .tool_executor import run_calls as run_here
 
 __all__ = ["RoundWriter", "commit_record"]
 
@@ -62,7 +63,8 @@ def commit_record(
 
 
 class RoundWriter:
-    """Runs a round's calls through the tool executor and writes the committed round."""
+    """Runs a round's calls (a lone call here, several through the tool executor) and writes
+    the committed round."""
 
     def __init__(
         self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
@@ -115,7 +117,7 @@ class RoundWriter:
         self,
         round_: int,
         response: ModelResponse,
-        tools: MailboxSend[RunTools] | None,
+        tools: ExecutorInbox | None,
         interrupt: TurnInterrupt | None,
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in order: calls the output limit cut off get an error output
@@ -131,14 +133,28 @@ class RoundWriter:
         round_: int,
         calls: tuple[FunctionCall, ...],
         refused: dict[str, FunctionCallOutput],
-        tools: MailboxSend[RunTools] | None,
+        tools: ExecutorInbox | None,
         interrupt: TurnInterrupt | None,
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in call order: ``refused`` ones keep the output given, the
-        tool executor runs the rest (under the turn's interrupt, when it has one)."""
+        rest run (under the turn's interrupt, when it has one): a lone call here, several at
+        once in the tool executor."""
         runnable = tuple(c for c in calls if c.call_id not in refused)
         ran: tuple[FunctionCallOutput, ...] = ()
-        if runnable:
+        if len(runnable) == 1:
+            # one call: run here, in the sampler's task (the executor's hop buys nothing)
+            ctx = self.ctx
+            ran = await run_here(
+                ctx.session_id,
+                ctx.tools,
+                round_,
+                runnable,
+                interrupt,
+                ctx.publish,
+                default_timeout=ctx.settings.tool_timeout,
+                limiter=ctx.tool_limiter,
+            )
+        elif runnable:
             reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
             assert tools is not None  # only a serving sampler runs rounds
             await tools.send(

@@ -65,15 +65,15 @@ from ._messages import (
     Decide,
     Milestone,
     Protect,
-    RunTools,
     SamplerCommand,
     TurnResult,
     UserTurn,
 )
 from ._plans import PlanApplier
-from ._queue import MailboxReceive, MailboxSend
+from ._queue import MailboxReceive
 from ._requests import Requester, TurnInterrupted
 from ._rounds import RoundWriter, commit_record
+from .tool_executor import ExecutorInbox
 
 __all__ = ["Sampler", "interrupted_output", "unique_call_ids"]
 
@@ -121,7 +121,7 @@ class Sampler:
     #: the compactor's advice
     plans: Slot[Advice]
     #: the executor's inbox of the current run of the actors (``serve`` sets it)
-    tools: MailboxSend[RunTools] | None = None
+    tools: ExecutorInbox | None = None
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
@@ -159,7 +159,7 @@ class Sampler:
         self,
         commands: MailboxReceive[SamplerCommand],
         first: SamplerCommand,
-        tools: MailboxSend[RunTools],
+        tools: ExecutorInbox,
         doorbell: Doorbell,
     ) -> bool:
         """Serve ``first``, then every command that comes while there is work. Returns False

@@ -1,4 +1,8 @@
-"""The tool executor actor: runs one round's calls concurrently, never crashes on a tool."""
+"""The tool executor actor: runs one round's calls concurrently, never crashes on a tool.
+
+A round of one call (most rounds) is run by ``run_calls`` in the sampler's own task: the
+executor's hop buys nothing for a single call, so the executor is started only for a run of
+the actors that has several calls to run at once (``ExecutorInbox``)."""
 
 from __future__ import annotations
 
@@ -17,10 +21,11 @@ from stowage.core import (
 )
 from stowage.tools import ToolRegistry, execute_call
 
+from ._interrupt import TurnInterrupt
 from ._messages import RunTools
-from ._queue import MailboxReceive
+from ._queue import MailboxReceive, MailboxSend, open_mailbox
 
-__all__ = ["INTERRUPTED_CALL", "run_tool_executor"]
+__all__ = ["INTERRUPTED_CALL", "ExecutorInbox", "run_calls", "run_tool_executor"]
 
 INTERRUPTED_CALL = (
     "interrupted: the turn was stopped before this call finished; it may or may not have run"
@@ -38,49 +43,96 @@ async def run_tool_executor(
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> None:
-    """Serve ``RunTools`` until the inbox closes. The calls of one request run concurrently
-    (at most ``limiter``'s tokens at once, shared by every session); every call gets exactly
-    one output, in call order: a tool's exception, timeout, unknown name or bad arguments
-    become error outputs, and calls the turn's interrupt stopped get an interrupted one."""
+    """Serve ``RunTools`` until the inbox closes, each as ``run_calls`` runs it."""
     log = _log.bind(session=session_id, actor="tool_executor")
     async with inbox:
         async for request in inbox:
-            # what a call the turn's interrupt stopped keeps: it may or may not have run
-            outputs: list[FunctionCallOutput] = [
-                FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True)
-                for c in request.calls
-            ]
-            with request.interrupt.guard() if request.interrupt else nullcontext():
-                if len(request.calls) == 1:
-                    # one call (most rounds): run it here, not in a task group of one
-                    await _run_one(
-                        session_id,
-                        registry,
-                        request.calls[0],
-                        request.round,
-                        outputs,
-                        0,
-                        publish,
-                        default_timeout,
-                        limiter,
-                    )
-                else:
-                    async with anyio.create_task_group() as tg:
-                        for index, call in enumerate(request.calls):
-                            tg.start_soon(
-                                _run_one,
-                                session_id,
-                                registry,
-                                call,
-                                request.round,
-                                outputs,
-                                index,
-                                publish,
-                                default_timeout,
-                                limiter,
-                            )
+            outputs = await run_calls(
+                session_id,
+                registry,
+                request.round,
+                request.calls,
+                request.interrupt,
+                publish,
+                default_timeout=default_timeout,
+                limiter=limiter,
+            )
             log.debug("tools_done", round=request.round, calls=len(outputs))
-            request.reply.set(tuple(outputs))
+            request.reply.set(outputs)
+
+
+async def run_calls(
+    session_id: str,
+    registry: ToolRegistry,
+    round_: int,
+    calls: tuple[FunctionCall, ...],
+    interrupt: TurnInterrupt | None,
+    publish: Callable[[Event], None],
+    *,
+    default_timeout: float,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> tuple[FunctionCallOutput, ...]:
+    """Run one round's calls concurrently (at most ``limiter``'s tokens at once, shared by
+    every session); every call gets exactly one output, in call order: a tool's exception,
+    timeout, unknown name or bad arguments become error outputs, and calls the turn's
+    ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure."""
+    # what a call the turn's interrupt stopped keeps: it may or may not have run
+    outputs: list[FunctionCallOutput] = [
+        FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True) for c in calls
+    ]
+    with interrupt.guard() if interrupt else nullcontext():
+        if len(calls) == 1:
+            # one call (most rounds): run it here, not in a task group of one
+            await _run_one(
+                session_id, registry, calls[0], round_, outputs, 0, publish, default_timeout,
+                limiter,
+            )  # fmt: skip
+        else:
+            async with anyio.create_task_group() as tg:
+                for index, call in enumerate(calls):
+                    tg.start_soon(
+                        _run_one, session_id, registry, call, round_, outputs, index, publish,
+                        default_timeout, limiter,
+                    )  # fmt: skip
+    return tuple(outputs)
+
+
+class ExecutorInbox:
+    """The tool executor's inbox for one run of a session's actors, opened (and the executor
+    started, by ``start``) when the run first has several calls to run at once: a round of
+    one call, most rounds, runs in the sampler's own task, with no executor and no hop.
+    Closing it (leaving ``async with``) ends the executor, if it was started."""
+
+    __slots__ = ("_send", "_start")
+
+    def __init__(self, start: Callable[[MailboxReceive[RunTools]], object]) -> None:
+        self._start = start
+        self._send: MailboxSend[RunTools] | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether this run's executor was started."""
+        return self._send is not None
+
+    async def send(self, request: RunTools) -> None:
+        """Hand ``request`` to the executor, starting it first if this run has none yet."""
+        if self._send is None:
+            send: MailboxSend[RunTools]
+            receive: MailboxReceive[RunTools]
+            send, receive = open_mailbox(1)
+            self._start(receive)
+            self._send = send
+        await self._send.send(request)
+
+    def close(self) -> None:
+        if self._send is not None:
+            self._send.close()
+
+    async def __aenter__(self) -> ExecutorInbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 async def _run_one(

@@ -472,6 +472,14 @@ class Settings:
             raise ConfigError(_described(exc)) from None
 
     def __post_init__(self) -> None:
+        if (url := _URL_SCHEME.match(str(self.store))) is not None:
+            # a URL made a Path ("postgresql:/user:password@host/db") would silently become a
+            # JSONL directory named after it, password and all
+            raise ConfigError(
+                f"store {url.group(1)}://... is a database URL, but Settings.store names a JSONL "
+                "directory: open the database with stowage.storage.open_store(url) and pass it "
+                "as Runtime(store=...) (the command line's --store and STOWAGE_STORE take URLs)"
+            )
         if not 0 < self.soft_mark <= self.compact_mark <= self.hard_mark <= 1:
             raise ConfigError(
                 "watermarks must satisfy 0 < soft_mark <= compact_mark <= hard_mark <= 1, got "
@@ -528,6 +536,9 @@ class Settings:
             "max_tools": self.max_tools,
         }
 
+
+#: "scheme:/" at the start of a store path: a URL such as sqlite:///x.db, made a Path
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
 
 _RULES = {
     "greater_than": "> {gt:g}",

@@ -37,6 +37,7 @@ from stowage.actors import (
     CompactorInbox,
     CompactorKept,
     Doorbell,
+    ExecutorInbox,
     MailboxReceive,
     MailboxSend,
     RunTools,
@@ -1029,13 +1030,15 @@ async def _run_actors(
     doorbell: Doorbell,
 ) -> bool:
     """One run of a session's actors, from ``first`` until the sampler parks (False) or the
-    input ends (True). The executor's inbox is made for the run and gone with it."""
-    tools_box = mailbox(1, RunTools)
+    input ends (True). The executor's inbox (and the executor, if the run needs it) is made
+    for the run and gone with it."""
     committed.reopen()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_tool_executor, ctx, tools_box.receive)
+        # the executor starts with the run's first round of several calls (a lone call runs
+        # in the sampler's task); its inbox is closed when the sampler's run ends
+        tools = ExecutorInbox(lambda inbox: tg.start_soon(_tool_executor, ctx, inbox))
         tg.start_soon(_compactor, ctx, committed, plans, kept)
-        ended = await sampler.serve(commands, first, tools_box.send, doorbell)
+        ended = await sampler.serve(commands, first, tools, doorbell)
     return ended
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from stowage.core import REDACTED, Settings, redact_url
+from stowage.core import REDACTED, ConfigError, Settings, redact_url
 
 
 @pytest.mark.parametrize(
@@ -48,3 +50,25 @@ def test_settings_record_and_repr_never_carry_the_credentials() -> None:
 def test_a_url_with_nothing_to_hide_is_kept_as_typed(url: str) -> None:
     """Rebuilding ``sqlite:////abs`` drops its empty authority and names another file."""
     assert redact_url(url) == url
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "sqlite:///var/lib/stowage/s.db",
+        "postgresql://stowage:hunter2@db.internal/stowage",
+        Path("postgres://stowage:hunter2@db.internal/stowage"),
+    ],
+)
+def test_a_database_url_as_settings_store_is_refused_without_echoing_it(
+    store: str | Path, tmp_path: Path
+) -> None:
+    """``Settings.store`` is a JSONL directory: a URL there would become a directory named
+    after it (password and all), so it is refused, naming only the scheme and the way to
+    open a database store."""
+    with pytest.raises(ConfigError) as refused:
+        Settings(store=store)
+    message = str(refused.value)
+    assert "hunter2" not in message and "db.internal" not in message
+    assert "open_store" in message and "Runtime(store=" in message
+    assert Settings(store=tmp_path / "a:b").store == tmp_path / "a:b"  # a colon alone is a path
