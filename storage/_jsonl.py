@@ -6,13 +6,14 @@ decodes only what follows it, so its cost grows with the tail, not with the whol
 
 Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
 was given in that hop), because the persistence actor batches across many sessions and a hop per
-file would cost more than the writes. Each session's file is written and synced on its own: a
-failure on one file fails that session only, and its file is cut back to where it stood, so an
-acknowledged batch is whole and an unacknowledged one is absent (a crash can still leave a torn
-last line: bytes after the last newline). Before every write the open descriptor is checked
-against the path (still linked, still the file under that name, still the file the lease was
-taken on): bytes written to a log deleted or replaced under a live session would be acknowledged
-and then found by no reader.
+file would cost more than the writes; the hop goes to a thread of the store's own (see
+``_WriterThread``), as anyio's worker threads cost several times more on the event loop per call.
+Each session's file is written and synced on its own: a failure on one file fails that session
+only, and its file is cut back to where it stood, so an acknowledged batch is whole and an
+unacknowledged one is absent (a crash can still leave a torn last line: bytes after the last
+newline). Before every write the open descriptor is checked against the path (still linked,
+still the file under that name, still the file the lease was taken on): bytes written to a log
+deleted or replaced under a live session would be acknowledged and then found by no reader.
 
 One writer per session: the writer lease is an exclusive ``flock`` on ``<id>.lock`` beside the
 log (see ``_jsonl_lock``), held by the store object from its ``acquire``, ``create`` or first
@@ -32,12 +33,15 @@ import asyncio
 import functools
 import itertools
 import os
+import queue
 import secrets
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, suppress
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import aiofiles
 import aiofiles.os
@@ -77,6 +81,8 @@ _sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append 
 
 
 _FileId = tuple[int, int]  # (st_dev, st_ino): which file a path named when the lease was taken
+_T = TypeVar("_T")
+_A = TypeVar("_A")
 
 
 @dataclass(eq=False, slots=True)
@@ -128,31 +134,133 @@ class _SessionLocks:
     def known(self) -> list[str]:
         return list(self._slots)
 
-    @asynccontextmanager
-    async def hold(self, session_ids: Iterable[str]) -> AsyncIterator[None]:
+    def hold(self, session_ids: Iterable[str]) -> _Holding:
+        """The locks of ``session_ids``, held for the body of an ``async with``."""
+        return _Holding(self._slots, session_ids)
+
+
+class _Holding:
+    """One ``async with`` of ``_SessionLocks.hold`` (a class, not a generator-based context
+    manager: every group commit enters one)."""
+
+    __slots__ = ("_held", "_session_ids", "_slots", "_taken")
+
+    def __init__(self, slots: dict[str, _Slot], session_ids: Iterable[str]) -> None:
+        self._slots = slots
+        self._session_ids = session_ids
+        self._taken: list[tuple[str, _Slot]] = []
+        self._held = 0  # how many of ``_taken`` are locked, from the first
+
+    async def __aenter__(self) -> None:
         # Sorted order everywhere, so two group commits over overlapping sessions cannot
         # deadlock; the user count (not lock state) decides removal, so a slot is never
         # replaced while someone is about to acquire it.
-        slots: list[tuple[str, _Slot]] = []
-        for session_id in sorted(set(session_ids)):
+        for session_id in sorted(set(self._session_ids)):
             slot = self._slots.get(session_id)
             if slot is None:
                 slot = self._slots[session_id] = _Slot(asyncio.Lock())
             slot.users += 1
-            slots.append((session_id, slot))
-        held: list[_Slot] = []
+            self._taken.append((session_id, slot))
         try:
-            for _, slot in slots:
+            for _, slot in self._taken:
                 await slot.lock.acquire()
-                held.append(slot)
-            yield
-        finally:
-            for slot in reversed(held):
-                slot.lock.release()
-            for session_id, slot in slots:
-                slot.users -= 1
-                if slot.users == 0:
-                    del self._slots[session_id]
+                self._held += 1
+        except BaseException:
+            self._give_back()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._give_back()
+
+    def _give_back(self) -> None:
+        for _, slot in reversed(self._taken[: self._held]):
+            slot.lock.release()
+        for session_id, slot in self._taken:
+            slot.users -= 1
+            if slot.users == 0:
+                del self._slots[session_id]
+
+
+#: what the writer thread is given: where to answer, and the call to make
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
+
+
+class _WriterThread:
+    """The store's own thread for its group commits, started by the first and stopped by
+    ``stop``: a commit costs a queue put and one wake-up of the event loop. Commits are run one
+    at a time, in the order given (the persistence actor makes one at a time anyway)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    async def run(self, func: Callable[[_A], _T], arg: _A) -> _T:
+        """``func(arg)`` in the thread; returns its result or raises its exception.
+
+        Never abandoned half way, as with ``anyio.to_thread.run_sync``: a cancellation of the
+        caller is delivered once the call has returned, so the files are never left in a state
+        the caller does not know.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_T] = loop.create_future()
+        if self._pid != os.getpid():
+            # a process forked from the one that started the thread has none running: its
+            # own starts with its first commit, on a queue of its own
+            self._pid, self._thread, self._jobs = os.getpid(), None, queue.SimpleQueue()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name=self._name, daemon=True
+            )
+            self._thread.start()
+        self._jobs.put((loop, done, func, arg))
+        with anyio.CancelScope(shield=True):
+            result = await done
+        return result
+
+    async def stop(self) -> None:
+        """Let the thread finish what it was given, end it, and wait until it has."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._jobs.put(None)
+        await anyio.to_thread.run_sync(thread.join)
+
+    def stop_soon(self) -> None:
+        """End the thread once it is idle, without waiting (for a store nobody closed)."""
+        self._jobs.put(None)
+
+
+def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    while (job := jobs.get()) is not None:
+        _run_job(*job)
+        del job  # holds the store (a bound method) while this thread waits for the next
+
+
+def _run_job(
+    loop: asyncio.AbstractEventLoop,
+    done: asyncio.Future[Any],
+    func: Callable[[Any], Any],
+    arg: Any,
+) -> None:
+    try:
+        result = func(arg)
+    except BaseException as exc:  # the caller's to raise, as anyio's worker threads do
+        answer = functools.partial(_settle, done, None, exc)
+    else:
+        answer = functools.partial(_settle, done, result, None)
+    with suppress(RuntimeError):  # the loop is closed: nobody waits for the answer any more
+        loop.call_soon_threadsafe(answer)
+
+
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.cancelled():  # its waiter was cancelled by asyncio itself, past anyio's shield
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -189,6 +297,8 @@ class JsonlStore:
         self._owner = new_owner()
         self._held: dict[str, _Held] = {}  # the leases this store holds, by session id
         self._last_seq: dict[str, int] = {}  # per held session; reloaded from the file if lost
+        self._writer = _WriterThread(f"stowage-jsonl-writer {self._root}")
+        weakref.finalize(self, self._writer.stop_soon)  # a store dropped without aclose
         self._closed = False
 
     def __repr__(self) -> str:
@@ -243,9 +353,8 @@ class JsonlStore:
             self._check_open()
             taken: tuple[int, int, LeaseHolder] | None = None
             if session_id not in self._held:
-                await anyio.to_thread.run_sync(self._make_root)
                 try:
-                    taken = await self._lock(session_id, path)
+                    taken = await self._lock(session_id, path, make_root=True)
                 except SessionBusy:
                     if await aiofiles.os.path.isfile(path):
                         raise SessionExists(
@@ -306,7 +415,7 @@ class JsonlStore:
             if not writes:
                 return outcomes
             try:
-                failed = await anyio.to_thread.run_sync(self._write_group, writes)
+                failed = await self._writer.run(self._write_group, writes)
             except BaseException:
                 for write in writes:  # the files are the truth again; reload on next use
                     self._last_seq.pop(write.session_id, None)
@@ -322,9 +431,10 @@ class JsonlStore:
                 held = self._held.get(write.session_id)
                 if write.took_lease and held is not None:
                     give_back.append(held.lease)
-            with anyio.CancelScope(shield=True):
-                for lease in give_back:
-                    await self._drop_locked(lease)
+            if give_back:
+                with anyio.CancelScope(shield=True):
+                    for lease in give_back:
+                        await self._drop_locked(lease)
         return outcomes
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
@@ -405,19 +515,21 @@ class JsonlStore:
         async with self._locks.hold([*self._locks.known(), *self._held]):
             self._closed = True
             with anyio.CancelScope(shield=True):
+                await self._writer.stop()  # before the leases go and the descriptors close
                 for held in list(self._held.values()):
                     await self._drop_locked(held.lease)
             self._fds.close_all()
 
     # -- leases -----------------------------------------------------------------------------
 
-    async def _lock(self, session_id: str, path: str) -> tuple[int, int, LeaseHolder]:
-        """Lock the session's lock file: ``(fd, token, holder)``; ``SessionBusy`` if held."""
+    async def _lock(
+        self, session_id: str, path: str, *, make_root: bool = False
+    ) -> tuple[int, int, LeaseHolder]:
+        """Lock the session's lock file: ``(fd, token, holder)``; ``SessionBusy`` if held.
+        With ``make_root``, the root is created first (in the same thread hop)."""
         lock_path = self._lock_path(path)
         try:
-            return await anyio.to_thread.run_sync(
-                _jsonl_lock.take, session_id, lock_path, self._owner
-            )
+            return await anyio.to_thread.run_sync(self._lock_sync, session_id, lock_path, make_root)
         except OSError as exc:
             raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
 
@@ -741,6 +853,10 @@ class JsonlStore:
                     self._fds.discard(write.session_id)
                     failed[write.session_id] = _write_failed(write, exc)
                     continue
+                except BaseException:
+                    if size is not None:  # cut back with the others below
+                        written.append((write, fd, size))
+                    raise
                 written.append((write, fd, size))
             if self._fsync:
                 for write, fd, size in written:
@@ -763,6 +879,13 @@ class JsonlStore:
             for session_id in pinned:
                 self._fds.release(session_id)
         return failed
+
+    def _lock_sync(
+        self, session_id: str, lock_path: str, make_root: bool
+    ) -> tuple[int, int, LeaseHolder]:
+        if make_root:
+            self._make_root()  # raises StoreError, not OSError: not a failure to lock
+        return _jsonl_lock.take(session_id, lock_path, self._owner)
 
     def _make_root(self) -> None:
         try:
@@ -832,7 +955,7 @@ def _check_dense(session_id: str, records: Sequence[Record]) -> None:
 
 def _encode(session_id: str, records: Sequence[Record]) -> bytes:
     try:
-        return b"".join([encode_record(record) for record in records])
+        return b"".join(map(encode_record, records))
     except TypeError as exc:
         raise StoreError(f"session {session_id!r}: a record cannot be encoded: {exc}") from exc
 

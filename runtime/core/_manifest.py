@@ -12,17 +12,20 @@ projecting gives them again (``stowage check --requests``). The tools and the re
 settings are not in the log; their hash is recorded to show when they changed.
 
 The canonical serialization is one JSON line per part, keys sorted: a header (model, tool
-choice, output cap, cache key), each input item, each tool. Items are immutable, so the lines
-of the history's entries are cached by identity, and so are the running hashes of the last
-request: a request costs the lines and the hashing of what is new since the last one.
+choice, output cap, cache key), each input item, each tool. Items and entries are immutable,
+so a session keeps its last request's lines, running hashes and section layout and carries
+them on where the new request starts the same (a round appends): a request costs the lines,
+the sections and the hashing of what is new since the last one, not a pass over the history.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import is_, is_not
 from typing import Any
 
 import orjson
@@ -90,135 +93,229 @@ def request_bytes(request: ModelRequest) -> bytes:
     return b"\n".join(lines)
 
 
+# a section before it is hashed: its name, first and last seq, and its items' start and end
+_Span = tuple[SectionName, int | None, int | None, int, int]
+
+
 class LineCache:
     """What one session's consecutive requests share, kept between them: each item's line and
     characters by item identity (items are frozen; a stubbed output is a new item each time,
-    so it is never served stale), the tools' lines, and the running hashes of the last
-    request's input. A round's request is the last one plus what happened since, so its
-    hashes are the last ones carried on over the new lines: a request costs hashing what is
-    new, not the whole history again."""
+    so it is never served stale), the tools' lines, the header's line, the section layout of
+    the last history and the running hashes of the last request's input. A round's request is
+    the last one plus what happened since, so its figures are the last ones carried on over
+    what is new: a request costs the lines, the layout and the hashing of what is new, not a
+    pass over the whole history again."""
 
-    __slots__ = ("_lines", "_previous", "_runs", "_tools")
+    __slots__ = ("_by_id", "_header", "_history", "_last", "_layout", "_tools")
 
     def __init__(self) -> None:
-        self._lines: dict[int, tuple[Item, bytes, int]] = {}
-        # the item lines of the last request, and its running hashes by section
-        self._previous: list[bytes] = []
-        self._runs: dict[tuple[str, int], _Run] = {}
-        self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
+        self._by_id: dict[int, tuple[Item, bytes, int]] = {}
+        self._last = _Request(items=(), lines=[], chars=[], runs={})
+        # the last history's entries, and its runs of one kind of entry (no protected state)
+        self._history: tuple[HistoryEntry, ...] = ()
+        self._layout: list[_Span] = []
+        self._header: tuple[tuple[object, ...], bytes] | None = None
+        self._tools: _Tools | None = None
 
     def lines(self, items: Sequence[Item]) -> list[bytes]:
         return self.entries(items)[0]
 
     def entries(self, items: Sequence[Item]) -> tuple[list[bytes], list[int]]:
         """The line and the characters of each of ``items``."""
-        known = self._lines
-        if len(known) > len(items) + _STALE_LINES:
-            # what a compaction dropped goes at once, but the map is not rebuilt for every
-            # request (one adds only its new items)
-            known = self._lines = {id(i): h for i in items if (h := known.get(id(i))) is not None}
-        lines: list[bytes] = []
-        chars: list[int] = []
-        for item in items:
-            hit = known.get(id(item))
-            if hit is None or hit[0] is not item:
-                hit = known[id(item)] = (item, _item_line(item), item_chars(item))
-            lines.append(hit[1])
-            chars.append(hit[2])
+        lines, chars, _ = self._entries(tuple(items))
         return lines, chars
 
     def tool_lines(self, tools: tuple[ToolSpec, ...]) -> list[bytes]:
         """The lines of ``tools`` (a session sends the same tuple with every request)."""
-        cached = self._tools
-        if cached is None or cached[0] is not tools:
-            cached = self._tools = (tools, [*map(_tool_line, tools)])
+        return self._tool_set(tools).lines
+
+    def _entries(self, items: tuple[Item, ...]) -> tuple[list[bytes], list[int], int]:
+        """The lines and characters of ``items``, and how many of the lines lead the last
+        request's as well (the same bytes, so the last request's hashes hold over them)."""
+        last = self._last
+        shared = min(len(last.items), len(items))
+        # the positions the last request had another object at: none when a round only
+        # appended, and found without a Python step per item
+        moved = list(compress(range(shared), map(is_not, last.items, items)))
+        lines = last.lines[:shared]
+        chars = last.chars[:shared]
+        fresh = [*moved, *range(shared, len(items))]
+        if fresh:
+            grown = len(items) - shared
+            lines += [b""] * grown
+            chars += [0] * grown
+            known = self._by_id
+            if len(known) > len(items) + _STALE_LINES:
+                # what a compaction dropped goes at once, but the map is not rebuilt for every
+                # request (one adds only its new items)
+                known = self._by_id = {
+                    id(i): h for i in items if (h := known.get(id(i))) is not None
+                }
+            for at in fresh:
+                item = items[at]
+                hit = known.get(id(item))
+                if hit is None or hit[0] is not item:
+                    hit = known[id(item)] = (item, _item_line(item), item_chars(item))
+                lines[at] = hit[1]
+                chars[at] = hit[2]
+        common = shared
+        for at in moved:
+            # a new object may still have the same line (the protected-state message does)
+            if lines[at] != last.lines[at]:
+                common = at
+                break
+        return lines, chars, common
+
+    def _spans(self, history: Sequence[HistoryEntry], has_protected: bool) -> list[_Span]:
+        """The sections of the projection of ``history``: runs of one kind of entry, with
+        protected state (after the leading system message, where the projection puts it) a
+        section of its own. The last history's runs are carried on when it leads this one."""
+        before = self._history
+        if len(before) <= len(history) and all(map(is_, before, history)):
+            layout = self._layout.copy()
+            at = len(before)
+        else:
+            layout = []
+            at = 0
+        for entry in history[at:]:
+            item = entry.item
+            kind: SectionName = (
+                "summary"
+                if isinstance(item, CompactionSummary)
+                else "system"
+                if at == 0 and isinstance(item, SystemMessage)
+                else "history"
+            )
+            if layout and layout[-1][0] == kind:
+                _, first, _, start, _ = layout[-1]
+                layout[-1] = (kind, first, entry.seq, start, at + 1)
+            else:
+                layout.append((kind, entry.seq, entry.seq, at, at + 1))
+            at += 1
+        self._history = tuple(history)
+        self._layout = layout
+        if not has_protected:
+            return layout
+        # a leading system message is a section of one: protected state never splits a run
+        at = 1 if layout and layout[0][0] == "system" else 0
+        shifted = [
+            (name, first, last, start + 1, end + 1) for name, first, last, start, end in layout[at:]
+        ]
+        return [*layout[:at], ("protected", None, None, at, at + 1), *shifted]
+
+    def _header_line(self, request: ModelRequest) -> bytes:
+        """The header's line, made again only when one of its fields is another object."""
+        fields = (
+            request.model,
+            request.tool_choice,
+            request.max_output_tokens,
+            request.cache_key,
+            request.purpose,
+            request.parallel_tool_calls,
+        )
+        cached = self._header
+        if cached is None or not all(map(is_, fields, cached[0])):
+            cached = self._header = (fields, _header(request))
         return cached[1]
+
+    def _tool_set(self, tools: tuple[ToolSpec, ...]) -> _Tools:
+        cached = self._tools
+        if cached is None or cached.specs is not tools:
+            lines = [*map(_tool_line, tools)]
+            cached = self._tools = _Tools(
+                specs=tools,
+                lines=lines,
+                tail=b"\n" + b"\n".join(lines),
+                sha256=_digest(lines)[:_SECTION_HEX],
+                chars=sum(map(len, lines)),
+            )
+        return cached
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    """The last request of a session: its items, their lines and characters, and its running
+    hashes by (section, start)."""
+
+    items: tuple[Item, ...]
+    lines: list[bytes]
+    chars: list[int]
+    runs: dict[tuple[str, int], _Run]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tools:
+    """A tuple of tools, their lines, what the request's hash reads of them and their
+    section's hash and characters."""
+
+    specs: tuple[ToolSpec, ...]
+    lines: list[bytes]
+    tail: bytes
+    sha256: str
+    chars: int
 
 
 @dataclass(eq=False, slots=True)
 class _Run:
     """A sha256 that has read ``lead`` (if any) and then ``lines[start:end]``, a newline
-    between each two."""
+    between each two; its hex digest and the section made of it, once asked for (a run
+    carried over unchanged keeps them)."""
 
     lead: bytes | None
     start: int
     end: int
     hasher: Any
+    hexdigest: str | None = None
+    section: ManifestSection | None = None
+
+    def digest(self) -> str:
+        if self.hexdigest is None:
+            self.hexdigest = str(self.hasher.hexdigest())
+        return self.hexdigest
 
 
 class _Hashes:
     """The running hashes of one request, carried on from the last request's where its lines
-    are the same objects (same bytes, so the same hash), computed afresh elsewhere."""
+    are the same bytes (so the same hash), computed afresh elsewhere."""
 
     __slots__ = ("_common", "_lines", "_old", "new")
 
-    def __init__(self, cache: LineCache | None, lines: list[bytes]) -> None:
+    def __init__(self, old: dict[tuple[str, int], _Run], lines: list[bytes], common: int) -> None:
         self._lines = lines
-        self._old: dict[tuple[str, int], _Run] = cache._runs if cache is not None else {}
-        self.new: dict[tuple[str, int], _Run] = {}
-        previous = cache._previous if cache is not None else []
-        common = 0
-        for old, line in zip(previous, lines, strict=False):
-            if old is not line:
-                break
-            common += 1
+        self._old = old
         self._common = common
+        self.new: dict[tuple[str, int], _Run] = {}
 
-    def run(self, name: str, start: int, end: int, lead: bytes | None = None) -> Any:
+    def run(self, name: str, start: int, end: int, lead: bytes | None = None) -> _Run:
         """The hash of ``lead`` and lines ``start`` to ``end`` (kept for the next request)."""
-        lines = self._lines
-        old = self._old.get((name, start))
+        key = (name, start)
+        old = self._old.get(key)
         if (
             old is not None
             and old.lead == lead
             and (old.end > start or lead is not None)  # an empty run has nothing to go on from
-            and old.end <= min(end, self._common)
+            and old.end <= end
+            and old.end <= self._common
         ):
-            hasher = old.hasher.copy()
+            run = old
             at = old.end
+            if at < end:
+                # a copy, not the last run's sha256 read on: one that has read 2 KB at once
+                # lets go of the GIL on every later update, and a copy starts without that
+                run = _Run(lead, start, end, old.hasher.copy())
         else:
-            hasher = hashlib.sha256()
+            run = _Run(lead, start, end, hashlib.sha256())
             at = start
             if lead is not None:
-                hasher.update(lead)
+                run.hasher.update(lead)
             elif start < end:
-                hasher.update(lines[start])
+                run.hasher.update(self._lines[start])
                 at += 1
         if at < end:
             # every line after the first (or after the lead) follows a newline
-            hasher.update(b"\n" + b"\n".join(lines[at:end]))
-        self.new[(name, start)] = _Run(lead, start, end, hasher)
-        return hasher
-
-    def digest(self, name: str, start: int, end: int) -> str:
-        return str(self.run(name, start, end).hexdigest())
-
-
-def _kind(item: Item, first: bool) -> SectionName:
-    if isinstance(item, CompactionSummary):
-        return "summary"
-    if first and isinstance(item, SystemMessage):
-        return "system"
-    return "history"
-
-
-def _sections(
-    history: Sequence[HistoryEntry], has_protected: bool
-) -> Iterator[tuple[SectionName, int | None, int | None, int, int]]:
-    """(name, first seq, last seq, start, end) of each section of the projection of
-    ``history``: runs of one kind of entry, with protected state (after the leading system
-    message, where the projection puts it) a section of its own."""
-    tagged: list[tuple[SectionName, int | None]] = [
-        (_kind(entry.item, i == 0), entry.seq) for i, entry in enumerate(history)
-    ]
-    if has_protected:
-        at = 1 if history and isinstance(history[0].item, SystemMessage) else 0
-        tagged.insert(at, ("protected", None))
-    start = 0
-    for end in range(1, len(tagged) + 1):
-        if end == len(tagged) or tagged[end][0] != tagged[start][0]:
-            yield tagged[start][0], tagged[start][1], tagged[end - 1][1], start, end
-            start = end
+            run.hasher.update(b"\n" + b"\n".join(self._lines[at:end]))
+        self.new[key] = run
+        return run
 
 
 def request_manifest(
@@ -242,43 +339,53 @@ def request_manifest(
             f"{len(history) + (1 if has_protected else 0)}"
         )
     cache = lines if lines is not None else LineCache()
-    item_lines, item_chars_ = cache.entries(projected)
-    hashes = _Hashes(lines, item_lines)
+    items = tuple(projected)
+    item_lines, item_chars_, common = cache._entries(items)
+    hashes = _Hashes(cache._last.runs, item_lines, common)
     sections: list[ManifestSection] = []
-    for name, first, last, start, end in _sections(history, has_protected):
-        sections.append(
-            ManifestSection(
+    for name, first, last, start, end in cache._spans(history, has_protected):
+        run = hashes.run(name, start, end)
+        tokens = math.ceil(sum(item_chars_[start:end]) / chars_per_token)
+        section = run.section
+        if (
+            section is None
+            or section.first_seq != first
+            or section.last_seq != last
+            or section.tokens != tokens
+        ):
+            section = run.section = ManifestSection(
                 name=name,
                 first_seq=first,
                 last_seq=last,
                 items=end - start,
-                sha256=hashes.digest(name, start, end)[:_SECTION_HEX],
-                tokens=_tokens(sum(item_chars_[start:end]), chars_per_token),
+                sha256=run.digest()[:_SECTION_HEX],
+                tokens=tokens,
             )
-        )
-    tool_lines = cache.tool_lines(request.tools) if request.tools else []
-    if tool_lines:
+        sections.append(section)
+    tools = cache._tool_set(request.tools) if request.tools else None
+    if tools is not None:
         sections.append(
             ManifestSection(
                 name="tools",
                 first_seq=None,
                 last_seq=None,
-                items=len(tool_lines),
-                sha256=_digest(tool_lines)[:_SECTION_HEX],
-                tokens=_tokens(sum(map(len, tool_lines)), chars_per_token),
+                items=len(tools.lines),
+                sha256=tools.sha256,
+                tokens=math.ceil(tools.chars / chars_per_token),
             )
         )
-    input_sha256 = hashes.digest("input", 0, len(item_lines))
+    count = len(item_lines)
+    input_sha256 = hashes.run("input", 0, count).digest()
     # the request's canonical bytes: the header, then every item and tool line after a newline
-    whole = hashes.run("whole", 0, len(item_lines), lead=_header(request)).copy()
-    if tool_lines:
-        whole.update(b"\n" + b"\n".join(tool_lines))
-    if lines is not None:
-        lines._previous = item_lines
-        lines._runs = hashes.new
-    return RequestManifest(
-        sha256=whole.hexdigest(), input_sha256=input_sha256, sections=tuple(sections)
-    )
+    whole = hashes.run("whole", 0, count, lead=cache._header_line(request))
+    if tools is not None:
+        hasher = whole.hasher.copy()
+        hasher.update(tools.tail)
+        sha256 = str(hasher.hexdigest())
+    else:
+        sha256 = whole.digest()
+    cache._last = _Request(items=items, lines=item_lines, chars=item_chars_, runs=hashes.new)
+    return RequestManifest(sha256=sha256, input_sha256=input_sha256, sections=tuple(sections))
 
 
 def describe_manifest(manifest: RequestManifest) -> str:
@@ -299,7 +406,3 @@ def describe_manifest(manifest: RequestManifest) -> str:
 
 def _digest(lines: Collection[bytes]) -> str:
     return hashlib.sha256(b"\n".join(lines)).hexdigest()
-
-
-def _tokens(chars: int, chars_per_token: float) -> int:
-    return math.ceil(chars / chars_per_token)

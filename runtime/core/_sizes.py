@@ -31,18 +31,20 @@ def item_chars(item: Item) -> int:
 
     Raises nothing.
     """
-    match item:
-        case SystemMessage(text=text) | UserMessage(text=text) | AssistantMessage(text=text):
-            return len(text)
-        case CompactionSummary(text=text, provider=None):
-            return len(text)
-        case CompactionSummary(provider=dict() as provider):
+    # isinstance tests, most frequent first: a history is mostly calls and their outputs,
+    # and this runs for every item a round adds
+    if isinstance(item, FunctionCallOutput):
+        return len(item.call_id) + len(item.output)
+    if isinstance(item, FunctionCall):
+        return len(item.call_id) + len(item.name) + len(item.arguments)
+    if isinstance(item, (SystemMessage, UserMessage, AssistantMessage)):
+        return len(item.text)
+    if isinstance(item, CompactionSummary):
+        if item.provider is None:
+            return len(item.text)
+        if isinstance(item.provider, dict):
             # the Responses wire sends the provider's item in place of the text
-            return len(json.dumps(provider, separators=(",", ":")))
-        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-            return len(call_id) + len(name) + len(arguments)
-        case FunctionCallOutput(call_id=call_id, output=output):
-            return len(call_id) + len(output)
+            return len(json.dumps(item.provider, separators=(",", ":")))
     raise TypeError(f"not an item: {item!r}")  # pragma: no cover - exhaustive above
 
 
