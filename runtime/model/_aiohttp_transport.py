@@ -15,18 +15,23 @@ endpoint's scheme unless ``NO_PROXY`` exempts its host; credentials in the proxy
 proxy auth), but it is looked up once, when the session is made: ``trust_env`` looks the proxy
 and ``.netrc`` up again on every request, two trips to a thread each (measured: a third of the
 client's CPU per call), and a ``.netrc`` entry for the host would clash with the bearer token.
-A socket that does not connect or goes silent for ``read_timeout`` seconds fails; the
-gateway's own clocks (idle stream, request deadline) bound the rest. Failures leave this module as ``TransportError``,
-error statuses as ``HttpStatusError`` with their headers and body (the body read only as far as
-the cap), never as aiohttp's classes. Nothing here logs the headers: the key goes only to the
-endpoint.
+A socket that does not connect within ``connect_timeout`` seconds fails; one that goes silent
+for ``read_timeout`` seconds fails too, timed by aiohttp or, for a request sent with a
+``progress`` callback, by the caller (``CallClock``: one timer handle for the whole call,
+where aiohttp re-arms one on every chunk); the gateway's own clocks (idle stream, request
+deadline) bound the rest. The headers name the ``Content-Type`` (JSON when the caller's do
+not), so aiohttp adds none and needs no list of headers to skip; they go with each request,
+never as the session's, which aiohttp would send to a proxy too. Failures leave this module
+as ``TransportError``, error statuses as ``HttpStatusError`` with their headers and body (the
+body read only as far as the cap), never as aiohttp's classes. Nothing here logs the headers:
+the key goes only to the endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -95,7 +100,10 @@ def _failure(exc: BaseException) -> TransportError:
 
 class AiohttpTransport:
     """POSTs JSON bodies to one URL with fixed headers (the caller's purpose header added per
-    request), on a session made lazily in the loop that sends."""
+    request), on a session made lazily in the loop that sends.
+
+    ``connect_timeout`` and ``read_timeout`` are what it was given; a caller that passes
+    ``progress`` to ``post`` times the socket's silence itself, with ``read_timeout``."""
 
     def __init__(
         self,
@@ -110,9 +118,18 @@ class AiohttpTransport:
         """``url``: where to POST (no credentials in it: they go in ``headers``)."""
         self.url = url
         self._headers = dict(headers)
+        if not any(name.lower() == "content-type" for name in self._headers):
+            self._headers["Content-Type"] = "application/json"
         self._purpose_header = purpose_header
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=read_timeout
+        )
+        # a watched request: the caller times the socket's silence
+        self._watched_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=None
+        )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -135,13 +152,10 @@ class AiohttpTransport:
         )
         session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=self._connect_timeout, sock_read=self._read_timeout
-            ),
+            # no session-wide headers: aiohttp merges those into a proxy's headers too
+            timeout=self._timeout,
             # the environment's proxy is looked up here, once (see the module's doc)
             trust_env=False,
-            # the gateway sends bytes it encoded; nothing to add but what it asks for
-            skip_auto_headers=("Content-Type",),
         )
         self._proxy, auth = env_proxy(self._target)
         self._proxy_headers = None
@@ -162,9 +176,19 @@ class AiohttpTransport:
             self._purpose_headers[purpose] = headers
         return headers
 
-    async def post(self, body: bytes, purpose: str, *, max_error_bytes: int) -> Any:
+    async def post(
+        self,
+        body: bytes,
+        purpose: str,
+        *,
+        max_error_bytes: int,
+        progress: Callable[[], None] | None = None,
+    ) -> Any:
         """POST ``body``; returns the aiohttp response with its body unread (the caller reads
-        it with ``read`` or ``read_chunk`` and closes it with ``finish``).
+        it with ``read`` or ``read_chunk`` and closes it with ``finish``). With ``progress``
+        the request is watched: the caller times the socket's silence, ``progress`` called
+        when the headers come and as each piece of an error body comes (aiohttp then times
+        only the connection).
 
         Raises ``HttpStatusError`` for an error status (its body read, at most
         ``max_error_bytes`` of it), ``TransportError`` when the exchange fails.
@@ -177,20 +201,32 @@ class AiohttpTransport:
                 headers=self._headers_for(purpose),
                 proxy=self._proxy,
                 proxy_headers=self._proxy_headers,
+                timeout=self._timeout if progress is None else self._watched_timeout,
                 # as the SDK's client: a redirect is an answer, never a second POST (or a GET)
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, OSError) as exc:
             raise _failure(exc) from exc
+        if progress is not None:
+            progress()
         if response.status >= 400:
             # read (as far as the cap) and released: a connection read to its end is kept
-            content = await self.read(response, max_bytes=max_error_bytes, capped=False)
+            content = await self.read(
+                response, max_bytes=max_error_bytes, capped=False, progress=progress
+            )
             raise HttpStatusError(response.status, response.headers, content)
         return response
 
-    async def read(self, response: Any, *, max_bytes: int, capped: bool = True) -> bytes:
+    async def read(
+        self,
+        response: Any,
+        *,
+        max_bytes: int,
+        capped: bool = True,
+        progress: Callable[[], None] | None = None,
+    ) -> bytes:
         """The body of ``response``, which is released after (its connection kept when the
-        body was read whole).
+        body was read whole); ``progress`` is called as each piece of it comes.
 
         Raises ``TransportError`` if the body is cut; ``BodyTooLarge`` as soon as it passes
         ``max_bytes`` (the rest is never read), or, with ``capped`` False, returns what was
@@ -204,6 +240,8 @@ class AiohttpTransport:
                 chunk = await content.readany()
                 if not chunk:
                     break
+                if progress is not None:
+                    progress()
                 parts.append(chunk)
                 size += len(chunk)
                 if size > max_bytes:

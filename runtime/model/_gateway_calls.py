@@ -7,7 +7,6 @@ endpoint.
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -28,6 +27,7 @@ from stowage.core import (
 from stowage.policy import answer_chars, oversized_answer
 
 from ._aiohttp_transport import AiohttpTransport
+from ._call_clock import CallClock
 from ._endpoint_url import locate_error
 from ._http_errors import BodyTooLarge, EventError, HttpStatusError, TransportError
 from ._sse import JsonEventStream
@@ -193,6 +193,8 @@ class HttpModelCalls(ABC):
         raise error from exc
 
     def _timed_out(self, request: ModelRequest, *, idle: bool, status: int | None) -> NoReturn:
+        """Raise the ``ModelConnectionError`` of a call that stalled: no stream event for
+        ``stream_idle_timeout`` (``idle``), or no whole answer by ``request_deadline``."""
         if idle:
             what = (
                 f"no stream event for {self.stream_idle_timeout:g} s (stream_idle_timeout; "
@@ -204,15 +206,31 @@ class HttpModelCalls(ABC):
             ModelConnectionError(f"the model endpoint stalled: {what}"), request, status=status
         )
 
-    def _wait_limit(self, deadline: float) -> tuple[float, bool]:
-        """Seconds the next read of a stream may take, and whether the idle timeout (rather
-        than the request's deadline) is what limits it."""
-        left = deadline - asyncio.get_running_loop().time()
-        return (
-            (self.stream_idle_timeout, True)
-            if self.stream_idle_timeout < left
-            else (max(0.0, left), False)
+    def _clock(self, *, idle: float | None = None) -> CallClock:
+        """The clock of one call: ``request_deadline``, ``idle`` (a stream's), and the
+        silence of the transport's socket (the SDK times its own)."""
+        transport = self._transport
+        if transport is None:
+            return CallClock(deadline=self.request_deadline, idle=idle)
+        silence = transport.read_timeout
+        return CallClock(
+            deadline=self.request_deadline,
+            silence=silence,
+            first_silence=transport.connect_timeout + silence,
+            idle=idle,
         )
+
+    def _expired(self, clock: CallClock, request: ModelRequest, *, status: int | None) -> NoReturn:
+        """Raise the ``ModelError`` of a call whose ``clock`` ran out (a socket silent for the
+        read timeout is a transport failure, as when aiohttp times it)."""
+        if clock.expired == "silence" and self._transport is not None:
+            silent = TransportError(
+                f"timed out: no data from the socket for {self._transport.read_timeout:g} s "
+                "(its read timeout)",
+                timeout=True,
+            )
+            self._raise(silent, request, status=status)
+        self._timed_out(request, idle=clock.expired == "idle", status=status)
 
     def _check_size(self, chars: int) -> None:
         """Raises ``ResponseTooLarge`` when an answer of ``chars`` characters (text and call
@@ -221,13 +239,18 @@ class HttpModelCalls(ABC):
         if reason is not None:
             raise ResponseTooLarge(reason)
 
-    async def _post_and_read(self, transport: AiohttpTransport, body: bytes, purpose: str) -> Any:
-        """The raw JSON answer to ``body``. Raises what the transport raises,
-        ``ResponseTooLarge`` for a body past ``max_body_bytes``."""
+    async def _post_and_read(
+        self, transport: AiohttpTransport, body: bytes, purpose: str, clock: CallClock
+    ) -> Any:
+        """The raw JSON answer to ``body`` (each piece of it that comes is ``clock``'s
+        progress). Raises what the transport raises, ``ResponseTooLarge`` for a body past
+        ``max_body_bytes``."""
         max_bytes = self.max_body_bytes
-        response = await transport.post(body, purpose, max_error_bytes=max_bytes)
+        response = await transport.post(
+            body, purpose, max_error_bytes=max_bytes, progress=clock.progress
+        )
         try:
-            return await transport.read(response, max_bytes=max_bytes)
+            return await transport.read(response, max_bytes=max_bytes, progress=clock.progress)
         except BodyTooLarge as exc:
             raise too_large_body(exc.size, max_bytes) from None
 
@@ -239,11 +262,12 @@ class HttpModelCalls(ABC):
         """
         body = self._request_body(request, stream=False)
         raw: Any
+        clock = self._clock()
         try:
-            async with asyncio.timeout(self.request_deadline):
+            async with clock:
                 if self._transport is not None:
                     raw = await self._post_and_read(
-                        self._transport, orjson.dumps(body), request.purpose
+                        self._transport, orjson.dumps(body), request.purpose, clock
                     )
                 else:
                     assert self._sdk is not None
@@ -251,7 +275,9 @@ class HttpModelCalls(ABC):
         except self._boundary as exc:
             self._raise(exc, request)
         except TimeoutError:
-            self._timed_out(request, idle=False, status=None)
+            self._expired(clock, request, status=None)
+        finally:
+            clock.close()
         try:
             data = orjson.loads(raw) if self._sdk is None else self._sdk_data(raw)
             response = self._parse(data)
@@ -260,19 +286,26 @@ class HttpModelCalls(ABC):
             self._raise(exc, request, status=200)
         return response
 
-    async def _open_stream(self, request: ModelRequest) -> Events:
-        """Send a streaming request; the events of its answer, unread."""
+    async def _open_stream(self, request: ModelRequest, clock: CallClock) -> Events:
+        """Send a streaming request; the events of its answer, unread (each piece of it
+        that comes is ``clock``'s progress)."""
         body = self._request_body(request, stream=True)
         if self._transport is None:
             assert self._sdk is not None
             return self._sdk_events(await self._sdk.create(body, request.purpose))
         transport = self._transport
+        progress = clock.progress
         response = await transport.post(
-            orjson.dumps(body), request.purpose, max_error_bytes=self.max_body_bytes
+            orjson.dumps(body),
+            request.purpose,
+            max_error_bytes=self.max_body_bytes,
+            progress=progress,
         )
 
         async def read() -> bytes:
-            return await transport.read_chunk(response)
+            chunk = await transport.read_chunk(response)
+            progress()
+            return chunk
 
         async def close(ended: bool) -> None:
             transport.finish(response, ended=ended)
@@ -288,36 +321,37 @@ class HttpModelCalls(ABC):
         """
         accumulator = self._new_accumulator()
         events: Events
-        deadline = asyncio.get_running_loop().time() + self.request_deadline
-        limit, idle = self._wait_limit(deadline)
+        clock = self._clock(idle=self.stream_idle_timeout)
         try:
-            async with asyncio.timeout(limit):
-                events = await self._open_stream(request)
-        except self._boundary as exc:
-            self._raise(exc, request)
-        except TimeoutError:
-            self._timed_out(request, idle=idle, status=None)
-        status = events.status
-        async with events:
-            while True:
-                # one read at a time under the clock, never a yield: keep-alives are skipped
-                # inside the read, so only a real event resets it
-                limit, idle = self._wait_limit(deadline)
-                try:
-                    async with asyncio.timeout(limit):
-                        batch = await events.next_events()
-                    texts = [accumulator.feed(event) for event in batch or ()]
-                    # stop reading once the answer passes the cap: it is never held
-                    self._check_size(accumulator.answer_chars)
-                except self._boundary as exc:
-                    self._raise(exc, request, status=status)
-                except TimeoutError:
-                    self._timed_out(request, idle=idle, status=status)
-                if batch is None:
-                    break
-                text = "".join(texts)
-                if text:
-                    yield TextDelta(text=text)
+            try:
+                async with clock:
+                    events = await self._open_stream(request, clock)
+            except self._boundary as exc:
+                self._raise(exc, request)
+            except TimeoutError:
+                self._expired(clock, request, status=None)
+            status = events.status
+            async with events:
+                while True:
+                    # one read at a time under the clock, never a yield: keep-alives are
+                    # skipped inside the read, so only a real event starts the idle time again
+                    try:
+                        async with clock:
+                            batch = await events.next_events()
+                        texts = [accumulator.feed(event) for event in batch or ()]
+                        # stop reading once the answer passes the cap: it is never held
+                        self._check_size(accumulator.answer_chars)
+                    except self._boundary as exc:
+                        self._raise(exc, request, status=status)
+                    except TimeoutError:
+                        self._expired(clock, request, status=status)
+                    if batch is None:
+                        break
+                    text = "".join(texts)
+                    if text:
+                        yield TextDelta(text=text)
+        finally:
+            clock.close()
         try:
             response = accumulator.finish()
         except ModelError as exc:

@@ -19,8 +19,9 @@ failure of either path is mapped here to a ``ModelError`` (``_http_errors``).
 Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
 an event (SSE comments and keep-alives do not count) and any request still unfinished after
 ``request_deadline`` seconds are abandoned as ``ModelConnectionError``, so a silent or dripping
-endpoint fails in bounded time and is retried (the clocks are ``asyncio.timeout``: aiohttp
-runs on asyncio only, and it costs a fraction of a cancel scope on every read of a stream).
+endpoint fails in bounded time and is retried. Those clocks and the socket's read timeout
+share one timer handle a call (``_call_clock``), which cancels through an
+``asyncio.timeout``: aiohttp runs on asyncio only, and it costs a fraction of a cancel scope.
 Every error names the endpoint (its URL redacted) and the HTTP status, and carries the
 longest wait the server asked for.
 
@@ -34,7 +35,6 @@ SDK reads each event and body itself, so there only the parsed answer is checked
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -261,11 +261,12 @@ class OpenAIGateway(HttpModelCalls):
             )
         body = compact_body(request)
         raw: Any
+        clock = self._clock()
         try:
-            async with asyncio.timeout(self.request_deadline):
+            async with clock:
                 if self._compactor is not None:
                     raw = await self._post_and_read(
-                        self._compactor, orjson.dumps(body), request.purpose
+                        self._compactor, orjson.dumps(body), request.purpose, clock
                     )
                 else:
                     assert self._sdk is not None
@@ -273,7 +274,9 @@ class OpenAIGateway(HttpModelCalls):
         except self._boundary as exc:
             self._raise(exc, request, url=self.compact_url)
         except TimeoutError:
-            self._timed_out(request, idle=False, status=None)
+            self._expired(clock, request, status=None)
+        finally:
+            clock.close()
         try:
             data = orjson.loads(raw)
             compaction = parse_compaction(data, covered=len(request.input))

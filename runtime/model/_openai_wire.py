@@ -69,66 +69,73 @@ def chat_messages(items: Iterable[Item]) -> list[dict[str, Any]]:
     Consecutive function calls become one assistant message with ``tool_calls``, merged into the
     assistant text message right before them, as the API expects one message per turn.
     """
+    # Every call encodes the whole history again: plain ``isinstance`` tests, the commonest
+    # item first, take half the time of a ``match`` on class patterns.
     messages: list[dict[str, Any]] = []
+    append = messages.append
     # The assistant message that calls may still join: set by an assistant text or a call.
     open_assistant: dict[str, Any] | None = None
     for item in items:
-        match item:
-            case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-                if open_assistant is None:
-                    open_assistant = {"role": "assistant", "content": None}
-                    messages.append(open_assistant)
-                open_assistant.setdefault("tool_calls", []).append(
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                )
-                continue
-            case AssistantMessage(text=text):
-                open_assistant = {"role": "assistant", "content": text}
-                messages.append(open_assistant)
-                continue
-            case SystemMessage(text=text):
-                messages.append({"role": "system", "content": text})
-            case UserMessage(text=text):
-                messages.append({"role": "user", "content": text})
-            case FunctionCallOutput(call_id=call_id, output=output):
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
-            case CompactionSummary(text=text):
-                messages.append({"role": "user", "content": SUMMARY_PREFIX + text})
+        if isinstance(item, FunctionCallOutput):
+            append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        elif isinstance(item, FunctionCall):
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            if open_assistant is None:
+                open_assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+                append(open_assistant)
+            elif "tool_calls" in open_assistant:
+                open_assistant["tool_calls"].append(call)
+            else:
+                open_assistant["tool_calls"] = [call]
+            continue
+        elif isinstance(item, AssistantMessage):
+            open_assistant = {"role": "assistant", "content": item.text}
+            append(open_assistant)
+            continue
+        elif isinstance(item, UserMessage):
+            append({"role": "user", "content": item.text})
+        elif isinstance(item, SystemMessage):
+            append({"role": "system", "content": item.text})
+        elif isinstance(item, CompactionSummary):
+            append({"role": "user", "content": SUMMARY_PREFIX + item.text})
         open_assistant = None
     return messages
 
 
 def responses_input(items: Iterable[Item]) -> list[dict[str, Any]]:
     """Responses API ``input`` for ``items``: messages, function calls and their outputs."""
+    # ``isinstance`` tests, the commonest item first, as in ``chat_messages``
     out: list[dict[str, Any]] = []
+    append = out.append
     for item in items:
-        match item:
-            case SystemMessage(text=text):
-                out.append({"role": "system", "content": text})
-            case UserMessage(text=text):
-                out.append({"role": "user", "content": text})
-            case AssistantMessage(text=text):
-                out.append({"role": "assistant", "content": text})
-            case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-                out.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call_id,
-                        "name": name,
-                        "arguments": arguments,
-                    }
-                )
-            case FunctionCallOutput(call_id=call_id, output=output):
-                out.append({"type": "function_call_output", "call_id": call_id, "output": output})
-            case CompactionSummary(provider=dict() as provider):
-                # the endpoint's own compaction item goes back exactly as it came
-                out.append(provider)
-            case CompactionSummary(text=text):
-                out.append({"role": "user", "content": SUMMARY_PREFIX + text})
+        if isinstance(item, FunctionCallOutput):
+            append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
+        elif isinstance(item, FunctionCall):
+            append(
+                {
+                    "type": "function_call",
+                    "call_id": item.call_id,
+                    "name": item.name,
+                    "arguments": item.arguments,
+                }
+            )
+        elif isinstance(item, UserMessage):
+            append({"role": "user", "content": item.text})
+        elif isinstance(item, AssistantMessage):
+            append({"role": "assistant", "content": item.text})
+        elif isinstance(item, SystemMessage):
+            append({"role": "system", "content": item.text})
+        elif isinstance(item, CompactionSummary):
+            provider = item.provider
+            # the endpoint's own compaction item goes back exactly as it came
+            if isinstance(provider, dict):
+                append(provider)
+            else:
+                append({"role": "user", "content": SUMMARY_PREFIX + item.text})
     return out
 
 

@@ -26,12 +26,24 @@ __all__ = ["JsonEventStream", "sse_data"]
 def sse_data(block: bytes) -> bytes | None:
     """The data of one event block (its ``data:`` lines joined by newlines), or None if it has
     none (a comment or a keep-alive)."""
-    parts = [
-        line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
-    ]
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else b"\n".join(parts)
+    # found with two searches, not a split into lines: nearly every event has one data line,
+    # alone (Chat's) or after its ``event:`` line (Responses')
+    if block.startswith(b"data:"):
+        start = 5
+    else:
+        start = block.find(b"\ndata:") + 6
+        if start == 5:
+            return None
+    end = block.find(b"\n", start)
+    if end < 0:
+        data = block[start:]
+    elif block.find(b"\ndata:", end) < 0:
+        data = block[start:end]
+    else:  # more data lines
+        return b"\n".join(
+            line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+        )
+    return data[1:] if data.startswith(b" ") else data
 
 
 class JsonEventStream:
@@ -90,16 +102,19 @@ class JsonEventStream:
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         events: list[Any] = []
-        while (cut := buffer.find(b"\n\n")) >= 0:
-            data = sse_data(buffer[:cut])
-            buffer = buffer[cut + 2 :]
+        *blocks, buffer = buffer.split(b"\n\n")  # the last: an event not ended yet
+        for block in blocks:
+            data = sse_data(block)
             if data is None:
                 continue
             if data.startswith(b"[DONE]"):
                 self._done = True
                 buffer = b""
                 break
-            events.append(_checked(orjson.loads(data)))
+            event = orjson.loads(data)
+            if isinstance(event, dict) and event.get("error"):
+                raise EventError(event["error"])
+            events.append(event)
         self._buffer = buffer
         limit = self._max_event_bytes
         if limit is not None and len(buffer) > limit:
