@@ -214,8 +214,13 @@ async def test_a_workspace_inside_the_store_reads_nothing(tmp_path: Path) -> Non
     assert_refused(out, "a.txt", "inside the session store")
 
 
-async def test_a_database_store_has_no_directory_to_refuse(root: Path) -> None:
-    tools = workspace_tools(root, settings=Settings(store=Path("postgresql://db/x")))
+async def test_a_database_store_stays_out_of_the_settings_the_tools_read(root: Path) -> None:
+    """A database URL is never a ``Settings.store`` (it would name a directory, password and
+    all); with a database store the command line leaves the default directory there, and the
+    tools read the workspace as usual."""
+    with pytest.raises(ConfigError, match="is a database URL"):
+        Settings(store=Path("postgresql://db/x"))
+    tools = workspace_tools(root, settings=Settings(store=root.parent / ".stowage"))
     assert not (await run(tools, "read_file", path="README.md")).is_error
 
 
