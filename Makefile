@@ -53,6 +53,7 @@ stage:
 
 lint: $(STAMP) stage
 	$(BIN)/ruff check runtime actors storage tests scripts
+	$(BIN)/ruff format --check runtime actors storage tests scripts
 	cd $(STAGE) && PYTHONPATH=. $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/pyproject.toml
 
 typecheck: $(STAMP) stage

@@ -578,9 +578,7 @@ async def _runtime_for(
         if settings.model != "scripted" and (settings.api_key or settings.base_url):
             # a server that is down, refuses the key or is not at this URL: say so before a
             # new session is written for it, so failed attempts leave no logs behind
-            await probe_endpoint(
-                settings.base_url, settings.api_key, wire_api=settings.wire_api
-            )
+            await probe_endpoint(settings.base_url, settings.api_key, wire_api=settings.wire_api)
         tools, servers = session_tools(settings)
     except BaseException:
         await store.aclose()

@@ -308,7 +308,6 @@ async def test_a_mid_turn_compaction_keeps_the_turns_newest_output_verbatim_when
             result = await run.turn("read the files")
         assert isinstance(result, TurnResult) and result.text == "done"
         compaction = next(r for r in run.log if isinstance(r, CompactionRecord))
-        print("DBG", [(type(r).__name__, r.seq, getattr(r, "kind", ""), getattr(r, "covers_through", ""), getattr(r, "reason", "")[:150]) for r in run.log if type(r).__name__ in ("CompactionRecord", "MicrocompactRecord", "ItemRecord", "ErrorRecord")])
         state = replay("faulty", [r for r in run.log if r.seq <= compaction.seq])
         kept = [e.item for e in state.history if isinstance(e.item, FunctionCallOutput)]
         calls = [

@@ -31,10 +31,13 @@ ANSWER = json.dumps(
 
 def _whole(body: bytes, *headers: bytes) -> bytes:
     extra = b"".join(h + b"\r\n" for h in headers)
-    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        len(body),
-        extra,
-        body,
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
+        % (
+            len(body),
+            extra,
+            body,
+        )
     )
 
 
@@ -135,7 +138,7 @@ async def test_a_gzipped_answer_is_decoded() -> None:
     ("reply", "match"),
     [
         (None, "cannot reach the model endpoint"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\"", "cannot reach"),
+        (b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"choices"', "cannot reach"),
         (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "cannot reach"),
     ],
     ids=["closed", "cut", "not-http"],

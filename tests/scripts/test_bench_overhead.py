@@ -17,9 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_overhead.py"
 
 
 @pytest.mark.parametrize(("wire", "stream"), [("chat", "on"), ("responses", "off")])
-async def test_a_tiny_run_measures_the_four_clients(
-    tmp_path: Path, wire: str, stream: str
-) -> None:
+async def test_a_tiny_run_measures_the_four_clients(tmp_path: Path, wire: str, stream: str) -> None:
     out = tmp_path / "rows.json"
     argv = ["--concurrency", "2", "--min-sessions", "2", "--turns", "1", "--wire", wire,
             "--stream", stream, "--target", "1000", "--json", str(out),
