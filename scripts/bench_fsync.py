@@ -1,6 +1,7 @@
 """What one durable append costs the process that makes it: CPU (user + system, this process
 only) and wall time per append of a log-sized line, with and without an ``fdatasync`` after it,
-on the filesystem of ``--dir``.
+and with one ``syncfs`` per ``--group`` appends (``durability=syncfs``), on the filesystem of
+``--dir``.
 
     python scripts/bench_fsync.py                   # a temporary directory
     python scripts/bench_fsync.py --dir .stowage    # the store's own disk
@@ -21,20 +22,33 @@ import tempfile
 import time
 from pathlib import Path
 
+from stowage.core import ConfigError
+from stowage.storage import load_syncfs
 
-def _run(directory: Path, files: int, appends: int, line: bytes, sync: bool) -> tuple[float, float]:
+#: how an append is made durable: not at all, an fdatasync of its file, or one syncfs of the
+#: filesystem per group of appends (as ``durability=syncfs`` does per group commit)
+Mode = str
+MODES: tuple[Mode, ...] = ("write only", "write + fdatasync", "group + one syncfs")
+
+
+def _run(
+    directory: Path, files: int, appends: int, line: bytes, mode: Mode, group: int
+) -> tuple[float, float]:
     """(CPU ms, wall ms) per append, ``appends`` spread round-robin over ``files`` files."""
     fds = [
         os.open(directory / f"s{i}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         for i in range(files)
     ]
+    syncfs = load_syncfs() if mode == MODES[2] else None
     try:
         cpu, wall = time.process_time(), time.perf_counter()
         for n in range(appends):
             fd = fds[n % files]
             os.write(fd, line)
-            if sync:
+            if mode == MODES[1]:
                 os.fdatasync(fd)
+            elif syncfs is not None and (n % group == group - 1 or n == appends - 1):
+                syncfs(fd)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     finally:
         for fd in fds:
@@ -51,25 +65,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=50, help="files written round-robin")
     parser.add_argument("--line-bytes", type=int, default=700, help="bytes per append")
     parser.add_argument("--repeat", type=int, default=3, help="measurements per mode (median)")
+    parser.add_argument(
+        "--group",
+        type=int,
+        default=6,
+        help="appends per syncfs (the sessions in one group commit; Linux 5.8+ only)",
+    )
     args = parser.parse_args(argv)
-    if args.appends < 1 or args.files < 1 or args.line_bytes < 1 or args.repeat < 1:
-        parser.error("--appends, --files, --line-bytes and --repeat must be at least 1")
+    if min(args.appends, args.files, args.line_bytes, args.repeat, args.group) < 1:
+        parser.error("--appends, --files, --line-bytes, --repeat and --group must be at least 1")
+    modes = MODES
+    try:
+        load_syncfs()
+    except ConfigError as exc:  # no syncfs here: the other two are still worth measuring
+        print(f"not measured: {exc}", file=sys.stderr)
+        modes = MODES[:2]
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: not a directory; create it first or leave --dir out")
     line = b"x" * (args.line_bytes - 1) + b"\n"
     with tempfile.TemporaryDirectory(prefix="stowage-fsync-", dir=args.dir) as tmp:
-        figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        figures: dict[Mode, list[tuple[float, float]]] = {mode: [] for mode in modes}
         for _ in range(args.repeat):
-            for sync in (False, True):  # alternately, so both see the same machine
-                figures[sync].append(_run(Path(tmp), args.files, args.appends, line, sync))
+            for mode in modes:  # alternately, so all see the same machine
+                figures[mode].append(
+                    _run(Path(tmp), args.files, args.appends, line, mode, args.group)
+                )
     print(f"{args.appends} appends of {args.line_bytes} bytes over {args.files} files, "
           f"median of {args.repeat}:")  # fmt: skip
-    for sync in (False, True):
-        cpu = statistics.median(c for c, _ in figures[sync])
-        wall = statistics.median(w for _, w in figures[sync])
-        name = "write + fdatasync" if sync else "write only       "
-        print(f"  {name}  {cpu:.4f} ms CPU  {wall:.4f} ms wall per append", flush=True)
-    synced = statistics.median(c for c, _ in figures[True])
+    for mode in modes:
+        cpu = statistics.median(c for c, _ in figures[mode])
+        wall = statistics.median(w for _, w in figures[mode])
+        name = f"{mode} of {args.group}" if mode == MODES[2] else mode
+        print(f"  {name:<26} {cpu:.4f} ms CPU  {wall:.4f} ms wall per append", flush=True)
+    synced = statistics.median(c for c, _ in figures[MODES[1]])
     print(f"two syncs a model call: {2 * synced:.3f} ms of CPU per call before any other work")
     return 0
 

@@ -13,8 +13,10 @@ answer, so 4 model calls per turn; tools return ``--tool-kb`` KB) against the sa
 server in its own process, each measurement in a fresh client process whose CPU time (all
 threads, user + system) is divided by the round calls it made. stowage runs with its JSONL store
 fsyncing every batch and compaction on (``--also nosync`` measures it again with
-``durability=none``: the difference is what the log's fdatasync calls cost, two a tool round);
-its summary calls are extra work charged to it, not counted as calls. Every row runs the same number of sessions (``--min-sessions``, raised to the
+``durability=none``: the difference is what the log's fdatasync calls cost, two a tool round;
+``--also syncfs`` with ``durability=syncfs``, one sync of the filesystem per group commit);
+its summary calls are extra work charged to it, not counted as calls. Every row runs the
+same number of sessions (``--min-sessions``, raised to the
 largest concurrency measured), so rows differ only in how many run at once. Each client is set
 up and warmed (a few short sessions: lazy imports, first-use caches, the first connections)
 before its clock starts; every client process runs with the GC threshold ``stowage worker``
@@ -482,7 +484,7 @@ async def _stowage_client(args: argparse.Namespace) -> AsyncIterator[Agent]:
             wire_api=args.wire,
             stream=args.stream,
             store=Path(store),
-            durability="none" if args.child == "nosync" else "fsync",
+            durability={"nosync": "none", "syncfs": "syncfs"}.get(args.child, "fsync"),
             tools="none",
             system=_SYSTEM,
             compact_threshold=args.compact_threshold,
@@ -541,6 +543,7 @@ async def _measured(args: argparse.Namespace) -> dict[str, float]:
         "httpx": _httpx_client,
         "stowage": _stowage_client,
         "nosync": _stowage_client,
+        "syncfs": _stowage_client,
     }
     async with setup[args.child](args) as one:
         await _sessions(args, one, warm=True)  # lazy imports, first-use caches, connections
@@ -602,7 +605,7 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
                     }
                     ms = {mode: run["cpu_ms_per_call"] for mode, run in runs.items()}
                     bare, httpx, alone = ms.get("bare"), ms.get("httpx"), ms.get("gateway")
-                    nosync = ms.get("nosync")
+                    nosync, syncfs = ms.get("nosync"), ms.get("syncfs")
                     row = {
                         "sessions": concurrency,
                         "wire": wire,
@@ -618,6 +621,10 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "nosync_ms": round(nosync, 3) if nosync is not None else None,
                         "nosync_ratio": (
                             round(nosync / ms["aiohttp"], 3) if nosync is not None else None
+                        ),
+                        "syncfs_ms": round(syncfs, 3) if syncfs is not None else None,
+                        "syncfs_ratio": (
+                            round(syncfs / ms["aiohttp"], 3) if syncfs is not None else None
                         ),
                         "ratio": round(ms["stowage"] / bare, 3) if bare is not None else None,
                         "ratio_to_floor": round(ms["stowage"] / ms["aiohttp"], 3),
@@ -641,13 +648,18 @@ async def _with_server(args: argparse.Namespace) -> list[dict[str, Any]]:
                         if row["nosync_ms"] is not None
                         else ""
                     )
+                    syncfs_part = (
+                        f"with syncfs {row['syncfs_ms']:6.3f} ({row['syncfs_ratio']:.2f}x)  "
+                        if row["syncfs_ms"] is not None
+                        else ""
+                    )
                     ratio_part = (
                         f"stowage/openai {row['ratio']:.2f}  " if row["ratio"] is not None else ""
                     )
                     print(
                         f"{concurrency:>5} sessions {wire:<9} stream={'on ' if stream else 'off'} "
                         f"aiohttp {row['aiohttp_ms']:6.3f}  {gateway_part}{httpx_part}{openai_part}"
-                        f"stowage {row['stowage_ms']:6.3f} ms/call  {nosync_part}"
+                        f"stowage {row['stowage_ms']:6.3f} ms/call  {syncfs_part}{nosync_part}"
                         f"{ratio_part}stowage/aiohttp {row['ratio_to_floor']:.2f}",
                         flush=True,
                     )
@@ -680,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_overhead.py", description=__doc__)
     parser.add_argument(
         "--child",
-        choices=["aiohttp", "bare", "gateway", "httpx", "nosync", "stowage"],
+        choices=["aiohttp", "bare", "gateway", "httpx", "nosync", "stowage", "syncfs"],
         default=None,
         help=argparse.SUPPRESS,
     )
@@ -716,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         "alone, the same agent loop as the floor's: what the HTTP layer costs), httpx (the "
         "plain httpx loop), bare (the bare openai loop, the slowest), nosync (stowage with "
         "durability=none: the same runtime without an fdatasync per write, so the difference "
-        "is what syncing the log costs)",
+        "is what syncing the log costs), syncfs (stowage with durability=syncfs: a group "
+        "commit of several logs synced by one syncfs)",
     )
     # the bare openai loop is measured only when --also names it; the flag that left it out
     # is still taken, so older command lines run
@@ -741,9 +754,10 @@ def main(argv: list[str] | None = None) -> int:
     args.wires = [args.wire] if args.wire else ["chat", "responses"]
     args.streams = [args.stream == "on"] if args.stream else [False, True]
     also = [m for m in args.also.split(",") if m]
-    if unknown := set(also) - {"gateway", "httpx", "bare", "nosync"}:
+    if unknown := set(also) - {"gateway", "httpx", "bare", "nosync", "syncfs"}:
         parser.error(
-            f"--also takes gateway, httpx, bare and nosync, not {', '.join(sorted(unknown))}"
+            "--also takes gateway, httpx, bare, nosync and syncfs, not "
+            + ", ".join(sorted(unknown))
         )
     args.modes = ("aiohttp", *also, "stowage")
     rows = asyncio.run(_with_server(args))

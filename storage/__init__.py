@@ -17,6 +17,7 @@ from ._jsonl import JsonlStore
 from ._open import open_store
 from ._postgres import PostgresStore
 from ._sqlite import SqliteStore
+from ._syncfs import load_syncfs
 
 __all__ = [
     "JsonlStore",
@@ -27,5 +28,6 @@ __all__ = [
     "TornTail",
     "decode_record",
     "encode_record",
+    "load_syncfs",
     "open_store",
 ]

@@ -50,6 +50,7 @@ import anyio.to_thread
 import structlog
 from stowage.core import (
     ConfigError,
+    Durability,
     FencingError,
     InvalidSessionId,
     LeaseHolder,
@@ -69,6 +70,7 @@ from ._fdcache import FdCache
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
+from ._syncfs import load_syncfs
 
 __all__ = ["JsonlStore"]
 
@@ -273,25 +275,32 @@ class JsonlStore:
     """Session logs as ``<root>/<session_id>.jsonl``, one record per line, each written under
     the ``flock`` of ``<root>/<session_id>.lock``.
 
-    ``durability="fsync"`` syncs every batch before acknowledging it; ``"none"`` leaves it to the
+    ``durability="fsync"`` syncs every batch before acknowledging it; ``"syncfs"`` does too, but
+    syncs a group commit of several logs with one ``syncfs`` of their filesystem instead of an
+    ``fdatasync`` per log (a fraction of the CPU with many sessions at once; Linux 5.8 or later;
+    it also flushes what other programs wrote to that filesystem); ``"none"`` leaves it to the
     OS (fast, loses recent batches on a power cut, never corrupts the middle of a log). The root
     is created by the first ``create``, not here. Raises ``ConfigError`` for an unknown
-    durability or a root that exists and is not a directory.
+    durability, a ``syncfs`` this system cannot give, or a root that exists and is not a
+    directory.
     """
 
     def __init__(
         self,
         root: Path | str,
         *,
-        durability: Literal["fsync", "none"] = "fsync",
+        durability: Durability = "fsync",
         max_open_files: int = 512,
     ) -> None:
-        if durability not in ("fsync", "none"):
-            raise ConfigError(f"durability must be 'fsync' or 'none', got {durability!r}")
+        if durability not in ("fsync", "syncfs", "none"):
+            raise ConfigError(f"durability must be 'fsync', 'syncfs' or 'none', got {durability!r}")
         if os.path.exists(root) and not os.path.isdir(root):
             raise ConfigError(f"store root {str(root)!r} exists and is not a directory")
         self._root = os.path.realpath(root)
-        self._fsync = durability == "fsync"
+        self._durability: Durability = durability
+        self._fsync = durability != "none"
+        # a group commit of several logs: one syncfs instead of an fdatasync each
+        self._syncfs = load_syncfs() if durability == "syncfs" else None
         self._fds = FdCache(max_open_files)
         self._locks = _SessionLocks()
         self._owner = new_owner()
@@ -302,8 +311,7 @@ class JsonlStore:
         self._closed = False
 
     def __repr__(self) -> str:
-        durability = "fsync" if self._fsync else "none"
-        return f"JsonlStore({self._root!r}, durability={durability!r})"
+        return f"JsonlStore({self._root!r}, durability={self._durability!r})"
 
     @property
     def root(self) -> Path:
@@ -858,7 +866,17 @@ class JsonlStore:
                         written.append((write, fd, size))
                     raise
                 written.append((write, fd, size))
-            if self._fsync:
+            if self._syncfs is not None and len(written) > 1:
+                try:
+                    self._syncfs(written[0][1])
+                except OSError as exc:
+                    # which log it was is not known: none of them is acknowledged
+                    for write, fd, size in written:
+                        with suppress(OSError):
+                            os.ftruncate(fd, size)
+                        self._fds.discard(write.session_id)
+                        failed[write.session_id] = _write_failed(write, exc)
+            elif self._fsync:
                 for write, fd, size in written:
                     try:
                         _sync_data(fd)

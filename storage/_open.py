@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from stowage.core import ConfigError, LogStore
+from stowage.core import ConfigError, Durability, LogStore
 
 from ._jsonl import JsonlStore
 from ._postgres import PostgresStore
@@ -19,7 +18,7 @@ _FORMS = (
 )
 
 
-def open_store(spec: str | Path, *, durability: Literal["fsync", "none"] = "fsync") -> LogStore:
+def open_store(spec: str | Path, *, durability: Durability = "fsync") -> LogStore:
     """The store ``spec`` names: a path is a ``JsonlStore`` directory, ``sqlite:///path`` a
     ``SqliteStore``, ``postgresql://...`` (or ``postgres://``) a ``PostgresStore``.
 

@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
 from stowage.core import (
     ConfigError,
     CorruptLogError,
+    Durability,
     FencingError,
     ItemRecord,
     LeaseHolder,
@@ -113,15 +114,16 @@ class SqliteStore:
         self,
         path: Path | str,
         *,
-        durability: Literal["fsync", "none"] = "fsync",
+        durability: Durability = "fsync",
         lease_ttl: float = 30.0,
         lease_renew_every: float | None = None,
     ) -> None:
-        if durability not in ("fsync", "none"):
-            raise ConfigError(f"durability must be 'fsync' or 'none', got {durability!r}")
+        if durability not in ("fsync", "syncfs", "none"):
+            raise ConfigError(f"durability must be 'fsync', 'syncfs' or 'none', got {durability!r}")
         self._ttl, self._renew_every = lease_times(lease_ttl, lease_renew_every)
         self._path = str(path)
-        self._synchronous = "FULL" if durability == "fsync" else "OFF"
+        # a transaction is a group commit, synced once whatever it holds: "syncfs" is "fsync"
+        self._synchronous = "OFF" if durability == "none" else "FULL"
         self._conn: sqlite3.Connection | None = None
         self._schema_ready = False
         self._has_archive = False

@@ -39,7 +39,7 @@ SURFACE = {
     ],
     "stowage.storage": [
         "JsonlStore", "LogRead", "LogStore", "PostgresStore", "SqliteStore", "TornTail",
-        "decode_record", "encode_record", "open_store",
+        "decode_record", "encode_record", "load_syncfs", "open_store",
     ],
     "stowage.worker": [
         "Client", "InboxMessage", "MessageFailed", "Sent", "Worker", "WorkerOptions",

@@ -62,9 +62,10 @@ def _model_options(parser: argparse.ArgumentParser, *, new: bool = True, pin: bo
         _hide(parser, "--system")
     parser.add_argument(
         "--durability",
-        choices=["fsync", "none"],
+        choices=["fsync", "syncfs", "none"],
         default=None,
-        help="fsync every batch (default) or leave it to the OS",
+        help="fsync every batch (default); syncfs: one filesystem sync per group commit of "
+        "several JSONL logs (Linux 5.8+); none: leave it to the OS",
     )
     if pin:
         parser.add_argument(

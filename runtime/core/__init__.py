@@ -159,7 +159,15 @@ if TYPE_CHECKING:
         validate_session_id,
     )
     from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars
-    from ._store import IdentityReader, LeaseHolder, LogRead, LogStore, TornTail, WriterLease
+    from ._store import (
+        Durability,
+        IdentityReader,
+        LeaseHolder,
+        LogRead,
+        LogStore,
+        TornTail,
+        WriterLease,
+    )
     from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool_context
 
 __all__ = [
@@ -236,6 +244,7 @@ __all__ = [
     "LogRepaired",
     "IdentityReader",
     "LogStore",
+    "Durability",
     "MicrocompactRecord",
     "Microcompacted",
     "ModelAuthError",
@@ -470,6 +479,7 @@ _EXPORTS = {
     "LogRead": "._store",
     "IdentityReader": "._store",
     "LogStore": "._store",
+    "Durability": "._store",
     "TornTail": "._store",
     "WriterLease": "._store",
     "ApprovalError": "._tool",

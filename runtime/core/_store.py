@@ -41,11 +41,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from ._records import Record
 
-__all__ = ["IdentityReader", "LeaseHolder", "LogRead", "LogStore", "TornTail", "WriterLease"]
+__all__ = [
+    "Durability",
+    "IdentityReader",
+    "LeaseHolder",
+    "LogRead",
+    "LogStore",
+    "TornTail",
+    "WriterLease",
+]
+
+#: when a store acknowledges a batch: synced (``fsync``; ``syncfs``: a group commit's files
+#: with one sync of their filesystem), or once the OS has it (``none``)
+Durability: TypeAlias = Literal["fsync", "syncfs", "none"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

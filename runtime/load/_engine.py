@@ -83,7 +83,7 @@ class LoadConfig:
     slow_delay: float = 1.0
     retry_after: float = 0.2
     store: Path | None = None
-    durability: Literal["fsync", "none"] = "fsync"
+    durability: Literal["fsync", "syncfs", "none"] = "fsync"
     wire_api: Literal["chat", "responses", "anthropic"] = "chat"
     stream: bool = True
     tool_kb: float = 2.0
@@ -664,7 +664,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     add("--slow-delay", type=float, default=defaults.slow_delay, help="seconds of a slow fault")
     add("--retry-after", type=float, default=defaults.retry_after, help="Retry-After of a 429")
     add("--store", type=Path, default=None, help="log directory (default: a temporary one)")
-    add("--durability", choices=["fsync", "none"], default="fsync")
+    add("--durability", choices=["fsync", "syncfs", "none"], default="fsync")
     add("--wire-api", choices=["chat", "responses", "anthropic"], default="chat")
     add("--no-stream", action="store_true", help="ask for whole responses")
     add("--tool-kb", type=float, default=defaults.tool_kb, help="KB of every tool output")

@@ -1,13 +1,13 @@
-"""JsonlStore meets the store contract, with and without fsync, and with a tiny fd cache; its
+"""JsonlStore meets the store contract, with fsync, syncfs and none, and with a tiny fd cache; its
 readers change no byte, and a writer in another process holds a session until it dies."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import anyio
 import pytest
+from stowage.core import Durability
 from stowage.storage import JsonlStore, LogStore
 from stowage.storage.contract import (
     BACKING_CHECKS,
@@ -38,10 +38,10 @@ def backing(tmp_path: Path, root: Path) -> Backing:
     return Backing(snapshot=snapshot, tear=tear)
 
 
-@pytest.mark.parametrize("durability", ["fsync", "none"])
+@pytest.mark.parametrize("durability", ["fsync", "syncfs", "none"])
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
 async def test_jsonl_store_meets_contract(
-    check: Check, durability: Literal["fsync", "none"], tmp_path: Path
+    check: Check, durability: Durability, tmp_path: Path
 ) -> None:
     async def open_store() -> LogStore:
         return JsonlStore(tmp_path / "logs", durability=durability)

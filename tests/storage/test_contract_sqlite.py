@@ -4,11 +4,10 @@ expire and fence, and a writer in another process holds a session until it dies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import anyio
 import pytest
-from stowage.core import ConfigError, SessionNotFound
+from stowage.core import ConfigError, Durability, SessionNotFound
 from stowage.storage import LogStore, SqliteStore
 from stowage.storage.contract import (
     BACKING_CHECKS,
@@ -41,10 +40,10 @@ def backing(tmp_path: Path) -> Backing:
     return Backing(snapshot=snapshot)
 
 
-@pytest.mark.parametrize("durability", ["fsync", "none"])
+@pytest.mark.parametrize("durability", ["fsync", "syncfs", "none"])
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
 async def test_sqlite_store_meets_contract(
-    check: Check, durability: Literal["fsync", "none"], tmp_path: Path
+    check: Check, durability: Durability, tmp_path: Path
 ) -> None:
     async def open_store() -> LogStore:
         return SqliteStore(tmp_path / "db" / "logs.db", durability=durability)

@@ -23,6 +23,7 @@ def test_public_names_are_pinned() -> None:
             "SqliteStore",
             "TornTail",
             "decode_record",
+            "load_syncfs",
             "encode_record",
             "open_store",
         ]
