@@ -7,7 +7,7 @@ decodes only what follows it, so its cost grows with the tail, not with the whol
 Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
 was given in that hop), because the persistence actor batches across many sessions and a hop per
 file would cost more than the writes; the hop goes to a thread of the store's own (see
-``_WriterThread``), as anyio's worker threads cost several times more on the event loop per call.
+``WriterThread``), as anyio's worker threads cost several times more on the event loop per call.
 Each session's file is written and synced on its own: a failure on one file fails that session
 only, and its file is cut back to where it stood, so an acknowledged batch is whole and an
 unacknowledged one is absent (a crash can still leave a torn last line: bytes after the last
@@ -33,15 +33,13 @@ import asyncio
 import functools
 import itertools
 import os
-import queue
 import secrets
-import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 import aiofiles
 import aiofiles.os
@@ -71,6 +69,7 @@ from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
 from ._syncfs import load_syncfs
+from ._writer_thread import WriterThread
 
 __all__ = ["JsonlStore"]
 
@@ -83,8 +82,6 @@ _sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append 
 
 
 _FileId = tuple[int, int]  # (st_dev, st_ino): which file a path named when the lease was taken
-_T = TypeVar("_T")
-_A = TypeVar("_A")
 
 
 @dataclass(eq=False, slots=True)
@@ -183,88 +180,6 @@ class _Holding:
                 del self._slots[session_id]
 
 
-#: what the writer thread is given: where to answer, and the call to make
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
-
-
-class _WriterThread:
-    """The store's own thread for its group commits, started by the first and stopped by
-    ``stop``: a commit costs a queue put and one wake-up of the event loop. Commits are run one
-    at a time, in the order given (the persistence actor makes one at a time anyway)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-
-    async def run(self, func: Callable[[_A], _T], arg: _A) -> _T:
-        """``func(arg)`` in the thread; returns its result or raises its exception.
-
-        Never abandoned half way, as with ``anyio.to_thread.run_sync``: a cancellation of the
-        caller is delivered once the call has returned, so the files are never left in a state
-        the caller does not know.
-        """
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[_T] = loop.create_future()
-        if self._pid != os.getpid():
-            # a process forked from the one that started the thread has none running: its
-            # own starts with its first commit, on a queue of its own
-            self._pid, self._thread, self._jobs = os.getpid(), None, queue.SimpleQueue()
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=_serve, args=(self._jobs,), name=self._name, daemon=True
-            )
-            self._thread.start()
-        self._jobs.put((loop, done, func, arg))
-        with anyio.CancelScope(shield=True):
-            result = await done
-        return result
-
-    async def stop(self) -> None:
-        """Let the thread finish what it was given, end it, and wait until it has."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._jobs.put(None)
-        await anyio.to_thread.run_sync(thread.join)
-
-    def stop_soon(self) -> None:
-        """End the thread once it is idle, without waiting (for a store nobody closed)."""
-        self._jobs.put(None)
-
-
-def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
-    while (job := jobs.get()) is not None:
-        _run_job(*job)
-        del job  # holds the store (a bound method) while this thread waits for the next
-
-
-def _run_job(
-    loop: asyncio.AbstractEventLoop,
-    done: asyncio.Future[Any],
-    func: Callable[[Any], Any],
-    arg: Any,
-) -> None:
-    try:
-        result = func(arg)
-    except BaseException as exc:  # the caller's to raise, as anyio's worker threads do
-        answer = functools.partial(_settle, done, None, exc)
-    else:
-        answer = functools.partial(_settle, done, result, None)
-    with suppress(RuntimeError):  # the loop is closed: nobody waits for the answer any more
-        loop.call_soon_threadsafe(answer)
-
-
-def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if done.cancelled():  # its waiter was cancelled by asyncio itself, past anyio's shield
-        return
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(result)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:  # a regular file rarely writes short, but it is allowed to
@@ -306,7 +221,7 @@ class JsonlStore:
         self._owner = new_owner()
         self._held: dict[str, _Held] = {}  # the leases this store holds, by session id
         self._last_seq: dict[str, int] = {}  # per held session; reloaded from the file if lost
-        self._writer = _WriterThread(f"stowage-jsonl-writer {self._root}")
+        self._writer = WriterThread(f"stowage-jsonl-writer {self._root}")
         weakref.finalize(self, self._writer.stop_soon)  # a store dropped without aclose
         self._closed = False
 
@@ -872,19 +787,13 @@ class JsonlStore:
                 except OSError as exc:
                     # which log it was is not known: none of them is acknowledged
                     for write, fd, size in written:
-                        with suppress(OSError):
-                            os.ftruncate(fd, size)
-                        self._fds.discard(write.session_id)
-                        failed[write.session_id] = _write_failed(write, exc)
+                        failed[write.session_id] = self._cut_back(write, fd, size, exc)
             elif self._fsync:
                 for write, fd, size in written:
                     try:
                         _sync_data(fd)
                     except OSError as exc:
-                        with suppress(OSError):
-                            os.ftruncate(fd, size)
-                        self._fds.discard(write.session_id)
-                        failed[write.session_id] = _write_failed(write, exc)
+                        failed[write.session_id] = self._cut_back(write, fd, size, exc)
         except BaseException:
             # Not one file's failure: cut every file back, so nothing unacknowledged survives.
             for _, fd, size in written:
@@ -897,6 +806,14 @@ class JsonlStore:
             for session_id in pinned:
                 self._fds.release(session_id)
         return failed
+
+    def _cut_back(self, write: _Write, fd: int, size: int, exc: OSError) -> StoreError:
+        """A log whose write or sync failed, cut back to ``size`` (where it stood) and its
+        descriptor dropped; the error its session gets."""
+        with suppress(OSError):
+            os.ftruncate(fd, size)
+        self._fds.discard(write.session_id)
+        return _write_failed(write, exc)
 
     def _lock_sync(
         self, session_id: str, lock_path: str, make_root: bool

@@ -98,14 +98,6 @@ IGNORED = Refusal(
 )
 
 
-def _local_store(store: Path | str) -> Path | None:
-    """The resolved store directory, or ``None`` when the store is a database URL."""
-    text = str(store)
-    if "://" in text or text.startswith(("sqlite:", "postgres:", "postgresql:")):
-        return None
-    return Path(os.path.abspath(store)).resolve()
-
-
 def _spec(patterns: tuple[str, ...] | list[str], what: str) -> GitIgnoreSpec:
     try:
         return GitIgnoreSpec.from_lines(list(patterns))
@@ -121,7 +113,9 @@ class Guard:
     def __init__(self, base: Path, settings: Settings) -> None:
         """Raises ``ConfigError`` for an allow pattern pathspec cannot compile."""
         self.base = base
-        self.store = _local_store(settings.store)
+        # the session store's directory (a database store is never in Settings: the command
+        # line leaves the default directory there, and Settings refuses a URL)
+        self.store = Path(os.path.abspath(settings.store)).resolve()
         self.secrets = _spec(DEFAULT_SECRET_PATTERNS, "secret patterns")
         allow = settings.workspace_allow
         if isinstance(allow, str):
@@ -186,7 +180,7 @@ class Scope:
         if not target.is_relative_to(base):
             raise ToolError(f"path {path!r} is outside the workspace; access refused")
         store = self._guard.store
-        if store is not None and base.is_relative_to(store):
+        if base.is_relative_to(store):
             raise ToolError(
                 f"path {path!r} is refused: the workspace root is inside the session store"
             )
@@ -261,9 +255,7 @@ class Scope:
         path = self.base.joinpath(*parts)
         store = self._guard.store
         # parents are checked first, so only the entry itself may be a symlink
-        if store is not None and (
-            path.is_relative_to(store) or (path.is_symlink() and _real(path).is_relative_to(store))
-        ):
+        if path.is_relative_to(store) or (path.is_symlink() and _real(path).is_relative_to(store)):
             return True
         if is_dir:
             return self.holds_logs(path)
