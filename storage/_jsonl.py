@@ -865,8 +865,10 @@ class JsonlStore:
         validate_session_id(session_id)
         path = os.path.join(self._root, session_id + _SUFFIX)
         # Defence in depth: the id pattern already rules out separators and dot names, but a
-        # symlink planted under the root must not lead a write elsewhere either.
-        if os.path.dirname(os.path.realpath(path)) != self._root:
+        # symlink planted under the root must not lead a write elsewhere either. The root is
+        # resolved already and the name has no separator, so only the name itself can be a
+        # link: one lstat, and the whole path resolved only when it is one.
+        if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != self._root:
             raise InvalidSessionId(f"session id {session_id!r} resolves outside {self._root!r}")
         return path
 

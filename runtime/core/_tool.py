@@ -3,7 +3,6 @@ where it runs (its ``ToolContext``)."""
 
 from __future__ import annotations
 
-import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -36,21 +35,23 @@ class ToolContext:
     round: int
     call_id: str
     name: str
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    # a flag, not a ``threading.Event``: nothing waits on it, and one attribute store is seen
+    # by every thread (an Event's condition and lock cost more than the tool call's bookkeeping)
+    _cancelled: bool = field(default=False, repr=False)
 
     @property
     def cancelled(self) -> bool:
         """Whether the call was cancelled: timed out, interrupted, or its session stopped."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def check(self) -> None:
         """Raises ``ToolCancelled`` if the call was cancelled; safe from any thread."""
-        if self._cancelled.is_set():
+        if self._cancelled:
             raise ToolCancelled(f"tool call {self.call_id} ({self.name}) was cancelled")
 
     def cancel(self) -> None:
         """Mark the call cancelled (the executor does this; idempotent, thread-safe)."""
-        self._cancelled.set()
+        self._cancelled = True
 
 
 #: the context of the tool call running in this task, set by the executor
