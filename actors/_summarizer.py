@@ -174,9 +174,14 @@ async def summarize(
     if dropped:
         log.info("compaction_input_trimmed", dropped_rounds=dropped, budget=input_budget)
     error = ""
-    for trim in range(_MAX_TRIMS + 1):
+    trim = 0
+    # the tools left out: the server called one although the request said tool_choice="none"
+    bare = False
+    while True:
         trimmed, dropped = _trimmed_items(history, dropped)
         request = with_search_note(build(trimmed))
+        if bare:
+            request = replace(request, tools=())
         try:
             response = await call_with_retries(
                 partial(create, request),
@@ -211,13 +216,29 @@ async def summarize(
                     fallback=False,
                 )
             )
+            trim += 1
             continue
         except ModelError as exc:
             error = f"{type(exc).__name__}: {exc}"
             break
         text = response.text.strip()
+        if not text and response.calls and request.tools:
+            # Some OpenAI-compatible servers ignore tool_choice="none" and, seeing tools and a
+            # user message last, call one. The tools ride along for the prompt cache only: ask
+            # once more without them (this one request misses the cache; the summary does not).
+            bare = True
+            log.warning(
+                "summary_called_tools",
+                calls=[call.name for call in response.calls],
+                retry="without tools",
+            )
+            continue
         if not text:
-            error = "the summarizer answered with an empty summary"
+            error = (
+                "the summarizer answered with tool calls and no summary, even without tools"
+                if response.calls
+                else "the summarizer answered with an empty summary"
+            )
             break
         breaker.failures = 0
         note = f"; summary input trimmed: {dropped} oldest rounds dropped" if dropped else ""

@@ -35,6 +35,7 @@ from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from types import ModuleType
 from typing import Any, Literal, TypeVar
+from urllib.parse import unquote_plus
 
 import anyio
 import orjson
@@ -90,6 +91,37 @@ _LEASE_COLUMNS = (
 )
 
 
+def resolve_schema(dsn: str, schema: str | None) -> tuple[str, str]:
+    """The connection URL without its ``schema`` query parameter, and the schema of the
+    store's tables: ``schema`` when given, else the URL's ``?schema=NAME``, else ``public``.
+
+    The parameter is stowage's, not the server's, so it is taken out before the URL reaches
+    the driver. Raises ``ConfigError`` for a parameter given twice, a ``schema`` that differs
+    from the URL's, or a name that is not lower-case letters, digits and ``_``.
+    """
+    base, mark, query = dsn.partition("?")
+    named: list[str] = []
+    kept: list[str] = []
+    for part in query.split("&") if mark else ():
+        key, _, value = part.partition("=")
+        if unquote_plus(key) == "schema":
+            named.append(unquote_plus(value))
+        elif part:
+            kept.append(part)
+    if len(named) > 1:
+        raise ConfigError(f"the store URL names its schema {len(named)} times; name it once")
+    from_url = named[0] if named else None
+    if schema is not None and from_url is not None and schema != from_url:
+        raise ConfigError(
+            f"schema {schema!r} differs from the store URL's ?schema={from_url}; "
+            "give one of them, or the same name in both"
+        )
+    chosen = schema if schema is not None else from_url if from_url is not None else "public"
+    if not _SCHEMA_NAME.fullmatch(chosen):
+        raise ConfigError(f"schema {chosen!r} must be lower-case letters, digits and '_'")
+    return (base + "?" + "&".join(kept) if kept else base), chosen
+
+
 def _asyncpg() -> ModuleType:
     """The asyncpg module; ``ConfigError`` naming the extra when it is not installed."""
     try:
@@ -115,14 +147,13 @@ class PostgresStore:
         self,
         dsn: str,
         *,
-        schema: str = "public",
+        schema: str | None = None,
         min_size: int = 1,
         max_size: int = 10,
         lease_ttl: float = 30.0,
         lease_renew_every: float | None = None,
     ) -> None:
-        if not _SCHEMA_NAME.fullmatch(schema):
-            raise ConfigError(f"schema {schema!r} must be lower-case letters, digits and '_'")
+        dsn, schema = resolve_schema(dsn, schema)
         self._ttl, self._renew_every = lease_times(lease_ttl, lease_renew_every)
         self._pg = _asyncpg()
         self._errors: tuple[type[BaseException], ...] = (
@@ -150,6 +181,11 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"  # the dsn may hold a password
+
+    @property
+    def schema(self) -> str:
+        """The schema of the store's tables (given, or the URL's ``?schema=``, or public)."""
+        return self._schema
 
     # -- LogStore ---------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ def add_console_command(subparsers: Any) -> None:
         help="where the logs are (default $STOWAGE_STORE, else ./.stowage)",
     )
     console.add_argument(
-        "--schema", default=None, help="schema of a PostgreSQL store's tables (default public)"
+        "--schema",
+        default=None,
+        help="schema of a PostgreSQL store's tables (default: the URL's ?schema=, else public)",
     )
     console.add_argument(
         "--port", type=int, default=8377, help="port (default 8377; 0 picks a free one)"

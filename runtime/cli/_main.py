@@ -43,6 +43,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR|sqlite:///PATH|postgresql://...",
         help=f"where the logs are: a directory (JSONL), a SQLite file or a PostgreSQL database "
+        f"(its tables' schema as ?schema=NAME, default public) "
         f"(default ${STORE_ENV}, else ./{_DEFAULT_STORE})",
     )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")

@@ -78,7 +78,9 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         help=f"the store (default ${_STORE_ENV}, else the configuration's store)",
     )
     parser.add_argument(
-        "--schema", default="public", help="PostgreSQL: schema of the store's tables"
+        "--schema",
+        default=None,
+        help="PostgreSQL: schema of the store's tables (default: the URL's ?schema=, else public)",
     )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")

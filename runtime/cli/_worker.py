@@ -82,7 +82,9 @@ def store_options(parser: argparse.ArgumentParser) -> None:
         "(a password is never shown; PGPASSWORD works)",
     )
     parser.add_argument(
-        "--schema", default="public", help="schema of the store's tables (default public)"
+        "--schema",
+        default=None,
+        help="schema of the store's tables (default: the URL's ?schema=NAME, else public)",
     )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
 

@@ -99,20 +99,20 @@ class Client:
     """Queues messages for workers: ``await Client(url).send("s1", "hello", wait=True)``.
 
     ``store_url`` is a ``postgresql://`` URL (it may hold a password: it is never logged or
-    shown), ``schema`` the store's schema. Use it as ``async with`` to share one connection
+    shown), ``schema`` the store's schema (default: the URL's ``?schema=``, else public). Use it as ``async with`` to share one connection
     pool and one listening connection across sends; otherwise each ``send`` opens and closes
     its own. Raises ``ConfigError`` for a URL that is not PostgreSQL or a bad schema name, or
     without the ``[postgres]`` extra.
     """
 
-    def __init__(self, store_url: str, *, schema: str = "public") -> None:
+    def __init__(self, store_url: str, *, schema: str | None = None) -> None:
         if not isinstance(store_url, str) or not store_url.startswith(
             ("postgresql://", "postgres://")
         ):
             raise ConfigError("workers share a PostgreSQL store: give a postgresql:// URL")
         self._url = store_url
-        self._schema = schema
-        PostgresStore(store_url, schema=schema)  # checks the schema name and the extra now
+        # checks the schema name and the extra now; the schema is the URL's ?schema= if not given
+        self._schema = PostgresStore(store_url, schema=schema).schema
         self._stack: AsyncExitStack | None = None
         self._conn: _Connection | None = None
 
