@@ -10,7 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
-from stowage.core import HistoryEntry, SessionState, Settings, ToolSpec, entry_chars
+from stowage.core import (
+    PREVIEW_MIN_CHARS,
+    HistoryEntry,
+    OutputBudget,
+    SessionState,
+    Settings,
+    ToolSpec,
+    entry_chars,
+)
 from stowage.policy import (
     Budget,
     TokenStatus,
@@ -21,10 +29,15 @@ from stowage.policy import (
     token_status,
 )
 
-__all__ = ["Accounting", "USER_SHARE"]
+__all__ = ["MIN_OUTPUT_CHARS", "Accounting", "USER_SHARE"]
 
 #: share of the usable budget that kept user messages may take after a compaction
 USER_SHARE = 0.25
+
+
+#: the least ``Accounting.output_budget`` gives, however small the window: a page of a file
+#: smaller than this is not worth a call
+MIN_OUTPUT_CHARS = 1_000
 
 
 class Accounting:
@@ -77,6 +90,22 @@ class Accounting:
         if self.budget is None:
             return 0
         return int(self.budget.usable * self.settings.reattach_share * ratio)
+
+    def output_budget(self, ratio: float) -> OutputBudget | None:
+        """How much of one tool output the window takes (``ToolContext.output``), at
+        ``ratio`` chars a token. Whole: up to half the usable budget, and never above the cap
+        (``tool_output_cap``, at least ``PREVIEW_MIN_CHARS``) past which an output is shown as
+        head and tail only. A page of a longer output: no more than a mid-turn compaction
+        re-attaches (``reattach_share``). Both at least ``MIN_OUTPUT_CHARS``. None without a
+        budget (the seed's threshold mode) or with the cap off."""
+        cap = self.settings.tool_output_cap
+        if self.budget is None or not cap:
+            return None
+        chars = self.budget.usable * ratio
+        whole = max(MIN_OUTPUT_CHARS, int(min(max(PREVIEW_MIN_CHARS, cap * chars), chars / 2)))
+        reattach = self.settings.reattach_share
+        page = min(whole, max(MIN_OUTPUT_CHARS, int(reattach * chars))) if reattach > 0 else whole
+        return OutputBudget(whole=whole, page=page)
 
     def fraction(self, tokens: int | None) -> float | None:
         if tokens is None or self.budget is None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeAlias
 
-from stowage.core import Cycle, FunctionCall, FunctionCallOutput, HistoryEntry, Record, Usage
+from stowage.core import (
+    Cycle,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryEntry,
+    OutputBudget,
+    Record,
+    Usage,
+)
 from stowage.policy import TokenStatus
 
 from ._interrupt import TurnInterrupt
@@ -129,6 +137,8 @@ class RunTools:
     reply: Reply[tuple[FunctionCallOutput, ...]]
     #: the turn's interrupt: calls still running when it is requested get interrupted outputs
     interrupt: TurnInterrupt | None = None
+    #: each call's ``ToolContext.output``
+    output: OutputBudget | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -141,6 +141,8 @@ class RoundWriter:
         once in the tool executor."""
         runnable = tuple(c for c in calls if c.call_id not in refused)
         ran: tuple[FunctionCallOutput, ...] = ()
+        accounting = self.journal.accounting
+        output = accounting.output_budget(accounting.ratio(self.journal.state))
         if len(runnable) == 1:
             # one call: run here, in the sampler's task (the executor's hop buys nothing)
             ctx = self.ctx
@@ -153,12 +155,19 @@ class RoundWriter:
                 ctx.publish,
                 default_timeout=ctx.settings.tool_timeout,
                 limiter=ctx.tool_limiter,
+                output=output,
             )
         elif runnable:
             reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
             assert tools is not None  # only a serving sampler runs rounds
             await tools.send(
-                RunTools(round=round_, calls=runnable, reply=reply, interrupt=interrupt)
+                RunTools(
+                    round=round_,
+                    calls=runnable,
+                    reply=reply,
+                    interrupt=interrupt,
+                    output=output,
+                )
             )
             ran = await reply.wait()
         return merge_outputs(calls, refused, ran)

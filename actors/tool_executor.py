@@ -15,6 +15,7 @@ from stowage.core import (
     Event,
     FunctionCall,
     FunctionCallOutput,
+    OutputBudget,
     ToolContext,
     ToolFinished,
     ToolStarted,
@@ -56,6 +57,7 @@ async def run_tool_executor(
                 publish,
                 default_timeout=default_timeout,
                 limiter=limiter,
+                output=request.output,
             )
             log.debug("tools_done", round=request.round, calls=len(outputs))
             request.reply.set(outputs)
@@ -71,11 +73,13 @@ async def run_calls(
     *,
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None = None,
+    output: OutputBudget | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
     """Run one round's calls concurrently (at most ``limiter``'s tokens at once, shared by
     every session); every call gets exactly one output, in call order: a tool's exception,
     timeout, unknown name or bad arguments become error outputs, and calls the turn's
-    ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure."""
+    ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure.
+    ``output``: each call's ``ToolContext.output``."""
     # what a call the turn's interrupt stopped keeps: it may or may not have run
     outputs: list[FunctionCallOutput] = [
         FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True) for c in calls
@@ -85,14 +89,14 @@ async def run_calls(
             # one call (most rounds): run it here, not in a task group of one
             await _run_one(
                 session_id, registry, calls[0], round_, outputs, 0, publish, default_timeout,
-                limiter,
+                limiter, output,
             )  # fmt: skip
         else:
             async with anyio.create_task_group() as tg:
                 for index, call in enumerate(calls):
                     tg.start_soon(
                         _run_one, session_id, registry, call, round_, outputs, index, publish,
-                        default_timeout, limiter,
+                        default_timeout, limiter, output,
                     )  # fmt: skip
     return tuple(outputs)
 
@@ -145,9 +149,16 @@ async def _run_one(
     publish: Callable[[Event], None],
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None,
+    budget: OutputBudget | None,
 ) -> None:
     publish(ToolStarted(session_id=session_id, round=round_, call_id=call.call_id, name=call.name))
-    context = ToolContext(session_id=session_id, round=round_, call_id=call.call_id, name=call.name)
+    context = ToolContext(
+        session_id=session_id,
+        round=round_,
+        call_id=call.call_id,
+        name=call.name,
+        output=budget,
+    )
     if limiter is None:
         output = await execute_call(
             registry, call, default_timeout=default_timeout, context=context

@@ -25,7 +25,7 @@ SURFACE = {
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
         "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted", "MilestoneReached",
         "ModelAuthError", "ModelConnectionError", "ModelError", "ModelGateway", "ModelRequest",
-        "ModelResponse", "ModelResponseError", "ProtectedChanged", "ProtectedEntry",
+        "ModelResponse", "ModelResponseError", "OutputBudget", "ProtectedChanged", "ProtectedEntry",
         "ProtectedRefused", "ProtectedState", "ProtectedStateViolation", "RateLimitError",
         "Record", "ResponseDone", "ResponseTooLarge", "RoundCommitted", "RoundStarted", "Runtime", "Session",
         "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",

@@ -168,7 +168,14 @@ if TYPE_CHECKING:
         TornTail,
         WriterLease,
     )
-    from ._tool import ApprovalError, Tool, ToolCancelled, ToolContext, current_tool_context
+    from ._tool import (
+        ApprovalError,
+        OutputBudget,
+        Tool,
+        ToolCancelled,
+        ToolContext,
+        current_tool_context,
+    )
 
 __all__ = [
     "MilestoneReached",
@@ -309,6 +316,7 @@ __all__ = [
     "build_projection",
     "configure_logging",
     "current_tool_context",
+    "OutputBudget",
     "default_stub",
     "PREVIEW_MIN_CHARS",
     "entry_chars",
@@ -487,6 +495,7 @@ _EXPORTS = {
     "ToolCancelled": "._tool",
     "ToolContext": "._tool",
     "current_tool_context": "._tool",
+    "OutputBudget": "._tool",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -447,7 +447,12 @@ class Settings:
         bool, setting("ask for streamed responses", cli="--no-stream", cli_value=False)
     ] = True
     read_max_bytes: Annotated[
-        int, setting("workspace tools: the most bytes one read_file call returns", gt=0)
+        int,
+        setting(
+            "workspace tools: the most bytes one read_file call returns (fewer when the "
+            "session's window takes fewer: ToolContext.output)",
+            gt=0,
+        ),
     ] = 256 * 1024
     search_max_matches: Annotated[
         int, setting("workspace tools: the most matching lines one search_text call returns", gt=0)

@@ -10,7 +10,14 @@ from typing import Any, Protocol, runtime_checkable
 from ._errors import ConfigError, StowageError
 from ._gateway import ToolSpec
 
-__all__ = ["ApprovalError", "Tool", "ToolCancelled", "ToolContext", "current_tool_context"]
+__all__ = [
+    "ApprovalError",
+    "OutputBudget",
+    "Tool",
+    "ToolCancelled",
+    "ToolContext",
+    "current_tool_context",
+]
 
 
 class ApprovalError(ConfigError):
@@ -20,6 +27,25 @@ class ApprovalError(ConfigError):
 
 class ToolCancelled(StowageError):
     """Raised by ``ToolContext.check`` once the call was cancelled (timeout or interrupt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputBudget:
+    """How much of one tool output the session's window can take, in characters.
+
+    An output up to ``whole`` is shown whole. Of a longer one, a tool that can page
+    (``read_file``, ``recall_artifact``) returns a part of at most ``page`` and says where to
+    go on: a part small enough that a compaction in the middle of the turn keeps it, so the
+    model is never left to read again what it was just shown. ``part`` says which applies.
+    """
+
+    whole: int
+    page: int
+
+    def part(self, remaining: int) -> int:
+        """The most characters to return of an output with ``remaining`` characters left:
+        all of them up to ``whole``, else a page."""
+        return remaining if remaining <= self.whole else self.page
 
 
 @dataclass(eq=False, kw_only=True)
@@ -35,6 +61,9 @@ class ToolContext:
     round: int
     call_id: str
     name: str
+    #: how much output the session's window can take (``OutputBudget``); None when the
+    #: window is not known (nothing is limited then)
+    output: OutputBudget | None = None
     # a flag, not a ``threading.Event``: nothing waits on it, and one attribute store is seen
     # by every thread (an Event's condition and lock cost more than the tool call's bookkeeping)
     _cancelled: bool = field(default=False, repr=False)

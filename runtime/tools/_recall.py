@@ -14,7 +14,15 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 
 import pydantic
-from stowage.core import HistoryEntry, Item, ItemRecord, Record, Settings, Tool
+from stowage.core import (
+    HistoryEntry,
+    Item,
+    ItemRecord,
+    Record,
+    Settings,
+    Tool,
+    current_tool_context,
+)
 from stowage.policy import effective_threshold
 
 from ._registry import FunctionTool, ToolError, ToolRegistry
@@ -72,7 +80,8 @@ def recall_tool(
             "Return the original output of an earlier tool call that is shown as a stub or "
             "cut to its head and tail ('artifact R<n>'), or any record search_history found. "
             "Pass the reference it names; for a long one, an offset and length (at most "
-            f"{PAGE_CHARS} characters a call)."
+            f"{PAGE_CHARS} characters a call, fewer on a small context window; each part "
+            "says where the next one starts)."
         ),
         args_model=RecallArgs,
         fn=recall,
@@ -81,13 +90,19 @@ def recall_tool(
 
 def _page(output: str, args: RecallArgs) -> str:
     """The whole output when it fits one page and no part was asked for; else the part
-    asked for (at most ``PAGE_CHARS``) under a line saying which part and what follows."""
+    asked for under a line saying which part and what follows. A page is at most
+    ``PAGE_CHARS``, and within what the session's window takes (``ToolContext.output``): a
+    page the window cannot hold would only be cut again."""
     size = len(output)
-    if args.offset == 0 and args.length is None and size <= PAGE_CHARS:
+    context = current_tool_context.get()
+    page = PAGE_CHARS
+    if context is not None and context.output is not None:
+        page = max(1, min(page, context.output.part(size - args.offset)))
+    if args.offset == 0 and args.length is None and size <= page:
         return output
     if args.offset >= size and size:
         raise ToolError(f"offset {args.offset} is past the end of {args.ref} ({size} chars)")
-    length = min(args.length or PAGE_CHARS, PAGE_CHARS)
+    length = min(args.length or page, page)
     end = min(size, args.offset + length)
     rest = f"; {size - end} more from offset {end}" if end < size else "; that is the end"
     return f"[{args.ref}: chars {args.offset}-{end} of {size}{rest}]\n{output[args.offset : end]}"

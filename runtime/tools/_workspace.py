@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
-from stowage.core import ConfigError, Settings
+from stowage.core import ConfigError, OutputBudget, Settings, current_tool_context
 
 from ._guard import Guard, Refusal, Scope
 from ._registry import FunctionTool, ToolError, ToolRegistry
@@ -89,15 +89,27 @@ def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegi
     guard = Guard(base, settings)
 
     async def read_file(args: ReadFileArgs) -> str:
-        return await _in_thread(lambda: _read_file(guard.scope(), args, settings.read_max_bytes))
+        # a read the session's window cannot show whole would be cut to its head and tail, or
+        # compacted away and read again: read a part it can show, and say where to go on
+        context = current_tool_context.get()
+        budget = context.output if context is not None else None
+        return await _in_thread(
+            lambda: _read_file(guard.scope(), args, settings.read_max_bytes, budget)
+        )
 
     async def list_dir(args: ListDirArgs) -> str:
         return await _in_thread(lambda: _list_dir(guard.scope(), args))
 
     async def search_text(args: SearchTextArgs) -> str:
+        context = current_tool_context.get()
+        max_chars = context.output.whole if context is not None and context.output else None
         return await _in_thread(
             lambda: _search_text(
-                guard.scope(), args, settings.search_max_matches, settings.search_max_file_bytes
+                guard.scope(),
+                args,
+                settings.search_max_matches,
+                settings.search_max_file_bytes,
+                max_chars,
             )
         )
 
@@ -167,7 +179,7 @@ def _is_continuation(byte: int) -> bool:
     return byte & 0xC0 == 0x80
 
 
-def _read_file(scope: Scope, args: ReadFileArgs, cap: int) -> str:
+def _read_file(scope: Scope, args: ReadFileArgs, cap: int, budget: OutputBudget | None) -> str:
     target = scope.resolve(args.path)
     if target.is_dir():
         raise ToolError(f"{args.path!r} is a directory; use list_dir to see its entries")
@@ -182,6 +194,10 @@ def _read_file(scope: Scope, args: ReadFileArgs, cap: int) -> str:
             raise ToolError(f"{args.path!r} is a binary file ({size:,} bytes; {reason}); not shown")
         if args.offset > 0 and args.offset >= size:
             raise ToolError(f"offset {args.offset} is past the end of {args.path!r} ({size} bytes)")
+        if budget is not None:
+            # what the window shows whole comes back whole; of more, a part a compaction keeps
+            cap = max(1, min(cap, budget.part(size - args.offset)))
+            want = min(args.limit, cap)
         file.seek(args.offset)
         # a few bytes more than wanted tell whether the cut falls inside a character
         data = file.read(want + _MAX_CHAR_BYTES)
@@ -267,7 +283,12 @@ def _entry_refusal(
     return refusal
 
 
-def _search_text(scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: int) -> str:
+def _search_text(
+    scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: int, max_chars: int | None
+) -> str:
+    """The matching lines (at most ``most``, and at most ``max_chars`` characters of them:
+    what the session's window shows whole), with notes on where it stopped and what it
+    skipped."""
     base = scope.base
     target = scope.resolve(args.path)
     if not target.exists():
@@ -276,6 +297,8 @@ def _search_text(scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: 
     matches: list[str] = []
     too_large: list[str] = []
     stopped = False
+    chars = 0
+    window_full = False
     for file in _files_under(scope, target):
         shown = _display(base, file)
         try:
@@ -298,11 +321,21 @@ def _search_text(scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: 
                 stopped = True
                 break
             text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
-            matches.append(f"{shown}:{number}: {text}")
+            match = f"{shown}:{number}: {text}"
+            chars += len(match) + 1
+            if max_chars is not None and chars > max_chars and matches:
+                stopped = window_full = True
+                break
+            matches.append(match)
         if stopped:
             break
     lines = matches or [f"no matches for {args.pattern!r} under {_display(base, target)}"]
-    if stopped:
+    if window_full:
+        lines.append(
+            f"[stopped at {len(matches)} matches, what the context window shows at once; "
+            "more lines match: narrow the pattern or path]"
+        )
+    elif stopped:
         most_note = ", the most search_text returns" if limit < args.max_results else ""
         lines.append(
             f"[stopped at {limit} matches{most_note}; more lines match: narrow the pattern or path]"
