@@ -34,3 +34,6 @@ class SessionContext:
     #: reads the session's whole log (a re-grounded summary is made from its records)
     read_log: Callable[[], Awaitable[Sequence[Record]]] | None = None
     write_timeout: float = 60.0
+    #: told the window a provider stated in refusing a request as too long, when the
+    #: session's window was not known (the runtime starts its next sessions with it)
+    window_learned: Callable[[int], None] | None = None

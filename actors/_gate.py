@@ -25,6 +25,9 @@ from stowage.core import (
     Microcompacted,
     MicrocompactRecord,
     ModelRequest,
+    Record,
+    SettingsChanged,
+    SettingsChangedRecord,
     item_chars,
 )
 from stowage.policy import ratio_from_stated
@@ -74,6 +77,8 @@ class Gate:
         # the ratio the provider's own count gave, while recovering from its refusal; every
         # compaction then records it, so replay restarts its calibration from the same figure
         self._stated_ratio: float | None = None
+        # a window was learned from a refusal (written once a session run)
+        self._window_known = False
 
     def turn_started(self) -> None:
         """A turn began (or went on): a stop advised for an earlier turn does not apply."""
@@ -155,9 +160,15 @@ class Gate:
             fit=fit,
         )
         seq = self.journal.state.last_seq + 1
-        await self.journal.write(
-            [ErrorRecord(seq=seq, kind="context_length_exceeded", message=f"{error}; {figures}")]
-        )
+        records: list[Record] = [
+            ErrorRecord(seq=seq, kind="context_length_exceeded", message=f"{error}; {figures}")
+        ]
+        learned = self._learned_window(error, seq + 1)
+        if learned is not None:
+            records.append(learned)
+        await self.journal.write(records)
+        if learned is not None:
+            self._window_learned(learned)
         started = self._wait_started = anyio.current_time()
         self._stated_ratio = stated
         try:
@@ -292,6 +303,44 @@ class Gate:
         protected = self.journal.protected_text()
         chars = self.journal.state.projected_chars + (len(protected) if protected else 0)
         return self.accounting.tool_tokens + math.ceil(chars / ratio)
+
+    def _learned_window(
+        self, error: ContextLengthExceeded, seq: int
+    ) -> SettingsChangedRecord | None:
+        """The window the provider stated, as a ``settings_changed`` record, when the session
+        runs on an assumed threshold because its window is not known; None otherwise (or once
+        the session learned one)."""
+        settings = self.ctx.settings
+        if error.limit is None or error.limit <= 0 or self._window_known:
+            return None
+        if settings.context_window is not None or settings.compact_threshold is not None:
+            return None
+        if self.accounting.threshold is None:  # a known model: its window is in the registry
+            return None
+        self._window_known = True
+        return SettingsChangedRecord(
+            seq=seq, changes={"context_window": [None, error.limit]}, source="provider"
+        )
+
+    def _window_learned(self, record: SettingsChangedRecord) -> None:
+        """Say so, and tell the runtime: its next sessions on this endpoint and model start
+        with the window, and this one runs with it from its next resume (a live session keeps
+        the rules it started with; each refusal until then is recovered from as this one)."""
+        window = record.changes["context_window"][1]
+        self._log.warning(
+            "context_window_learned",
+            window=window,
+            source="the provider's refusal",
+            fix="set --context-window N, or context_window in the model's profile, to start "
+            "with it",
+        )
+        self.ctx.publish(
+            SettingsChanged(
+                session_id=self.ctx.session_id, changes=record.changes, source=record.source
+            )
+        )
+        if self.ctx.window_learned is not None:
+            self.ctx.window_learned(window)
 
     def _overflow_fit(self, error: ContextLengthExceeded) -> int | None:
         """Tokens a request may carry after the provider refused one: its stated window less

@@ -152,6 +152,13 @@ class WindowFinder:
         self._asked: dict[tuple[str | None, str], Mapping[str, Any] | None] = {}
         self._asking: dict[tuple[str | None, str], anyio.Lock] = {}
         self._warned: set[str] = set()
+        # windows providers stated in refusing a request as too long, by endpoint and model
+        self._learned: dict[tuple[str | None, str], int] = {}
+
+    def learn(self, settings: Settings, window: int) -> None:
+        """Remember ``window``, which the endpoint of ``settings`` stated for their model in
+        refusing a request: later sessions on them start with it."""
+        self._learned[(settings.base_url, settings.model)] = window
 
     async def find(self, settings: Settings) -> WindowFound:
         """The window ``settings`` run with. Raises nothing; an unknown window is logged once
@@ -163,6 +170,9 @@ class WindowFinder:
         if settings.model == "scripted" or settings.compact_threshold is not None:
             return WindowFound(context_window=None, source="none")
         key = (settings.base_url, settings.model)
+        learned = self._learned.get(key)
+        if learned is not None:
+            return WindowFound(context_window=learned, source="provider")
         if key not in self._asked:
             asking = self._asking.setdefault(key, anyio.Lock())
             async with asking:

@@ -903,6 +903,7 @@ class Runtime:
             tool_limiter=self._limits["tools"],
             before_compaction=self._hooks.before,
             read_log=partial(_read_records, self.store, session.id),
+            window_learned=partial(self._windows.learn, settings),
         )
         committed = CompactorInbox(on_idle=doorbell.ring)
         plans: Slot[Advice] = Slot()
