@@ -170,12 +170,16 @@ class Planner:
         )
 
     def cap_outputs(self, view: View, stubs: list[Stubs]) -> View:
-        """Outputs above ``tool_output_cap`` of the usable budget are shown as head + tail
-        with their artifact reference before any request carries them."""
+        """Outputs above the cap are shown by their artifact reference (a huge one as head +
+        tail too) before any request carries them. The cap is ``tool_output_cap`` of the
+        usable budget, and at least ``PREVIEW_MIN_CHARS``, but on a window too small for that
+        half of the usable budget: an output the window could never hold is capped, not
+        summarized away and read again until the turn stops as a loop."""
         share = self.settings.tool_output_cap
         if not share or self.accounting.budget is None:
             return view
-        cap = max(PREVIEW_MIN_CHARS, int(share * self.accounting.usable * view.ratio))
+        chars = self.accounting.usable * view.ratio
+        cap = max(min(PREVIEW_MIN_CHARS, int(chars / 2)), int(share * chars))
         seqs = tuple(
             e.seq
             for e in view.snapshot.history
@@ -188,6 +192,9 @@ class Planner:
         reason = (
             f"{len(seqs)} tool output(s) above the cap of {cap} chars "
             f"({share:.0%} of the usable budget) shown as head and tail"
+            if cap >= PREVIEW_MIN_CHARS
+            else f"{len(seqs)} tool output(s) above the cap of {cap} chars (half of the usable "
+            "budget, which could never hold them with the rest) shown by reference"
         )
         return self.stubbed(view, seqs, reason, stubs, kind="cap")
 

@@ -301,8 +301,9 @@ class Settings:
     tool_output_cap: Annotated[
         float,
         setting(
-            "a tool output above this share of usable (and at least 16,000 characters) is shown "
-            "as its head and tail with its artifact reference; 0: no cap",
+            "a tool output above this share of usable (and at least 16,000 characters, or half "
+            "of usable on a window too small for that) is shown by its artifact reference "
+            "(with its head and tail from 16,000 characters); 0: no cap",
             ge=0,
             le=1,
         ),

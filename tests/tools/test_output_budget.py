@@ -11,23 +11,34 @@ import re
 from pathlib import Path
 
 import anyio
+import pydantic
 import pytest
 from stowage import (
     AssistantMessage,
     Event,
     FunctionCall,
     FunctionCallOutput,
+    FunctionTool,
     ModelRequest,
     ModelResponse,
     Runtime,
     Settings,
     ToolContext,
     ToolFinished,
+    ToolRegistry,
     UserMessage,
 )
 from stowage.actors._accounting import MIN_OUTPUT_CHARS, Accounting
-from stowage.core import PREVIEW_MIN_CHARS, HistoryEntry, OutputBudget, current_tool_context
+from stowage.core import (
+    PREVIEW_MIN_CHARS,
+    CompactionRecord,
+    HistoryEntry,
+    MicrocompactRecord,
+    OutputBudget,
+    current_tool_context,
+)
 from stowage.model import is_summary_request, scripted_usage
+from stowage.storage import JsonlStore
 from stowage.testing import FakeOpenAIServer
 from stowage.tools import workspace_tools
 from stowage.tools._recall import recall_tool
@@ -227,3 +238,69 @@ async def test_search_text_stops_at_what_the_window_shows(tmp_path: Path) -> Non
     # outside a session: the setting's bound only (200 matches by default)
     unbounded = (await tool.run(arguments)).splitlines()
     assert len(unbounded) == 201 and "stopped at 200 matches" in unbounded[-1]
+
+
+def _paging_reader(request: ModelRequest) -> ModelResponse:
+    """Calls ``dump``; shown a stub, pages it back with ``recall_artifact``; then answers."""
+    items: tuple[AssistantMessage | FunctionCall, ...]
+    if is_summary_request(request):
+        items = (AssistantMessage(text="Summary: a dump was made."),)
+    else:
+        users = [i for i, item in enumerate(request.input) if isinstance(item, UserMessage)]
+        outputs = [i for i in request.input[users[-1] + 1 :] if isinstance(i, FunctionCallOutput)]
+        stub = next((o for o in outputs if "call recall_artifact with ref" in o.output), None)
+        if not outputs:
+            items = (FunctionCall(call_id="d1", name="dump", arguments="{}"),)
+        elif stub is not None and len(outputs) == 1:
+            ref = re.search(r"artifact (R\d+)", stub.output)
+            assert ref is not None
+            arguments = json.dumps({"ref": ref[1]})
+            items = (FunctionCall(call_id="r1", name="recall_artifact", arguments=arguments),)
+        else:
+            items = (AssistantMessage(text=f"done after {len(outputs)} outputs"),)
+    return ModelResponse(items=items, usage=scripted_usage(request, items), model=request.model)
+
+
+async def test_an_output_a_small_window_could_never_hold_is_capped_not_summarized(
+    tmp_path: Path,
+) -> None:
+    dump = "".join(f"record {i:05d} of the dump\n" for i in range(500))  # 13,000 characters
+
+    class NoArgs(pydantic.BaseModel):
+        pass
+
+    async def make_dump(_: NoArgs) -> str:
+        return dump
+
+    tools = ToolRegistry(
+        [FunctionTool(name="dump", description="d", args_model=NoArgs, fn=make_dump)]
+    )
+    events: list[Event] = []
+    with anyio.fail_after(60):
+        async with FakeOpenAIServer(brain=_paging_reader) as server:
+            settings = Settings(
+                model="small-window",
+                base_url=server.base_url,
+                api_key="k",
+                store=tmp_path,
+                tools="none",
+                context_window=WINDOW,
+                max_output_tokens=500,
+                durability="none",
+            )
+            async with Runtime(settings, tools=tools) as rt:
+                rt.subscribe(events.append)
+                session = await rt.create("capped", system="You dump.")
+                assert (await session.send("dump it")).text == "done after 2 outputs"
+    store = JsonlStore(tmp_path)
+    try:
+        records = (await store.read("capped")).records
+    finally:
+        await store.aclose()
+    assert not [r for r in records if isinstance(r, CompactionRecord)]  # no summary was made
+    [capped] = [r for r in records if isinstance(r, MicrocompactRecord)]
+    assert "shown by reference" in capped.reason
+    recalled = [e for e in events if isinstance(e, ToolFinished) and e.name == "recall_artifact"]
+    budget = Accounting(settings, ()).output_budget(4.0)
+    assert budget is not None and budget.page < len(dump)
+    assert len(recalled) == 1 and recalled[0].output_chars < len(dump)
