@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pydantic
@@ -46,6 +47,20 @@ from stowage.tools._recall import recall_tool
 WINDOW = 4_000
 
 
+def _small_window(server: FakeOpenAIServer, store: Path, **changes: Any) -> Settings:
+    """A session on ``server`` with a window of ``WINDOW`` tokens."""
+    return Settings(
+        model="small-window",
+        base_url=server.base_url,
+        api_key="k",
+        store=store,
+        context_window=WINDOW,
+        max_output_tokens=500,
+        durability="none",
+        **changes,
+    )
+
+
 def _big_file(root: Path) -> str:
     text = "".join(f"line {i:04d}: alpha beta gamma delta epsilon zeta\n" for i in range(300))
     (root / "big.txt").write_text(text)
@@ -78,16 +93,8 @@ async def test_a_read_larger_than_a_small_window_returns_a_part_it_can_show(
     events: list[Event] = []
     with anyio.fail_after(60):
         async with FakeOpenAIServer(brain=_reader) as server:
-            settings = Settings(
-                model="small-window",
-                base_url=server.base_url,
-                api_key="k",
-                store=tmp_path / "store",
-                workspace=workspace,
-                tools="workspace",
-                context_window=WINDOW,
-                max_output_tokens=500,
-                durability="none",
+            settings = _small_window(
+                server, tmp_path / "store", workspace=workspace, tools="workspace"
             )
             async with Runtime(settings) as rt:
                 rt.subscribe(events.append)
@@ -278,16 +285,7 @@ async def test_an_output_a_small_window_could_never_hold_is_capped_not_summarize
     events: list[Event] = []
     with anyio.fail_after(60):
         async with FakeOpenAIServer(brain=_paging_reader) as server:
-            settings = Settings(
-                model="small-window",
-                base_url=server.base_url,
-                api_key="k",
-                store=tmp_path,
-                tools="none",
-                context_window=WINDOW,
-                max_output_tokens=500,
-                durability="none",
-            )
+            settings = _small_window(server, tmp_path, tools="none")
             async with Runtime(settings, tools=tools) as rt:
                 rt.subscribe(events.append)
                 session = await rt.create("capped", system="You dump.")
