@@ -739,7 +739,7 @@ class Runtime:
                     SettingsChangedRecord(
                         seq=state.last_seq + 1 + len(written),
                         changes={"context_window": [None, found.context_window]},
-                        source="endpoint",
+                        source=found.source,
                     )
                 )
         system_tokens, protected_tokens = fixed_request_tokens(state.history, state.protected)
