@@ -174,6 +174,7 @@ class PlanApplier:
             removed=result.removed,
             round=state.round,
             turn=state.turn,
+            turn_open=state.turn_open,
             user_budget_chars=user_budget_chars,
             protected=review.state.snapshot(),
             estimated=plan.estimated,

@@ -107,6 +107,8 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         out["focus"] = r.focus
     if r.provider_item is not None:  # only then: local compactions stay byte-identical
         out["provider_item"] = r.provider_item
+    if r.turn_open:  # only then: a compaction between turns stays byte-identical
+        out["turn_open"] = True
     return out
 
 
@@ -419,6 +421,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         removed=_int(d, "removed"),
         round=_int(d, "round"),
         turn=_int(d, "turn") if "turn" in d else 0,
+        turn_open=_bool(d, "turn_open"),
         user_budget_chars=_opt_int(d, "user_budget_chars"),
         protected=_opt_dict(d, "protected"),
         estimated=_bool(d, "estimated"),

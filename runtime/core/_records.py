@@ -166,6 +166,9 @@ class CompactionRecord:
     removed: int
     round: int
     turn: int = 0
+    #: the turn was open when it compacted: a resume reads the log from this record on, past
+    #: the turn's "started" record, and learns from here that the turn is still to be finished
+    turn_open: bool = False
     #: the user-message budget this compaction used (so a check can re-run it exactly)
     user_budget_chars: int | None = None
     protected: dict[str, Any] | None = None

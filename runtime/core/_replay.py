@@ -173,6 +173,11 @@ class SessionState:
                     self.protected_ops = []
                     self._protected_cache = None
                 self.last_compaction_seq = record.seq
+                if record.turn_open and not self.turn_open:
+                    # replayed from this record on (a resume): the turn's "started" record is
+                    # before it, so the record says the turn is open; its ledger starts here
+                    self.turn_open = True
+                    self.ledger = TurnLedger()
                 if self.ledger is not None:
                     self.ledger.compacted(record.covers_through, {e.seq for e in record.retained})
                 self.usage_after_compaction = None

@@ -93,6 +93,11 @@ def check_log(
                 f"resume rebuilds {len(resumed.history)} items but whole-log replay gives "
                 f"{len(state.history)}: they differ"
             )
+        if resumed.turn_open != state.turn_open:
+            problems.append(
+                f"resume finds turn {state.turn} {'closed' if state.turn_open else 'open'} but "
+                f"whole-log replay finds it {'open' if state.turn_open else 'closed'}"
+            )
         if resumed.protected != state.protected:
             problems.append(
                 "resume rebuilds a protected state that differs from whole-log replay's"

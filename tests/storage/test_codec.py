@@ -118,6 +118,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         removed=ints,
         round=ints,
         turn=ints,
+        turn_open=st.booleans(),
         user_budget_chars=st.none() | ints,
         protected=st.none() | json_objects,
         estimated=st.booleans(),
@@ -268,6 +269,8 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
         fields.discard("focus")  # written only when the summary was given a focus
     if isinstance(record, CompactionRecord) and record.provider_item is None:
         fields.discard("provider_item")  # written only for a provider-native compaction
+    if isinstance(record, CompactionRecord) and not record.turn_open:
+        fields.discard("turn_open")  # written only for a compaction inside a turn
     assert set(data) - {"v", "type"} == fields
 
 
