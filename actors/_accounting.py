@@ -44,7 +44,7 @@ class Accounting:
     """Budget, watermarks and token figures of one session. Raises ``ConfigError`` when the
     settings' window leaves no usable budget."""
 
-    __slots__ = ("budget", "marks", "settings", "threshold", "tool_tokens")
+    __slots__ = ("_output", "budget", "marks", "settings", "threshold", "tool_tokens")
 
     def __init__(self, settings: Settings, specs: Sequence[ToolSpec]) -> None:
         self.settings = settings
@@ -53,6 +53,8 @@ class Accounting:
         self.threshold = effective_threshold(settings)
         self.budget: Budget | None = resolve_budget(settings, specs)
         self.tool_tokens = self.budget.tool_tokens if self.budget is not None else 0
+        # the last ratio ``output_budget`` was asked at, and its answer (asked every tool round)
+        self._output: tuple[float, OutputBudget | None] | None = None
 
     @property
     def active(self) -> bool:
@@ -91,21 +93,38 @@ class Accounting:
             return 0
         return int(self.budget.usable * self.settings.reattach_share * ratio)
 
+    def output_cap(self, ratio: float) -> int | None:
+        """Characters above which a tool output is shown by its reference (and, from
+        ``PREVIEW_MIN_CHARS``, its head and tail), at ``ratio`` chars a token:
+        ``tool_output_cap`` of usable, and at least ``PREVIEW_MIN_CHARS``, but on a window too
+        small for that half of usable. None without a budget or with the cap off."""
+        share = self.settings.tool_output_cap
+        if self.budget is None or not share:
+            return None
+        chars = self.budget.usable * ratio
+        return max(min(PREVIEW_MIN_CHARS, int(chars / 2)), int(share * chars))
+
     def output_budget(self, ratio: float) -> OutputBudget | None:
         """How much of one tool output the window takes (``ToolContext.output``), at
         ``ratio`` chars a token. Whole: up to half the usable budget, and never above the cap
-        (``tool_output_cap``, at least ``PREVIEW_MIN_CHARS``) past which an output is shown as
-        head and tail only. A page of a longer output: no more than a mid-turn compaction
+        (``output_cap``). A page of a longer output: no more than a mid-turn compaction
         re-attaches (``reattach_share``). Both at least ``MIN_OUTPUT_CHARS``. None without a
         budget (the seed's threshold mode) or with the cap off."""
-        cap = self.settings.tool_output_cap
-        if self.budget is None or not cap:
-            return None
-        chars = self.budget.usable * ratio
-        whole = max(MIN_OUTPUT_CHARS, int(min(max(PREVIEW_MIN_CHARS, cap * chars), chars / 2)))
-        reattach = self.settings.reattach_share
-        page = min(whole, max(MIN_OUTPUT_CHARS, int(reattach * chars))) if reattach > 0 else whole
-        return OutputBudget(whole=whole, page=page)
+        if self._output is not None and self._output[0] == ratio:
+            return self._output[1]
+        cap = self.output_cap(ratio)
+        budget: OutputBudget | None = None
+        if cap is not None:
+            assert self.budget is not None  # a cap has a budget
+            chars = self.budget.usable * ratio
+            whole = max(MIN_OUTPUT_CHARS, min(cap, int(chars / 2)))
+            reattach = self.settings.reattach_share
+            page = whole
+            if reattach > 0:
+                page = min(whole, max(MIN_OUTPUT_CHARS, int(reattach * chars)))
+            budget = OutputBudget(whole=whole, page=page)
+        self._output = (ratio, budget)
+        return budget
 
     def fraction(self, tokens: int | None) -> float | None:
         if tokens is None or self.budget is None:

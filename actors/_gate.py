@@ -310,12 +310,11 @@ class Gate:
         """The window the provider stated, as a ``settings_changed`` record, when the session
         runs on an assumed threshold because its window is not known; None otherwise (or once
         the session learned one)."""
-        settings = self.ctx.settings
         if error.limit is None or error.limit <= 0 or self._window_known:
             return None
-        if settings.context_window is not None or settings.compact_threshold is not None:
-            return None
-        if self.accounting.threshold is None:  # a known model: its window is in the registry
+        # a threshold the user chose, or none at all (the window is known: an option, the
+        # registry, the endpoint): nothing to learn
+        if self.ctx.settings.compact_threshold is not None or self.accounting.threshold is None:
             return None
         self._window_known = True
         return SettingsChangedRecord(

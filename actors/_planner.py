@@ -175,11 +175,10 @@ class Planner:
         usable budget, and at least ``PREVIEW_MIN_CHARS``, but on a window too small for that
         half of the usable budget: an output the window could never hold is capped, not
         summarized away and read again until the turn stops as a loop."""
-        share = self.settings.tool_output_cap
-        if not share or self.accounting.budget is None:
+        cap = self.accounting.output_cap(view.ratio)
+        if cap is None:
             return view
-        chars = self.accounting.usable * view.ratio
-        cap = max(min(PREVIEW_MIN_CHARS, int(chars / 2)), int(share * chars))
+        share = self.settings.tool_output_cap
         seqs = tuple(
             e.seq
             for e in view.snapshot.history

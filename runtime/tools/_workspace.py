@@ -185,7 +185,6 @@ def _read_file(scope: Scope, args: ReadFileArgs, cap: int, budget: OutputBudget 
         raise ToolError(f"{args.path!r} is a directory; use list_dir to see its entries")
     if not target.is_file():
         raise ToolError(f"no such file: {args.path!r}")
-    want = min(args.limit, cap)
     with open(target, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         head = file.read(_SNIFF_BYTES)
@@ -197,7 +196,7 @@ def _read_file(scope: Scope, args: ReadFileArgs, cap: int, budget: OutputBudget 
         if budget is not None:
             # what the window shows whole comes back whole; of more, a part a compaction keeps
             cap = max(1, min(cap, budget.part(size - args.offset)))
-            want = min(args.limit, cap)
+        want = min(args.limit, cap)
         file.seek(args.offset)
         # a few bytes more than wanted tell whether the cut falls inside a character
         data = file.read(want + _MAX_CHAR_BYTES)

@@ -99,9 +99,9 @@ class Client:
     """Queues messages for workers: ``await Client(url).send("s1", "hello", wait=True)``.
 
     ``store_url`` is a ``postgresql://`` URL (it may hold a password: it is never logged or
-    shown), ``schema`` the store's schema (default: the URL's ``?schema=``, else public). Use it as ``async with`` to share one connection
-    pool and one listening connection across sends; otherwise each ``send`` opens and closes
-    its own. Raises ``ConfigError`` for a URL that is not PostgreSQL or a bad schema name, or
+    shown), ``schema`` the store's schema (default: the URL's ``?schema=``, else public).
+    Use it as ``async with`` to share one connection pool and one listening connection across
+    sends; otherwise each ``send`` opens and closes its own. Raises ``ConfigError`` for a URL that is not PostgreSQL or a bad schema name, or
     without the ``[postgres]`` extra.
     """
 
