@@ -9,23 +9,17 @@ from ._inbox import CompactorInbox
 from ._interrupt import TurnInterrupt
 from ._mailbox import Doorbell, Latch, Reply, Slot, mailbox
 from ._messages import (
-    Advice,
     Append,
-    Ask,
-    CommittedSnapshot,
     CompactNow,
     ContinueTurn,
     Decide,
     Milestone,
-    Plan,
-    PlanFailed,
-    PlanOutcome,
     Protect,
     RunTools,
     SamplerCommand,
-    Stubs,
     TurnResult,
     UserTurn,
+    Verdict,
 )
 from ._queue import MailboxReceive, MailboxSend, open_mailbox
 from .compactor import CompactorKept, run_compactor
@@ -34,10 +28,7 @@ from .sampler import Sampler
 from .tool_executor import ExecutorInbox, run_tool_executor
 
 __all__ = [
-    "Advice",
     "Append",
-    "Ask",
-    "CommittedSnapshot",
     "CompactNow",
     "CompactorInbox",
     "CompactorKept",
@@ -49,9 +40,6 @@ __all__ = [
     "MailboxReceive",
     "MailboxSend",
     "Milestone",
-    "Plan",
-    "PlanFailed",
-    "PlanOutcome",
     "Protect",
     "Reply",
     "RunTools",
@@ -59,10 +47,10 @@ __all__ = [
     "SamplerCommand",
     "SessionContext",
     "Slot",
-    "Stubs",
     "TurnInterrupt",
     "TurnResult",
     "UserTurn",
+    "Verdict",
     "mailbox",
     "open_mailbox",
     "run_compactor",

@@ -1,10 +1,11 @@
-"""The compactor's inbox: the newest committed snapshot, and the sampler's ask, if any.
+"""The compactor's inbox: the newest durable boundary, and the sampler's manual ask, if any.
 
-Persistence puts a snapshot after each durable boundary (only the newest matters: an unread
-one is replaced); the sampler puts an ``Ask`` (a manual compaction, a refused request) that
-the compactor answers on the snapshot it holds. Neither put ever blocks, so the one back edge
-of the actor graph cannot deadlock. ``idle`` tells the session's supervisor that the compactor
-has nothing to do (no snapshot or ask unread, no summary being made), so the actors may stop.
+Persistence puts a boundary after each durable batch (only the newest matters: an unread one
+is replaced, and the newest carries everything the machine reads); the sampler puts a
+``Manual`` ask, which the machine answers on the newest boundary it has seen. Neither put
+ever blocks, so the one back edge of the actor graph cannot deadlock. ``idle`` tells the
+session's supervisor that the compactor has nothing to do (nothing unread, no summary being
+made), so the actors may stop.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+from stowage.policy import Boundary, Manual, Snapshot
 
 from ._mailbox import Doorbell
-from ._messages import Ask, CommittedSnapshot
 
 __all__ = ["CompactorInbox"]
 
@@ -24,8 +25,8 @@ __all__ = ["CompactorInbox"]
 class CompactorInbox:
     """Two coalescing slots and the bell that wakes the compactor."""
 
-    _snapshot: CommittedSnapshot | None = None
-    _ask: Ask | None = None
+    _snapshot: Snapshot | None = None
+    _ask: Manual | None = None
     _closed: bool = False
     _waiting: bool = False
     #: summaries being made (the compactor's own jobs): it is not idle while one is
@@ -41,13 +42,13 @@ class CompactorInbox:
         """Whether the compactor waits with nothing to read and no summary in the making."""
         return self._waiting and self._snapshot is None and self._ask is None and not self.jobs
 
-    def put(self, snapshot: CommittedSnapshot) -> None:
+    def put(self, snapshot: Snapshot) -> None:
         """Persistence: the newest durable boundary (replaces an unread one)."""
         self._snapshot = snapshot
         self._bell.ring()
 
-    def ask(self, ask: Ask) -> None:
-        """The sampler: decide now on the last committed snapshot (replaces an unread ask)."""
+    def ask(self, ask: Manual) -> None:
+        """The sampler: a manual compaction (replaces an unread ask)."""
         self._ask = ask
         self._bell.ring()
 
@@ -58,22 +59,26 @@ class CompactorInbox:
             self.on_idle()
 
     def close(self) -> None:
-        """No more snapshots: ``next`` raises ``anyio.EndOfStream`` once the slots are read."""
+        """No more boundaries: ``next`` raises ``anyio.EndOfStream`` once the slots are read."""
         self._closed = True
         self._bell.ring()
 
     def reopen(self) -> None:
-        """Take snapshots again (a parked session's actors start anew)."""
+        """Take boundaries again (a parked session's actors start anew)."""
         self._closed = False
 
-    async def next(self) -> tuple[CommittedSnapshot | None, Ask | None]:
-        """The unread snapshot and ask (at least one of them), taken. Raises
-        ``anyio.EndOfStream`` once closed with nothing unread."""
+    async def next(self) -> Boundary | Manual:
+        """The next event: the unread boundary first (an ask is answered on the newest one),
+        then the ask; each taken. Raises ``anyio.EndOfStream`` once closed with nothing
+        unread."""
         while True:
             snapshot, ask = self._snapshot, self._ask
-            if snapshot is not None or ask is not None:
-                self._snapshot = self._ask = None
-                return snapshot, ask
+            if snapshot is not None:
+                self._snapshot = None
+                return Boundary(snapshot, anyio.current_time())
+            if ask is not None:
+                self._ask = None
+                return ask
             if self._closed:
                 raise anyio.EndOfStream
             self._waiting = True

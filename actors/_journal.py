@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
-from stowage.core import MilestoneRecord, ProtectedState, Record, SessionState
+from stowage.core import ProtectedState, Record, SessionState
 from stowage.core import render as render_protected
+from stowage.policy import Accounting, BoundaryCause, Refusal, Snapshot, snapshot_of
 
-from ._accounting import Accounting
 from ._context import SessionContext
 from ._mailbox import Reply
-from ._messages import Append, CommittedSnapshot, SnapshotCause, SnapshotSink
+from ._messages import Append, BoundarySink
 
 __all__ = ["Journal"]
 
@@ -30,7 +30,8 @@ class Journal:
     ctx: SessionContext
     state: SessionState
     #: the compactor's inbox: a coalescing slot, so a write never waits on a plan
-    compactor: SnapshotSink
+    compactor: BoundarySink
+    #: replaced when a provider's refusal states the window (``Accounting.with_window``)
     accounting: Accounting
     #: the last seq of the newest batch that ended at a boundary (the compactor's verdicts
     #: are on such seqs)
@@ -47,32 +48,21 @@ class Journal:
             self._rendered = render_protected(protected) or None
         return self._rendered
 
-    def snapshot(self, cause: SnapshotCause) -> CommittedSnapshot:
+    def snapshot(
+        self,
+        cause: BoundaryCause,
+        *,
+        refusal: Refusal | None = None,
+        dropped: tuple[int, str] | None = None,
+    ) -> Snapshot:
         """The session as of the last folded record, for the compactor."""
-        state = self.state
-        protected = self.protected_text()
-        ledger = state.ledger
-        return CommittedSnapshot(
-            session_id=self.ctx.session_id,
-            cause=cause,
-            round=state.round,
-            turn=state.turn,
-            turn_open=state.turn_open,
-            history=tuple(state.history),
-            usage=state.round_usage,
-            last_seq=state.last_seq,
-            last_compaction_seq=state.last_compaction_seq,
-            usage_after_compaction=state.usage_after_compaction,
-            protected_text=protected,
-            stubbed=frozenset(state.stubbed),
-            open_calls=frozenset(state.open_calls),
-            status=self.accounting.status(state, protected),
-            looping=(ledger.looping(self.ctx.settings.compaction_loop_repeats) if ledger else None),
-            turn_compactions=ledger.compactions if ledger else 0,
-            reground_base=state.reground_base,
-            fulls_since_reground=state.fulls_since_reground,
-            milestone=_phase(state.last_milestone) if cause == "milestone" else None,
-            turns_since_compaction=state.turns_since_compaction,
+        return snapshot_of(
+            self.state,
+            self.accounting,
+            cause,
+            protected_text=self.protected_text(),
+            refusal=refusal,
+            dropped=dropped,
         )
 
     def seed(self) -> None:
@@ -83,7 +73,12 @@ class Journal:
         self.compactor.put(snapshot)
 
     async def write(
-        self, records: Sequence[Record], *, boundary: SnapshotCause | None = None
+        self,
+        records: Sequence[Record],
+        *,
+        boundary: BoundaryCause | None = None,
+        refusal: Refusal | None = None,
+        dropped: tuple[int, str] | None = None,
     ) -> None:
         """Fold one batch into the state and wait until it is durable.
 
@@ -98,26 +93,23 @@ class Journal:
             return
         for record in records:
             self.state.apply(record)
-        committed = self.snapshot(boundary) if boundary is not None else None
-        if committed is not None:
-            self.boundary_seq = committed.last_seq
+        snapshot = (
+            self.snapshot(boundary, refusal=refusal, dropped=dropped)
+            if boundary is not None
+            else None
+        )
+        if snapshot is not None:
+            self.boundary_seq = snapshot.last_seq
         reply: Reply[None] = Reply()
         await self.ctx.persistence.send(
             Append(
                 session_id=self.ctx.session_id,
                 records=tuple(records),
                 reply=reply,
-                committed=committed,
-                notify=self.compactor if committed is not None else None,
+                boundary=snapshot,
+                notify=self.compactor if snapshot is not None else None,
             )
         )
         with anyio.CancelScope(shield=True):
             # a write already sent must be answered before this task may be cancelled
             await reply.wait_within(self.ctx.write_timeout)
-
-
-def _phase(milestone: MilestoneRecord | None) -> str | None:
-    """The phase a milestone ended, as the summary is told it."""
-    if milestone is None:
-        return None
-    return f"{milestone.name}: {milestone.note}" if milestone.note else milestone.name

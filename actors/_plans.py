@@ -3,7 +3,8 @@ the user's protected-state changes, for one sampler and only at its round bounda
 
 A plan is checked before anything is written: stale plans are skipped, the summarizer's
 protected updates are reviewed (forbidden ones refused and reported), and a plan whose new
-projection would lose a protected entry is refused whole, the old history kept.
+projection would lose a protected entry, or would be no smaller than what it replaces, is
+refused whole, the old history kept.
 """
 
 from __future__ import annotations
@@ -14,37 +15,31 @@ from collections.abc import Sequence
 import structlog
 from stowage.core import (
     CompactionError,
+    CompactionFigures,
+    CompactionLanded,
     CompactionRecord,
     CompactionSkipped,
-    CompactionSummary,
     ErrorRecord,
     HistoryCompacted,
     ProtectedChanged,
     ProtectedRecord,
     ProtectedRefused,
     Record,
-    SystemMessage,
     UpdatesReview,
     apply_compaction,
     build_projection,
-    estimate_tokens,
     history_chars,
-    item_chars,
     prepare_all,
     review_updates,
     verify,
 )
 from stowage.core import render as render_protected
-from stowage.policy import compaction_shrinks
+from stowage.policy import Accounting, Plan
 
 from ._context import SessionContext
 from ._journal import Journal
-from ._messages import Plan
 
 __all__ = ["PlanApplier"]
-
-# the fixed ratio of the "no larger than it found" comparison (both sides at the same one)
-_CHARS_PER_TOKEN = 4.0
 
 _log = structlog.get_logger("stowage.sampler")
 
@@ -66,26 +61,26 @@ class PlanApplier:
         self,
         plan: Plan,
         *,
-        user_budget_chars: int,
+        accounting: Accounting,
         chars_per_token: float,
         waited: float | None = None,
     ) -> bool:
-        """Apply ``plan`` at a round boundary; False when it was stale or refused.
+        """Apply ``plan`` at a round boundary; False when it was not (stale, invalid, no
+        smaller, or losing a protected entry): then an ``error`` record says why, written as
+        a boundary the machine hears, so a request that waits for room takes the next step.
 
-        ``user_budget_chars`` is what recent user words may keep; ``chars_per_token`` turns
-        the new projection into the token figure the record carries (history only: tool
-        schemas are outside the usable budget, as in every other figure);
-        ``waited`` (seconds a request was held back for it) goes into the record.
+        ``chars_per_token`` turns the new projection into the token figure the record
+        carries (history only: tool schemas are outside the usable budget, as in every other
+        figure); ``waited`` (seconds a request was held back for it) goes into the record.
         Raises what ``Journal.write`` raises.
         """
         state = self.journal.state
         if plan.based_on_compaction_seq != state.last_compaction_seq:
-            reason = f"stale plan for round {plan.round}: history was compacted since"
-            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
-            return False
+            return await self._drop(plan, "compaction_stale", "history was compacted since")
         review = review_updates(state.protected, plan.protected_ops)
         protected_records = self._protected_records(plan, review)
         seq = state.last_seq + 1 + len(protected_records)
+        user_budget_chars = accounting.user_budget(chars_per_token)
         try:
             result = apply_compaction(
                 state.history,
@@ -99,69 +94,39 @@ class PlanApplier:
         except CompactionError as exc:
             # a plan that does not fit the history it meets is a bug, not a reason to fail
             # the session: it is logged and not applied, the history stays as it is
-            reason = f"compaction for round {plan.round} not applied: {exc}"
             self._log.error("compaction_invalid", round=plan.round, error=str(exc))
-            await self.journal.write(
-                [ErrorRecord(seq=state.last_seq + 1, kind="compaction_invalid", message=reason)]
-            )
-            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
-            return False
+            return await self._drop(plan, "compaction_invalid", str(exc))
+        protected_text = render_protected(review.state) or None
         projection = build_projection(
-            result.history,
-            stubbed=state.stubbed,
-            protected_text=render_protected(review.state) or None,
+            result.history, stubbed=state.stubbed, protected_text=protected_text
         )
         # the check the design promises: no compaction may lose a protected entry
         lost = (*verify(state.protected, projection), *verify(review.state, projection))
         if lost:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
-        tokens_after = estimate_tokens(projection, chars_per_token)
-        # what the projection holds now, on the same estimate (the plan's figure is from when
-        # it was asked for; rounds may have gone on since)
-        chars_before = history_chars(state.history, state.stubbed)
-        protected_before = len(render_protected(state.protected))
-        tokens_before = max(
-            plan.tokens_before or 0,
-            math.ceil((chars_before + protected_before) / chars_per_token),
-        )
-        kept = {entry.seq for entry in result.retained}
-        replaced = [
-            e
-            for e in state.history
-            if e.seq <= plan.covers_through
-            and e.seq not in kept
-            and not isinstance(e.item, SystemMessage)
-        ]
-        # the compactor's reason for a compaction the user asked for (see ``decide_for``):
-        # applied whatever it leaves, unless ``compact_only_if_smaller`` says otherwise
-        manual = plan.reason.startswith("manual compaction requested")
-        no_gain = None
-        if not (manual and not self.ctx.settings.compact_only_if_smaller):
-            no_gain = compaction_shrinks(
-                replaced_chars=history_chars(replaced, state.stubbed),
-                # what the summary item costs as sent (a provider's item, not its line)
-                summary_chars=item_chars(
-                    CompactionSummary(text=plan.summary, provider=plan.provider_item)
-                ),
-                chars_per_token=chars_per_token,
+        # the figures before and after: in use before, as every view shows it (the status
+        # figure: reported usage and what was added since); after, the estimate at the
+        # session's ratio, as the next status will be
+        protected_before = self.journal.protected_text()
+        status = accounting.status(state, protected_before)
+        estimated = status.estimated or status.floored
+        tokens_before = status.guard
+        if chars_per_token != status.chars_per_token:  # a provider's count, after a refusal
+            chars = state.projected_chars + len(protected_before or "")
+            tokens_before, estimated = math.ceil(chars / chars_per_token), True
+        history_after = history_chars(result.history, state.stubbed)
+        tokens_after = math.ceil((history_after + len(protected_text or "")) / chars_per_token)
+        # every compaction frees something, whoever asked for it (protected state the
+        # summarizer added is the point of it: it is not counted)
+        if history_after >= state.projected_chars:
+            why = (
+                f"the compacted history (~{math.ceil(history_after / chars_per_token)} tokens) "
+                "would be no smaller than the history it replaces "
+                f"(~{math.ceil(state.projected_chars / chars_per_token)} tokens)"
             )
-            # nor may it leave more history than it found (protected state the summarizer
-            # added is the point of it, so it is not counted)
-            history_before = math.ceil(chars_before / _CHARS_PER_TOKEN)
-            history_after = math.ceil(
-                history_chars(result.history, state.stubbed) / _CHARS_PER_TOKEN
-            )
-            if no_gain is None and history_after >= history_before:
-                no_gain = (
-                    f"skipped: the compacted history (~{history_after} tokens) would be no "
-                    f"smaller than the history it replaces (~{history_before} tokens)"
-                )
-        if no_gain is not None:
-            # a compaction that grows history is how a too-small window loops: never write it
-            self._log.info("compaction_skipped", reason=no_gain)
-            self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=no_gain))
-            return False
+            return await self._drop(plan, "compaction_no_smaller", why)
+        usable = accounting.usable if accounting.budget is not None else None
         record = CompactionRecord(
             seq=seq,
             kind="full" if plan.kind == "full" else "fallback",
@@ -177,13 +142,19 @@ class PlanApplier:
             turn_open=state.turn_open,
             user_budget_chars=user_budget_chars,
             protected=review.state.snapshot(),
-            estimated=plan.estimated,
+            estimated=estimated,
             chars_per_token=chars_per_token,
             waited=waited,
             reattached=plan.reattach,
             regrounded=plan.regrounded,
             focus=plan.focus,
             provider_item=plan.provider_item,
+            figures=CompactionFigures(
+                decided_tokens=plan.tokens_before,
+                usable=usable,
+                tool_tokens=accounting.tool_tokens,
+                hard=accounting.marks.hard if usable is not None else None,
+            ),
         )
         await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)
@@ -201,16 +172,41 @@ class PlanApplier:
                 kind=record.kind,
                 tokens_before=tokens_before,
                 tokens_after=tokens_after,
-                estimated=plan.estimated,
+                estimated=estimated,
                 removed=result.removed,
                 retained=len(result.retained),
                 reason=plan.reason,
                 summary=plan.summary,
                 covers_through=plan.covers_through,
                 round=state.round,
+                decided_tokens=plan.tokens_before,
+            )
+        )
+        self.ctx.publish(
+            CompactionLanded(
+                session_id=self.ctx.session_id,
+                round=state.round,
+                kind=plan.kind,
+                fraction=record.figures.share(tokens_before) if record.figures else None,
+                hard=accounting.marks.hard,
+                waited=waited or 0.0,
             )
         )
         return True
+
+    async def _drop(self, plan: Plan, kind: str, why: str) -> bool:
+        """Keep the old history: an ``error`` record says why, as a boundary the machine
+        hears (it may take the next step), and a ``CompactionSkipped`` event."""
+        reason = f"compaction for round {plan.round} not applied: {why}"
+        self._log.info("compaction_skipped", reason=reason)
+        state = self.journal.state
+        await self.journal.write(
+            [ErrorRecord(seq=state.last_seq + 1, kind=kind, message=reason)],
+            boundary="dropped",
+            dropped=(plan.id, reason),
+        )
+        self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
+        return False
 
     async def protect(self, ops: Sequence[dict[str, object]]) -> None:
         """The user's change: all or nothing, checked before anything is written.
@@ -282,7 +278,7 @@ class PlanApplier:
             kind="compaction_refused",
             message=reason,
         )
-        await self.journal.write([*notes, refusal])
+        await self.journal.write([*notes, refusal], boundary="dropped", dropped=(plan.id, reason))
         self._publish_protected(plan, review, applied=False)
         self._log.error("compaction_refused", entries=missing, round=plan.round)
         for entry in missing:

@@ -4,8 +4,8 @@ A request is the projection of the session's history as the journal holds it at 
 of sending. While a round waits for its model-call place a plan may land; it is applied first
 and the request built again (only the input changes), so the request sent is never staler
 than the history. A request the provider refused as too long is handed to the gate (the
-compactor decides how far to go) and sent once more; nothing of the round is written until a
-whole response is back.
+compaction machine decides how far to go, or stops the turn) and sent again from what is
+left; nothing of the round is written until a whole response is back.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ class Requester:
             # the same tuple while the tools are the same: what is computed from it (its
             # characters, its manifest lines) is computed once per session, not per request
             tools=self._specs,
-            max_output_tokens=settings.max_output_tokens,
+            # the reserve the accounting keeps for output is exactly what is asked for
+            max_output_tokens=self.journal.accounting.output_reserve,
             cache_key=self._cache_key,
             parallel_tool_calls=self._parallel,
         )
@@ -136,12 +137,18 @@ class Requester:
         failed every attempt.
         """
         try:
-            try:
-                sent, response = await self._sample_unless_interrupted(request, round_, interrupt)
-            except ContextLengthExceeded as exc:
-                await self.gate.recover_overflow(exc, self._sending or request)
-                request = replace(request, input=self.projection())
-                sent, response = await self._sample_unless_interrupted(request, round_, interrupt)
+            while True:
+                try:
+                    sent, response = await self._sample_unless_interrupted(
+                        request, round_, interrupt
+                    )
+                    break
+                except ContextLengthExceeded as exc:
+                    # a refusal is the machine's event like any other: it brings the request
+                    # under what the provider takes, or stops the turn (its strikes bound this)
+                    await self.gate.refused(exc, self._sending or request)
+                    await self.gate.before_request()
+                    request = replace(request, input=self.projection())
         finally:
             self._sending = None  # nothing of a round outlives it
         return sent, response, self._manifest(sent)

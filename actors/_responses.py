@@ -14,12 +14,26 @@ OpenAI gateway already stops reading at the cap, and this check holds for every 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from stowage.core import FunctionCall, FunctionCallOutput, ModelRequest, ModelResponse, Usage
+from stowage.core import (
+    AssistantMessage,
+    FunctionCall,
+    FunctionCallOutput,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+)
 from stowage.policy import answer_chars, implausible_usage, oversized_answer, request_chars
 
-__all__ = ["VettedUsage", "answer_too_large", "cut_call_outputs", "merge_outputs", "vet_usage"]
+__all__ = [
+    "VettedUsage",
+    "answer_too_large",
+    "cut_call_outputs",
+    "merge_outputs",
+    "unique_call_ids",
+    "vet_usage",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,3 +111,23 @@ def merge_outputs(
     those that ran (``ran`` in the order of the calls not refused). Raises nothing."""
     run = iter(ran)
     return tuple(refused.get(call.call_id) or next(run) for call in calls)
+
+
+def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
+    """``response`` with every call id unique in the session: a missing id, or one the
+    history already holds (some OpenAI-compatible servers number calls from 0 on every
+    response), gets a new one, so outputs can never be matched to the wrong call."""
+    seen = set(taken)
+    items: list[AssistantMessage | FunctionCall] = []
+    changed = False
+    for n, item in enumerate(response.items):
+        if isinstance(item, FunctionCall) and (not item.call_id or item.call_id in seen):
+            fresh = f"{item.call_id or 'call'}-{salt}-{n}"
+            while fresh in seen:  # a model may have sent that very id too
+                fresh += "x"
+            item = replace(item, call_id=fresh)
+            changed = True
+        if isinstance(item, FunctionCall):
+            seen.add(item.call_id)
+        items.append(item)
+    return replace(response, items=tuple(items)) if changed else response

@@ -38,7 +38,7 @@ from stowage.core import (
     UserMessage,
     estimate_tokens,
 )
-from stowage.policy import digest, drop_oldest_rounds, fallback_summary, round_groups
+from stowage.policy import clip_to_fit, digest, drop_oldest_rounds, fallback_summary, round_groups
 from stowage.tools import SEARCH_TOOL
 
 from ._retry import call_with_retries
@@ -141,12 +141,16 @@ async def summarize(
     limiter: anyio.CapacityLimiter | None = None,
     call_limiter: CallLimiter | None = None,
     max_wait: float = 60.0,
+    chars_per_token: float = 4.0,
 ) -> SummaryOutcome:
     """Ask for a summary of ``history`` (``build`` makes the request from items); never raises
     a ``ModelError``: failures become a fallback or a ``failed`` outcome, as described above.
     ``max_wait`` caps each wait between retries (the server's ask included). Each attempt
     takes a ``limiter`` place (compactions in flight), then a ``call_limiter`` one (model
-    calls in flight, where a summary goes before waiting rounds).
+    calls in flight, where a summary goes before waiting rounds). The request is built to
+    fit ``input_budget`` at ``chars_per_token`` (at most 4): its oldest rounds dropped, then
+    its largest texts clipped to their head and tail; a refusal as too long shrinks it
+    further.
     """
     items = [e.item for e in history]
     if breaker.open:
@@ -170,6 +174,7 @@ async def summarize(
             return await call(request)
 
     groups = len(round_groups(history))
+    ratio = min(chars_per_token, 4.0)
     dropped = _rounds_to_fit(history, build, input_budget) if input_budget else 0
     if dropped:
         log.info("compaction_input_trimmed", dropped_rounds=dropped, budget=input_budget)
@@ -180,6 +185,11 @@ async def summarize(
     while True:
         trimmed, dropped = _trimmed_items(history, dropped)
         request = with_search_note(build(trimmed))
+        if input_budget:
+            fitted = clip_to_fit(request.input, input_budget, ratio)
+            if fitted != list(request.input):
+                log.info("compaction_input_clipped", budget=input_budget)
+                request = replace(request, input=tuple(fitted))
         if bare:
             request = replace(request, tools=())
         try:
@@ -201,11 +211,14 @@ async def summarize(
                 ),
             )
         except ContextLengthExceeded as exc:
-            if trim == _MAX_TRIMS or dropped >= groups:
+            if trim == _MAX_TRIMS:
                 error = f"summary request overflows even with {dropped} rounds dropped: {exc}"
                 break
             more = max(1, math.ceil((groups - dropped) * _TRIM_SHARE))
             dropped = min(groups, dropped + more)
+            # and whatever still does not fit is clipped to a smaller budget than before
+            sent = estimate_tokens(request.input, ratio)
+            input_budget = max(1, int(min(input_budget or sent, sent) * (1 - _TRIM_SHARE)))
             log.warning("compaction_input_overflow", dropped_rounds=dropped, error=str(exc))
             publish(
                 CompactionFailed(

@@ -2,7 +2,7 @@
 
 One per store, shared by all sessions of a process. It takes whatever appends are waiting,
 writes them as one group commit (one durability point for many sessions), and only then
-acknowledges each and hands committed snapshots to their compactors. Nothing is acknowledged
+acknowledges each and hands each durable boundary to its session's compactor. Nothing is acknowledged
 before it is durable.
 
 Sessions share the commit, not its failures: the store answers per session, so one session's
@@ -83,6 +83,6 @@ async def _commit(store: LogStore, pending: list[Append], log: structlog.BoundLo
         if refused is not None:
             append.reply.fail(refused)
             continue
-        if append.committed is not None and append.notify is not None:
-            append.notify.put(append.committed)
+        if append.boundary is not None and append.notify is not None:
+            append.notify.put(append.boundary)
         append.reply.set(None)

@@ -39,7 +39,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -221,6 +221,25 @@ def first_said(output: str) -> str | None:
         return f"R{min(said)}"
     best = _ANY_REF.search(output)
     return f"R{best.group(1)}" if best else None
+
+
+@dataclass(eq=False)
+class WorkingNotes:
+    """``inner``, whose answers (not its summaries) end with a paragraph of working notes,
+    as a real agent's do: a turn then holds more than its line of the summary, so each
+    compaction frees something (none that frees nothing is written)."""
+
+    inner: Callable[[ModelRequest], ModelResponse]
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        response = self.inner(request)
+        if is_summary_request(request) or response.calls:
+            return response
+        notes = "\n\nWorking notes: " + "looked at the call graph and the timings again; " * 80
+        items = (AssistantMessage(text=response.text + notes),)
+        return ModelResponse(
+            items=items, usage=scripted_usage(request, items), model=response.model
+        )
 
 
 @dataclass(eq=False)
@@ -494,8 +513,9 @@ def gateway_for(
     if args.base_url is None:
         brain = ScriptedBrain(tool_rounds=0, loss=args.loss, seed=args.seed)
         if strategy == "searched":
-            return ScriptedModel(brain=Rereader(inner=brain, facts=facts_for(session_no)))
-        return ScriptedModel(brain=brain)
+            reread = Rereader(inner=brain, facts=facts_for(session_no))
+            return ScriptedModel(brain=WorkingNotes(reread))
+        return ScriptedModel(brain=WorkingNotes(brain))
     from stowage.model import make_gateway
 
     return make_gateway(settings)

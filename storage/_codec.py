@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 from stowage.core import (
     ApprovalRecord,
+    CompactionFigures,
     CompactionKind,
     CompactionRecord,
     ErrorRecord,
@@ -109,6 +110,12 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         out["provider_item"] = r.provider_item
     if r.turn_open:  # only then: a compaction between turns stays byte-identical
         out["turn_open"] = True
+    if r.figures is not None:
+        f = r.figures
+        out["figures"] = {
+            "decided_tokens": f.decided_tokens, "usable": f.usable,
+            "tool_tokens": f.tool_tokens, "hard": f.hard,
+        }  # fmt: skip
     return out
 
 
@@ -316,14 +323,18 @@ def _source(value: Any) -> Literal["user", "summarizer"]:
     raise ValueError(f"field 'source' must be 'user' or 'summarizer', got {value!r}")
 
 
-def _phase(value: Any) -> Literal["started", "finished", "interrupted"]:
+def _phase(value: Any) -> Literal["started", "finished", "interrupted", "stopped"]:
     if value == "started":
         return "started"
     if value == "finished":
         return "finished"
     if value == "interrupted":
         return "interrupted"
-    raise ValueError(f"field 'phase' must be 'started', 'finished' or 'interrupted', got {value!r}")
+    if value == "stopped":
+        return "stopped"
+    raise ValueError(
+        f"field 'phase' must be 'started', 'finished', 'interrupted' or 'stopped', got {value!r}"
+    )
 
 
 def _dec_session(d: dict[str, Any]) -> SessionRecord:
@@ -431,6 +442,20 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         regrounded=_bool(d, "regrounded"),
         focus=_str(d, "focus") if d.get("focus") is not None else None,
         provider_item=_opt_dict(d, "provider_item"),
+        figures=_compaction_figures(d.get("figures")),
+    )
+
+
+def _compaction_figures(value: Any) -> CompactionFigures | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'figures' must be an object, got {value!r}")
+    return CompactionFigures(
+        decided_tokens=_opt_int(value, "decided_tokens"),
+        usable=_opt_int(value, "usable"),
+        tool_tokens=_int(value, "tool_tokens") if "tool_tokens" in value else 0,
+        hard=_opt_float(value, "hard"),
     )
 
 

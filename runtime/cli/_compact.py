@@ -75,9 +75,7 @@ async def compact_main(
     status is still 0. Returns the exit status; raises what ``Runtime.resume`` raises
     (``SessionBusy`` among them) and ``ConfigError``.
     """
-    runtime = await _as_the_session(
-        args, store, store_dir, durability, compact_only_if_smaller=True
-    )
+    runtime = await _as_the_session(args, store, store_dir, durability)
     compacted: list[HistoryCompacted] = []
     skipped: list[CompactionSkipped] = []
     async with runtime as rt:

@@ -84,9 +84,11 @@ async def run_demo(
         ):
             landed["full"] += 1
             landed["waited"] += event.waited > 0
+            held = f"a request waited {event.waited:.2f}s" if event.waited else "no request waited"
             console.print(
                 f"    applied at {event.fraction:.0%} of the usable budget "
-                f"(hard mark {event.hard:.0%}), a round waited {event.waited:.2f}s"
+                f"(hard mark {event.hard:.0%}), {held}",
+                soft_wrap=True,
             )
 
     async with Runtime(settings, store=open_store(store)) as rt:

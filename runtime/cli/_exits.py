@@ -11,6 +11,9 @@ Exit statuses, one meaning each, so scripts can tell a busy session from a broke
 4     the session is busy (another process holds its writer lease) or its lease was lost
 5     the store failed: a log could not be written or read (disk full, a file-size limit,
       permissions, a read-only file system, an I/O error, the database gone) or is corrupt
+6     the turn stopped without an answer: a real compaction loop, a request nothing could
+      bring under the window, or the round limit; the log says why, with the figures, and
+      the session goes on with its next message
 130   interrupted (Ctrl-C); committed rounds are in the log, nothing half-done was written
 ====  =========================================================================================
 
@@ -34,6 +37,7 @@ __all__ = [
     "EXIT_CHECK_FAILED",
     "EXIT_ENDPOINT",
     "EXIT_INTERRUPTED",
+    "EXIT_STOPPED",
     "EXIT_OK",
     "EXIT_STATUSES",
     "EXIT_STORE",
@@ -49,6 +53,7 @@ EXIT_USAGE = 2
 EXIT_ENDPOINT = 3
 EXIT_BUSY = 4
 EXIT_STORE = 5
+EXIT_STOPPED = 6
 EXIT_INTERRUPTED = 130
 
 #: the table ``stowage --help`` ends with
@@ -59,6 +64,7 @@ EXIT_STATUSES = """exit statuses:
   3    the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
   4    the session is busy (another process holds its writer lease) or its lease was lost
   5    the store failed (disk full, permissions, I/O error, database gone, a corrupt log)
+  6    the turn stopped without an answer (compaction loop, cannot fit, round limit)
   130  interrupted (Ctrl-C); nothing half-done is written
 
 the store: --store DIR | sqlite:///PATH | postgresql://... or $STOWAGE_STORE (default ./.stowage)"""
@@ -101,11 +107,19 @@ def _store_failure(exc: StowageError) -> StoreError | None:
 
 def exit_status(exc: StowageError) -> int:
     """The exit status for an error that ended a command (see the module docstring)."""
-    from stowage.core import FencingError, ModelError, SessionBusy, SessionLeaseLost
+    from stowage.core import (
+        ContextLengthExceeded,
+        FencingError,
+        ModelError,
+        SessionBusy,
+        SessionLeaseLost,
+    )
 
     chain = _chain(exc)
     if any(isinstance(e, (SessionBusy, SessionLeaseLost, FencingError)) for e in chain):
         return EXIT_BUSY
+    if any(isinstance(e, ContextLengthExceeded) for e in chain):
+        return EXIT_STOPPED
     if any(isinstance(e, ModelError) for e in chain):
         return EXIT_ENDPOINT
     if _store_failure(exc) is not None:

@@ -633,6 +633,10 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
             print(f"[turn stopped: {result.stopped} after {result.rounds} rounds]", file=sys.stderr)
         if result.stopped == "pending_approval":
             _say_pending(session.id, session.pending_approvals, _store_label(args))
+    if result.stopped == "round_limit":
+        from ._exits import EXIT_STOPPED
+
+        return EXIT_STOPPED
     return 0
 
 

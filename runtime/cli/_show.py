@@ -88,7 +88,9 @@ def render_transcript(
     lines: list[str] = []
     compactions = 0
     # tokens in use at each round and compaction: the figures the console and `list` show
-    in_use_at = token_figures(session_id, records)
+    # (the branch a rewind discarded is not the session's history: left out of the fold)
+    skipped = set(discarded)
+    in_use_at = token_figures(session_id, [r for r in records if r.seq not in skipped])
     for record in records:
         start = len(lines)
         match record:

@@ -82,7 +82,6 @@ if TYPE_CHECKING:
         CompactionVetoed,
     )
     from ._identity import (
-        IDENTITY_FIELDS,
         SessionIdentity,
         continue_settings,
         identity_from_records,
@@ -129,6 +128,7 @@ if TYPE_CHECKING:
     )
     from ._records import (
         ApprovalRecord,
+        CompactionFigures,
         CompactionKind,
         CompactionRecord,
         ErrorRecord,
@@ -152,13 +152,14 @@ if TYPE_CHECKING:
     from ._replay import SessionState, replay
     from ._settings import (
         DEFAULT_COMPACT_THRESHOLD,
+        IDENTITY_FIELDS,
         SettingInfo,
         Settings,
         new_session_id,
         setting_infos,
         validate_session_id,
     )
-    from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars
+    from ._sizes import entry_chars, estimate_tokens, history_chars, item_chars, tool_schema_tokens
     from ._store import (
         Durability,
         IdentityReader,
@@ -216,6 +217,7 @@ __all__ = [
     "CompactionFailed",
     "CompactionKind",
     "CompactionLoop",
+    "CompactionFigures",
     "CompactionRecord",
     "CompactionSkipped",
     "CompactionSummary",
@@ -323,6 +325,7 @@ __all__ = [
     "estimate_tokens",
     "history_chars",
     "item_chars",
+    "tool_schema_tokens",
     "item_from_dict",
     "item_to_dict",
     "new_session_id",
@@ -411,7 +414,7 @@ _EXPORTS = {
     "CompactionAbout": "._hooks",
     "CompactionHooks": "._hooks",
     "CompactionVetoed": "._hooks",
-    "IDENTITY_FIELDS": "._identity",
+    "IDENTITY_FIELDS": "._settings",
     "SessionIdentity": "._identity",
     "continue_settings": "._identity",
     "identity_from_records": "._identity",
@@ -456,6 +459,7 @@ _EXPORTS = {
     "updates_block": "._protected_updates",
     "ApprovalRecord": "._records",
     "CompactionKind": "._records",
+    "CompactionFigures": "._records",
     "CompactionRecord": "._records",
     "ErrorRecord": "._records",
     "ForkedFromRecord": "._records",
@@ -483,6 +487,7 @@ _EXPORTS = {
     "estimate_tokens": "._sizes",
     "history_chars": "._sizes",
     "item_chars": "._sizes",
+    "tool_schema_tokens": "._sizes",
     "LeaseHolder": "._store",
     "LogRead": "._store",
     "IdentityReader": "._store",

@@ -117,7 +117,9 @@ class TurnFinished:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryCompacted:
-    """History was replaced by a summary (``kind`` full, or fallback without a model call)."""
+    """History was replaced by a summary (``kind`` full, or fallback without a model call):
+    ``tokens_before`` and ``tokens_after`` are in use when it was applied and after;
+    ``decided_tokens`` the figure it was decided on (the seed's threshold: reported usage)."""
 
     session_id: str
     kind: str
@@ -130,6 +132,7 @@ class HistoryCompacted:
     summary: str
     covers_through: int
     round: int
+    decided_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,8 +16,8 @@ from typing import Any
 
 from ._errors import ConfigError, CorruptLogError
 from ._records import Record, SessionRecord, SettingsChangedRecord
-from ._redact import REDACTED, redact_command, redact_url
-from ._settings import Settings
+from ._redact import REDACTED, redact_url
+from ._settings import IDENTITY_FIELDS, REDACTED_FIELDS, Settings, recordable
 
 __all__ = [
     "IDENTITY_FIELDS",
@@ -27,58 +27,12 @@ __all__ = [
     "identity_of",
 ]
 
-#: the ``Settings`` fields a session keeps for life unless explicitly overridden
-IDENTITY_FIELDS: tuple[str, ...] = (
-    "model",
-    "profile",
-    "base_url",
-    "wire_api",
-    "context_window",
-    "max_output_tokens",
-    "compact_threshold",
-    "compact_model",
-    "require_reported_usage",
-    "soft_mark",
-    "compact_mark",
-    "hard_mark",
-    "target_after",
-    "keep_rounds",
-    "max_compactions_per_turn",
-    "background_compaction",
-    "auto_compact",
-    "user_budget_chars",
-    "tools",
-    "system",
-    "tools_from",
-    "mcp",
-    "mcp_url",
-    # what the model takes, as the options, the registry or the endpoint said at creation
-    "parallel_tool_calls",
-    "max_tools",
-)
-
 _WATERMARKS = ("soft_mark", "compact_mark", "hard_mark", "target_after")
-
-
-#: the identity fields whose values may hold credentials, recorded redacted
-_REDACTED_FIELDS = ("base_url", "mcp", "mcp_url")
-
-
-def _recordable(name: str, value: Any) -> Any:
-    """``value`` of identity field ``name`` as it is recorded: credentials redacted, a
-    sequence as a list (what a log gives back)."""
-    if name == "base_url":
-        return redact_url(value)
-    if name == "mcp":
-        return [redact_command(command) for command in value or ()]
-    if name == "mcp_url":
-        return [redact_url(url) for url in value or ()]
-    return list(value) if isinstance(value, tuple) else value
 
 
 def identity_of(settings: Settings) -> dict[str, Any]:
     """The identity fields of ``settings`` as recordable values (credentials redacted)."""
-    return {name: _recordable(name, getattr(settings, name)) for name in IDENTITY_FIELDS}
+    return {name: recordable(name, getattr(settings, name)) for name in IDENTITY_FIELDS}
 
 
 def _given_again(name: str, stored: Any, given: Sequence[str]) -> tuple[str, ...]:
@@ -88,7 +42,7 @@ def _given_again(name: str, stored: Any, given: Sequence[str]) -> tuple[str, ...
     only those it is given, so a worker continuing the session needs none of them)."""
     found: list[str] = []
     for entry in stored or ():
-        match = [g for g in given if REDACTED in entry and _recordable(name, [g]) == [entry]]
+        match = [g for g in given if REDACTED in entry and recordable(name, [g]) == [entry]]
         found.append(match[0] if match else entry)
     return tuple(found)
 
@@ -113,7 +67,7 @@ class SessionIdentity:
     def settings(self, base: Settings) -> Settings:
         """``base`` with the stored fields applied (the endpoint URL only when it holds no
         redacted credentials). Raises ``ConfigError`` for stored values ``Settings`` refuses."""
-        values = {k: v for k, v in self.fields.items() if k not in _REDACTED_FIELDS}
+        values = {k: v for k, v in self.fields.items() if k not in REDACTED_FIELDS}
         url = self.fields.get("base_url")
         if url is None or REDACTED not in url:
             values["base_url"] = url
@@ -180,7 +134,7 @@ def continue_settings(
     values = {
         k: v
         for k, v in identity.fields.items()
-        if k not in _REDACTED_FIELDS and k in IDENTITY_FIELDS
+        if k not in REDACTED_FIELDS and k in IDENTITY_FIELDS
     }
     for name in ("mcp", "mcp_url"):
         if name in identity.fields and name not in overrides:
@@ -200,8 +154,8 @@ def continue_settings(
     settings = base.with_(**values)
     changes: dict[str, list[Any]] = {}
     for name in overrides:
-        before = _recordable(name, identity.fields.get(name))
-        after = _recordable(name, getattr(settings, name))
+        before = recordable(name, identity.fields.get(name))
+        after = recordable(name, getattr(settings, name))
         if before != after and (name in identity.fields or after not in (None, [])):
             changes[name] = [before, after]
     return settings, changes

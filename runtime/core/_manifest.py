@@ -39,7 +39,7 @@ from ._items import (
     item_to_dict,
 )
 from ._records import ManifestSection, RequestManifest, SectionName
-from ._sizes import item_chars
+from ._sizes import item_chars, tool_schema_tokens
 
 __all__ = [
     "LineCache",
@@ -228,6 +228,7 @@ class LineCache:
                 tail=b"\n" + b"\n".join(lines),
                 sha256=_digest(lines)[:_SECTION_HEX],
                 chars=sum(map(len, lines)),
+                tokens=tool_schema_tokens(tools),
             )
         return cached
 
@@ -253,6 +254,8 @@ class _Tools:
     tail: bytes
     sha256: str
     chars: int
+    #: the one figure of the schemas' tokens (``tool_schema_tokens``)
+    tokens: int
 
 
 @dataclass(eq=False, slots=True)
@@ -371,7 +374,7 @@ def request_manifest(
                 last_seq=None,
                 items=len(tools.lines),
                 sha256=tools.sha256,
-                tokens=math.ceil(tools.chars / chars_per_token),
+                tokens=tools.tokens,
             )
         )
     count = len(item_lines)

@@ -20,6 +20,7 @@ __all__ = [
     "MilestoneRecord",
     "RequestManifest",
     "SectionName",
+    "CompactionFigures",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -146,6 +147,24 @@ CompactionKind: TypeAlias = Literal["full", "fallback"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionFigures:
+    """The figures of a compaction's decision and application that every view reads, so
+    none recomputes them: the tokens in use it was decided on, the usable budget and tool
+    schemas then (None without a known window), and the hard mark."""
+
+    decided_tokens: int | None = None
+    usable: int | None = None
+    tool_tokens: int = 0
+    hard: float | None = None
+
+    def share(self, tokens: int | None) -> float | None:
+        """``tokens`` as a share of usable (None without a window or a figure)."""
+        if tokens is None or not self.usable:
+            return None
+        return tokens / self.usable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionRecord:
     """History replaced: system + retained entries + summary, then every entry after
     ``covers_through``.
@@ -192,6 +211,8 @@ class CompactionRecord:
     #: exactly as the endpoint returned it: the summary item carries it, and the Responses
     #: wire sends it back verbatim; ``summary`` is then a readable line. None: a local one
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
+    #: the figures of its decision and application (None in logs written before them)
+    figures: CompactionFigures | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,12 +241,14 @@ class ProtectedRecord:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnRecord:
     """A turn boundary: ``started`` after the user's input, ``finished`` on a final answer,
-    ``interrupted`` when its caller stopped it (the turn is closed without an answer)."""
+    ``interrupted`` when its caller stopped it, ``stopped`` when the runtime did (a
+    compaction loop, a request nothing could bring under the limit, the round limit); the
+    last two close the turn without an answer."""
 
     seq: int
     ts: str = field(default_factory=now_ts, compare=False)
     turn: int
-    phase: Literal["started", "finished", "interrupted"]
+    phase: Literal["started", "finished", "interrupted", "stopped"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

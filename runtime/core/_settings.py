@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import secrets
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -27,9 +27,12 @@ from ._redact import redact_command, redact_url
 __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
     "DEFAULT_USER_BUDGET_CHARS",
+    "IDENTITY_FIELDS",
+    "REDACTED_FIELDS",
     "Settings",
     "SettingInfo",
     "new_session_id",
+    "recordable",
     "setting_infos",
     "validate_session_id",
 ]
@@ -316,13 +319,6 @@ class Settings:
             metavar="PATH",
         ),
     ] = None
-    compact_only_if_smaller: Annotated[
-        bool,
-        setting(
-            "skip a manual compaction, too, whose summary is no smaller than what it replaces",
-            config=False,
-        ),
-    ] = False
     background_compaction: Annotated[
         bool,
         setting(
@@ -510,41 +506,25 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def public(self) -> dict[str, Any]:
-        """The settings worth recording in a log: no secrets, paths as strings."""
-        return {
-            "model": self.model,
-            "base_url": redact_url(self.base_url),
-            "wire_api": self.wire_api,
-            "compact_threshold": self.compact_threshold,
-            "context_window": self.context_window,
-            "max_output_tokens": self.max_output_tokens,
-            "compact_model": self.compact_model,
-            "require_reported_usage": self.require_reported_usage,
-            "watermarks": [self.soft_mark, self.compact_mark, self.hard_mark, self.target_after],
-            "keep_rounds": self.keep_rounds,
-            "user_budget_chars": self.user_budget_chars,
-            "tools": self.tools,
-            "auto_compact": self.auto_compact,
-            "stream_idle_timeout": self.stream_idle_timeout,
-            "request_deadline": self.request_deadline,
-            "max_retry_wait": self.max_retry_wait,
-            "compaction_loop_repeats": self.compaction_loop_repeats,
-            "max_answer_chars": self.max_answer_chars,
-            # the rest of the session's identity (see ``core._identity``), one field per name
-            "soft_mark": self.soft_mark,
-            "compact_mark": self.compact_mark,
-            "hard_mark": self.hard_mark,
-            "target_after": self.target_after,
-            "max_compactions_per_turn": self.max_compactions_per_turn,
-            "background_compaction": self.background_compaction,
-            "system": self.system,
-            "profile": self.profile,
-            "tools_from": self.tools_from,
-            "mcp": [redact_command(command) for command in self.mcp],
-            "mcp_url": [redact_url(url) for url in self.mcp_url],
-            "parallel_tool_calls": self.parallel_tool_calls,
-            "max_tools": self.max_tools,
-        }
+        """The settings worth recording in a log: every identity field (credentials
+        redacted, paths as strings), with the timeouts and caps a reader of the log may want
+        to see; never a secret."""
+        recorded = {name: recordable(name, getattr(self, name)) for name in IDENTITY_FIELDS}
+        # the marks as one list too, as logs written before the identity fields had them
+        recorded["watermarks"] = [
+            self.soft_mark,
+            self.compact_mark,
+            self.hard_mark,
+            self.target_after,
+        ]
+        for name in (
+            "stream_idle_timeout",
+            "request_deadline",
+            "max_retry_wait",
+            "max_answer_chars",
+        ):
+            recorded[name] = getattr(self, name)
+        return recorded
 
 
 #: "scheme:/" at the start of a store path: a URL such as sqlite:///x.db, made a Path
@@ -650,3 +630,64 @@ def _bare(annotation: Any) -> Any:
 
 
 _INFOS = tuple(_info(name, info) for name, info in cast(Any, Settings).__pydantic_fields__.items())
+
+
+#: the ``Settings`` fields a session keeps for life unless explicitly overridden
+IDENTITY_FIELDS: tuple[str, ...] = (
+    "model",
+    "profile",
+    "base_url",
+    "wire_api",
+    "context_window",
+    "max_output_tokens",
+    "compact_threshold",
+    "compact_model",
+    "require_reported_usage",
+    "soft_mark",
+    "compact_mark",
+    "hard_mark",
+    "target_after",
+    "keep_rounds",
+    "max_compactions_per_turn",
+    "background_compaction",
+    "auto_compact",
+    "user_budget_chars",
+    "tools",
+    "system",
+    "tools_from",
+    "mcp",
+    "mcp_url",
+    # what the model takes, as the options, the registry or the endpoint said at creation
+    "parallel_tool_calls",
+    "max_tools",
+    # how it compacts, whatever the mode: kept from creation, restored on every resume
+    "compaction",
+    "micro_min_free",
+    "reattach_share",
+    "tool_output_cap",
+    "compaction_loop_repeats",
+    "compact_every_turns",
+    "reground_every",
+    "milestone_tool",
+    "search_history_tool",
+    "compact_prompt_file",
+    "breaker_failures",
+)
+
+
+#: the identity fields whose values may hold credentials, recorded redacted
+REDACTED_FIELDS = ("base_url", "mcp", "mcp_url")
+
+
+def recordable(name: str, value: Any) -> Any:
+    """``value`` of identity field ``name`` as it is recorded: credentials redacted, a
+    sequence as a list (what a log gives back)."""
+    if name == "base_url":
+        return redact_url(value)
+    if name == "mcp":
+        return [redact_command(command) for command in value or ()]
+    if name == "mcp_url":
+        return [redact_url(url) for url in value or ()]
+    if isinstance(value, PurePath):
+        return str(value)
+    return list(value) if isinstance(value, tuple) else value

@@ -11,6 +11,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 
 from ._errors import ConfigError
+from ._gateway import ToolSpec
 from ._items import (
     AssistantMessage,
     CompactionSummary,
@@ -23,7 +24,13 @@ from ._items import (
 )
 from ._projection import default_stub
 
-__all__ = ["entry_chars", "estimate_tokens", "history_chars", "item_chars"]
+__all__ = [
+    "entry_chars",
+    "estimate_tokens",
+    "history_chars",
+    "item_chars",
+    "tool_schema_tokens",
+]
 
 
 def item_chars(item: Item) -> int:
@@ -70,3 +77,16 @@ def entry_chars(entry: HistoryEntry, stubbed: Collection[int] = ()) -> int:
 def history_chars(history: Iterable[HistoryEntry], stubbed: Collection[int] = ()) -> int:
     """Characters of ``history`` as projected with ``stubbed`` outputs. Raises nothing."""
     return sum(entry_chars(entry, stubbed) for entry in history)
+
+
+def tool_schema_tokens(specs: Sequence[ToolSpec], chars_per_token: float = 4.0) -> int:
+    """Tokens the tool schemas of a request cost, estimated from their JSON: the one figure
+    the budget, the refusal of a message that cannot fit, every request's manifest and every
+    view use. Raises nothing."""
+    if not specs:
+        return 0
+    text = json.dumps(
+        [{"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs],
+        sort_keys=True,
+    )
+    return math.ceil(len(text) / chars_per_token)

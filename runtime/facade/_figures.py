@@ -15,16 +15,18 @@ from dataclasses import dataclass
 
 from stowage.core import (
     CompactionRecord,
+    ConfigError,
     CorruptLogError,
     MicrocompactRecord,
     Record,
     RoundCommittedRecord,
     SessionRecord,
     SessionState,
+    Settings,
     SettingsChangedRecord,
     render,
 )
-from stowage.policy import token_status
+from stowage.policy import known_budget, token_status
 
 from ._identity import recorded_budget
 
@@ -54,10 +56,14 @@ class TokenFigure:
 
 def token_figures(session_id: str, records: Sequence[Record]) -> dict[int, TokenFigure]:
     """The figure at each round commit (after it) and each compaction and microcompaction
-    (before it), by seq. Records that do not fold are skipped, as the console shows a damaged
-    log rather than failing. Raises nothing."""
+    (when it was applied), by seq. A compaction's figures are its record's own (the tokens in
+    use when it was applied, the usable budget then): what the machine recorded, never
+    recomputed; a round's is the fold's status with the tool schemas its request's manifest
+    recorded. Records that do not fold are skipped, as the console shows a damaged log rather
+    than failing. Raises nothing."""
     has_stubs = any(isinstance(r, MicrocompactRecord) for r in records)
     folded = SessionState(session_id=session_id)
+    settings: Settings | None = None
     usable: int | None = None
     tool_tokens = 0
     figures: dict[int, TokenFigure] = {}
@@ -70,7 +76,9 @@ def token_figures(session_id: str, records: Sequence[Record]) -> dict[int, Token
         status = token_status(folded, tool_tokens=tool_tokens, extra_chars=protected)
         if status.tokens is None:
             return None
-        return TokenFigure(tokens=status.tokens, estimated=status.estimated, usable=usable)
+        # a reported figure the characters' floor replaced is an estimate, and says so
+        estimated = status.estimated or status.floored
+        return TokenFigure(tokens=status.tokens, estimated=estimated, usable=usable)
 
     for index, record in enumerate(records):
         before = figure() if isinstance(record, CompactionRecord | MicrocompactRecord) else None
@@ -83,14 +91,36 @@ def token_figures(session_id: str, records: Sequence[Record]) -> dict[int, Token
             try:
                 recorded = recorded_budget(records[: index + 1], has_stubs=has_stubs)
             except Exception:  # a log another version wrote, or no session record first
-                usable, tool_tokens = None, 0
+                settings, usable, tool_tokens = None, None, 0
             else:
-                usable = recorded.usable
+                settings, usable = recorded.settings, recorded.usable
                 tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
         if isinstance(record, RoundCommittedRecord):
+            schemas = _manifest_tools(record)
+            if schemas is not None and settings is not None and schemas != tool_tokens:
+                try:
+                    budget = known_budget(settings, schemas)
+                except ConfigError:
+                    budget = None
+                if budget is not None:
+                    usable, tool_tokens = budget.usable, budget.tool_tokens
             after = figure()
             if after is not None:
                 figures[record.seq] = after
+        elif isinstance(record, CompactionRecord) and record.figures is not None:
+            if record.tokens_before is not None:
+                figures[record.seq] = TokenFigure(
+                    tokens=record.tokens_before,
+                    estimated=record.estimated,
+                    usable=record.figures.usable,
+                )
         elif before is not None:
             figures[record.seq] = before
     return figures
+
+
+def _manifest_tools(record: RoundCommittedRecord) -> int | None:
+    """The tool schema tokens the round's request carried, as its manifest recorded them."""
+    if record.manifest is None:
+        return None
+    return next((s.tokens for s in record.manifest.sections if s.name == "tools"), 0)

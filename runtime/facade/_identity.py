@@ -23,18 +23,21 @@ from stowage.core import (
     LineageStore,
     LogStore,
     Record,
+    RoundCommittedRecord,
     SessionIdentity,
+    SessionRecord,
     Settings,
     effective_records,
     identity_from_records,
+    tool_schema_tokens,
     validate_session_id,
 )
 from stowage.policy import (
     Budget,
     capabilities_from_model_info,
     effective_threshold,
+    known_budget,
     lookup_model,
-    resolve_budget,
 )
 from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
@@ -83,19 +86,46 @@ async def _no_records() -> Sequence[Record]:
     return ()
 
 
+def recorded_tool_tokens(records: Sequence[Record]) -> int | None:
+    """Tokens of the tool schemas the session's requests carry, as its log recorded them:
+    the newest request's manifest, else the session record (None in a log written before
+    either said). Raises nothing."""
+    for record in reversed(records):
+        if isinstance(record, RoundCommittedRecord) and record.manifest is not None:
+            tools = [s for s in record.manifest.sections if s.name == "tools"]
+            return tools[0].tokens if tools else 0
+        if isinstance(record, SessionRecord):
+            value = record.settings.get("tool_tokens")
+            return value if isinstance(value, int) else None
+    return None
+
+
 def recorded_budget(records: Sequence[Record], *, has_stubs: bool = False) -> RecordedBudget:
-    """The budget a session runs with, from its log alone (its session record and every
-    ``settings_changed`` record in ``records``): the recorded settings, and the schemas of
-    the built-in tools it names (the workspace tools, and ``recall_artifact`` as the runtime
-    adds it). Tools of its own and MCP tools are named in the log but their schemas are not,
-    so they are left out. ``stowage list``, ``context`` and the console share it. Raises
+    """The budget a session runs with, from its log alone: the recorded settings (its
+    session record and every ``settings_changed`` record in ``records``), and the tool
+    schemas its requests carry as the log recorded them (``recorded_tool_tokens``). A log
+    written before they were recorded counts the schemas of the built-in tools it names.
+    ``stowage list``, ``context``, ``show`` and the console share it. Raises
     ``CorruptLogError`` when ``records`` does not start with a session record."""
     identity = identity_from_records(records)
     try:
         settings = identity.settings(Settings(tools="none"))
     except ConfigError:  # a record another version wrote: the model is still known
         settings = Settings(model=identity.model, tools="none")
-    names = set(identity.tools)
+    tool_tokens = recorded_tool_tokens(records)
+    if tool_tokens is None:
+        tool_tokens = _built_in_schemas(settings, set(identity.tools), has_stubs=has_stubs)
+    try:
+        budget = known_budget(settings, tool_tokens)
+    except ConfigError:
+        budget = None
+    usable = budget.usable if budget is not None else effective_threshold(settings)
+    return RecordedBudget(settings=settings, budget=budget, usable=usable)
+
+
+def _built_in_schemas(settings: Settings, names: set[str], *, has_stubs: bool) -> int:
+    """Schema tokens of the built-in tools ``names`` holds (the workspace tools, and
+    ``recall_artifact`` as the runtime adds it), for a log that recorded none."""
     try:
         known = ToolRegistry(
             t for t in workspace_tools(Path("."), settings=settings) if t.spec.name in names
@@ -103,12 +133,7 @@ def recorded_budget(records: Sequence[Record], *, has_stubs: bool = False) -> Re
     except Exception:  # a workspace that cannot be opened here: no schemas to count
         known = ToolRegistry()
     tools = with_recall(known, settings, has_stubs=has_stubs, history=tuple, read_log=_no_records)
-    try:
-        budget = resolve_budget(settings, tools.specs())
-    except ConfigError:
-        budget = None
-    usable = budget.usable if budget is not None else effective_threshold(settings)
-    return RecordedBudget(settings=settings, budget=budget, usable=usable)
+    return tool_schema_tokens(tools.specs())
 
 
 def recorded_usable(records: Sequence[Record], *, has_stubs: bool = False) -> int | None:

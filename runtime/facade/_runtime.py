@@ -32,7 +32,6 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 from stowage.actors import (
-    Advice,
     Append,
     CompactorInbox,
     CompactorKept,
@@ -46,6 +45,7 @@ from stowage.actors import (
     SessionContext,
     Slot,
     TurnResult,
+    Verdict,
     mailbox,
     open_mailbox,
     run_compactor,
@@ -97,6 +97,7 @@ from stowage.core import (
     prepare_all,
     redact_url,
     replay,
+    tool_schema_tokens,
     user_ops,
     validate_session_id,
 )
@@ -465,7 +466,12 @@ class Runtime:
                 model=settings.model,
                 context_window=settings.context_window,
                 tools=tuple(tools.names()),
-                settings={**settings.public(), "window_source": found.source},
+                settings={
+                    **settings.public(),
+                    "window_source": found.source,
+                    # the one figure of the tool schemas, for every view of the log
+                    "tool_tokens": tool_schema_tokens(tools.specs()),
+                },
             )
         ]
         if system:
@@ -906,9 +912,9 @@ class Runtime:
             window_learned=partial(self._windows.learn, settings),
         )
         committed = CompactorInbox(on_idle=doorbell.ring)
-        plans: Slot[Advice] = Slot()
+        plans: Slot[Verdict] = Slot()
         sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
-        kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs(), ctx.publish)
+        kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs())
         runs = self._limits["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
@@ -1026,7 +1032,7 @@ async def _run_actors(
     commands: MailboxReceive[SamplerCommand],
     first: SamplerCommand,
     committed: CompactorInbox,
-    plans: Slot[Advice],
+    plans: Slot[Verdict],
     kept: CompactorKept,
     doorbell: Doorbell,
 ) -> bool:
@@ -1064,7 +1070,7 @@ async def _read_records(store: LogStore, session_id: str) -> Sequence[Record]:
 async def _compactor(
     ctx: SessionContext,
     committed: CompactorInbox,
-    plans: Slot[Advice],
+    plans: Slot[Verdict],
     kept: CompactorKept,
 ) -> None:
     await run_compactor(

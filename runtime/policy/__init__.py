@@ -9,12 +9,20 @@ from typing import TYPE_CHECKING
 from stowage._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._accounting import (
+        MIN_OUTPUT_CHARS,
+        USER_SHARE,
+        Accounting,
+        stub_savings,
+    )
     from ._budget import (
         Budget,
         effective_threshold,
+        known_budget,
         lookup_model,
         resolve_budget,
         summary_input_budget,
+        window_budget,
     )
     from ._cache import (
         CACHE_BLOCK_TOKENS,
@@ -34,14 +42,47 @@ if TYPE_CHECKING:
     )
     from ._check import check_log
     from ._compaction import (
+        FOCUS_MAX_CHARS,
         CompactionDecision,
         build_summary_request,
+        clip_to_fit,
         decide_compaction,
         summary_view,
     )
     from ._fallback import digest, fallback_summary
     from ._forecast import Forecast
+    from ._machine import (
+        MIN_GROWTH,
+        Action,
+        Answer,
+        Apply,
+        Boundary,
+        Decided,
+        Event,
+        Hold,
+        Job,
+        JobKind,
+        MachineState,
+        Manual,
+        Phase,
+        Skipped,
+        Stop,
+        Stub,
+        Summarize,
+        SummaryFailed,
+        SummaryReady,
+        step,
+    )
     from ._requests_check import RequestsReport, check_requests
+    from ._ruler import Ruler, View
+    from ._snapshot import (
+        BoundaryCause,
+        Plan,
+        Refusal,
+        Snapshot,
+        Stubs,
+        snapshot_of,
+    )
     from ._tokens import (
         TokenStatus,
         answer_chars,
@@ -76,6 +117,42 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "FOCUS_MAX_CHARS",
+    "clip_to_fit",
+    "Ruler",
+    "View",
+    "MIN_OUTPUT_CHARS",
+    "USER_SHARE",
+    "Accounting",
+    "stub_savings",
+    "known_budget",
+    "window_budget",
+    "BoundaryCause",
+    "Plan",
+    "Refusal",
+    "Snapshot",
+    "Stubs",
+    "snapshot_of",
+    "MIN_GROWTH",
+    "Action",
+    "Answer",
+    "Apply",
+    "Boundary",
+    "Decided",
+    "Event",
+    "Hold",
+    "Job",
+    "JobKind",
+    "MachineState",
+    "Manual",
+    "Phase",
+    "Skipped",
+    "Stop",
+    "Stub",
+    "Summarize",
+    "SummaryFailed",
+    "SummaryReady",
+    "step",
     "CAPABILITIES",
     "Capabilities",
     "capabilities_for",
@@ -136,6 +213,42 @@ __all__ = [
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
+    "FOCUS_MAX_CHARS": "._compaction",
+    "clip_to_fit": "._compaction",
+    "Ruler": "._ruler",
+    "View": "._ruler",
+    "MIN_OUTPUT_CHARS": "._accounting",
+    "USER_SHARE": "._accounting",
+    "Accounting": "._accounting",
+    "stub_savings": "._accounting",
+    "known_budget": "._budget",
+    "window_budget": "._budget",
+    "BoundaryCause": "._snapshot",
+    "Plan": "._snapshot",
+    "Refusal": "._snapshot",
+    "Snapshot": "._snapshot",
+    "Stubs": "._snapshot",
+    "snapshot_of": "._snapshot",
+    "MIN_GROWTH": "._machine",
+    "Action": "._machine",
+    "Answer": "._machine",
+    "Apply": "._machine",
+    "Boundary": "._machine",
+    "Decided": "._machine",
+    "Event": "._machine",
+    "Hold": "._machine",
+    "Job": "._machine",
+    "JobKind": "._machine",
+    "MachineState": "._machine",
+    "Manual": "._machine",
+    "Phase": "._machine",
+    "Skipped": "._machine",
+    "Stop": "._machine",
+    "Stub": "._machine",
+    "Summarize": "._machine",
+    "SummaryFailed": "._machine",
+    "SummaryReady": "._machine",
+    "step": "._machine",
     "CAPABILITIES": "._capabilities",
     "Capabilities": "._capabilities",
     "capabilities_for": "._capabilities",

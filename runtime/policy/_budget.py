@@ -7,18 +7,24 @@ no window configured cannot be budgeted, and then the seed's fixed threshold app
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from stowage.core import DEFAULT_COMPACT_THRESHOLD, ConfigError, Settings, ToolSpec
+from stowage.core import (
+    DEFAULT_COMPACT_THRESHOLD,
+    ConfigError,
+    Settings,
+    ToolSpec,
+    tool_schema_tokens,
+)
 
 __all__ = [
     "MODEL_REGISTRY",
     "Budget",
     "ModelLimits",
     "effective_threshold",
+    "known_budget",
+    "window_budget",
     "lookup_model",
     "resolve_budget",
     "summary_input_budget",
@@ -100,17 +106,6 @@ class Budget:
         return self.context_window - self.output_reserve - self.tool_tokens
 
 
-def tool_schema_tokens(specs: Sequence[ToolSpec], chars_per_token: float = 4.0) -> int:
-    """Tokens the tool schemas of a request cost, estimated from their JSON. Raises nothing."""
-    if not specs:
-        return 0
-    text = json.dumps(
-        [{"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs],
-        sort_keys=True,
-    )
-    return math.ceil(len(text) / chars_per_token)
-
-
 def effective_threshold(settings: Settings) -> int | None:
     """The fixed threshold the session runs with, or None for the watermark policy.
 
@@ -132,6 +127,16 @@ def resolve_budget(settings: Settings, specs: Sequence[ToolSpec]) -> Budget | No
     """
     if effective_threshold(settings) is not None:
         return None
+    return window_budget(settings, tool_schema_tokens(specs))
+
+
+def window_budget(settings: Settings, tool_tokens: int) -> Budget:
+    """The budget of the window ``settings`` name (``context_window``, else the registry's),
+    with ``tool_tokens`` of tool schemas.
+
+    Raises ``ConfigError`` when the window leaves nothing usable after the output reserve
+    and the tool schemas.
+    """
     limits = lookup_model(settings.model)
     window = settings.context_window or (limits.context_window if limits else 0)
     if settings.max_output_tokens is not None:
@@ -139,9 +144,7 @@ def resolve_budget(settings: Settings, specs: Sequence[ToolSpec]) -> Budget | No
     else:
         largest = limits.max_output_tokens if limits else window
         reserve = min(largest, int(window * _MAX_RESERVE_FRACTION))
-    budget = Budget(
-        context_window=window, output_reserve=reserve, tool_tokens=tool_schema_tokens(specs)
-    )
+    budget = Budget(context_window=window, output_reserve=reserve, tool_tokens=tool_tokens)
     if budget.usable <= 0:
         raise ConfigError(
             f"context window {window} leaves no room for history after an output reserve of "
@@ -149,6 +152,19 @@ def resolve_budget(settings: Settings, specs: Sequence[ToolSpec]) -> Budget | No
             "or lower --max-output-tokens"
         )
     return budget
+
+
+def known_budget(settings: Settings, tool_tokens: int) -> Budget | None:
+    """The budget of a session whose window is known, whatever triggers its compactions: the
+    watermark policy's, or on a fixed threshold the budget of a window the settings name
+    (the registry's figure is not taken there: the user chose a threshold over it). None
+    when no window is known.
+
+    Raises ``ConfigError`` as ``window_budget`` does.
+    """
+    if effective_threshold(settings) is None or settings.context_window is not None:
+        return window_budget(settings, tool_tokens)
+    return None
 
 
 def summary_input_budget(settings: Settings) -> int | None:

@@ -103,9 +103,17 @@ def check_log(
                 "resume rebuilds a protected state that differs from whole-log replay's"
             )
     problems.extend(_pairing(state))
-    if state.open_calls:
+    waiting = sorted(call.call_id for call in state.awaiting_approval)
+    if waiting:
         notes.append(
-            f"round {state.open_round} is open with {len(state.open_calls)} call(s) without output; "
+            f"round {state.open_round} waits for approval of {len(waiting)} call(s) "
+            f"({', '.join(waiting)}): 'stowage approve' or 'deny' answers them, then the "
+            "round's calls run; a resume leaves them waiting"
+        )
+    elif state.open_calls:
+        notes.append(
+            f"round {state.open_round} is open with {len(state.open_calls)} call(s) without "
+            "output; "
             "resume will give them 'interrupted' outputs"
         )
     return CheckReport(

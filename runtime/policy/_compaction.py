@@ -11,27 +11,41 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stowage.core import (
     UPDATES_INSTRUCTIONS,
+    AssistantMessage,
+    CompactionSummary,
     FunctionCall,
     FunctionCallOutput,
     HistoryEntry,
     Item,
     ModelRequest,
+    SystemMessage,
     ToolSpec,
     UserMessage,
     default_stub,
+    item_chars,
 )
 
 __all__ = [
+    "FOCUS_MAX_CHARS",
     "SUMMARY_INSTRUCTIONS",
     "CompactionDecision",
     "build_summary_request",
+    "clip_to_fit",
     "decide_compaction",
     "summary_view",
 ]
+
+#: the most of a focus text (``--focus``, a hook's text, a milestone's name and note) a
+#: summary request carries: what a person asks the summary to dwell on is a paragraph, not a
+#: document, and the request must fit its window
+FOCUS_MAX_CHARS = 2_000
+
+# the least a clipped text keeps at each end
+_CLIP_KEEP = 200
 
 # Fewer entries than this cannot hold more than a system message, a user message and one answer:
 # nothing worth a model call to summarize.
@@ -171,6 +185,8 @@ def build_summary_request(
             + f'\nThe protected state is the "{_PROTECTED_HEADING}" system message.'
         )
     if focus:
+        if len(focus) > FOCUS_MAX_CHARS:
+            focus = focus[: FOCUS_MAX_CHARS - 1] + "…"
         parts.append(
             "The user asked this summary to pay particular attention to the following; "
             f"cover it in full detail:\n{focus}"
@@ -199,3 +215,50 @@ def _ref_lines(projection: Sequence[Item], refs: Mapping[str, int]) -> list[str]
             continue
         lines.append(f"- {ref}: output of {names.get(item.call_id, 'a tool')} ({item.call_id})")
     return lines
+
+
+def _clipped(item: Item, keep: int) -> Item:
+    """``item`` with its text cut to about ``keep`` characters: its head and tail around a
+    line that says how much was cut (the log keeps it whole)."""
+    text = item.output if isinstance(item, FunctionCallOutput) else getattr(item, "text", "")
+    if len(text) <= keep:
+        return item
+    half = max(_CLIP_KEEP, keep // 2)
+    cut = len(text) - 2 * half
+    if cut <= 0:
+        return item
+    clipped = (
+        f"{text[:half]}\n[... {cut} characters cut here to fit the summary request; the "
+        f"session's log keeps them ...]\n{text[-half:]}"
+    )
+    if isinstance(item, FunctionCallOutput):
+        return replace(item, output=clipped)
+    if isinstance(item, UserMessage | AssistantMessage | SystemMessage | CompactionSummary):
+        if isinstance(item, CompactionSummary) and item.provider is not None:
+            return item  # an opaque item is sent whole or not at all
+        return replace(item, text=clipped)
+    return item
+
+
+def clip_to_fit(items: Sequence[Item], budget_tokens: int, chars_per_token: float) -> list[Item]:
+    """``items`` cut to fit ``budget_tokens`` at ``chars_per_token``: the largest texts are
+    clipped to their head and tail, largest first, each to what the rest leaves it, until the
+    whole fits (or nothing is left to clip). The last item (the request's instructions) is
+    never clipped. Raises nothing."""
+    out = list(items)
+    budget_chars = int(budget_tokens * chars_per_token)
+    for _ in range(len(out)):
+        total = sum(item_chars(item) for item in out)
+        if total <= budget_chars:
+            break
+        candidates = range(len(out) - 1)
+        largest = max(candidates, key=lambda i: item_chars(out[i]), default=None)
+        if largest is None:
+            break
+        size = item_chars(out[largest])
+        keep = max(2 * _CLIP_KEEP, size - (total - budget_chars) - 200)
+        clipped = _clipped(out[largest], keep)
+        if item_chars(clipped) >= size:
+            break  # nothing more to cut
+        out[largest] = clipped
+    return out

@@ -10,7 +10,7 @@ free, how often rounds commit and how long plans took, and replays every stretch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from ._watermarks import Watermarks, rounds_to_hard_mark
 
@@ -22,42 +22,49 @@ _FLOORS = 6
 _PLANS = 5
 
 
-def _keep_last(values: list[float] | list[int], value: float, n: int) -> None:
-    values.append(value)  # type: ignore[arg-type]
-    if len(values) > n:
-        del values[0]
+def _kept(values: tuple[float, ...], value: float, n: int) -> tuple[float, ...]:
+    return (*values, value)[-n:]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(frozen=True, slots=True)
 class Forecast:
-    """Recent growth of one session's requests, and how long its plans take."""
+    """Recent growth of one session's requests, and how long its plans take (a value: each
+    observation makes a new one)."""
 
     #: tokens of the last request the forecast saw (what the next round's growth is measured on)
     sent: int | None = None
-    steps: list[int] = field(default_factory=list)
-    commits: list[float] = field(default_factory=list)
+    steps: tuple[int, ...] = ()
+    commits: tuple[float, ...] = ()
     #: tokens left after recent rounds if every old output were stubbed
-    floors: list[int] = field(default_factory=list)
-    plan_seconds: list[float] = field(default_factory=list)
+    floors: tuple[int, ...] = ()
+    plan_seconds: tuple[float, ...] = ()
 
-    def observe(self, tokens: int | None, floor: int, now: float) -> None:
+    def observe(self, tokens: int | None, floor: int, now: float) -> Forecast:
         """A round committed with ``tokens`` in use (``floor`` of them not freeable by stubs)."""
         if tokens is None:
-            return
+            return self
+        steps = self.steps
         if self.sent is not None:
-            _keep_last(self.steps, max(0, tokens - self.sent), _STEPS)
-        self.sent = tokens
-        _keep_last(self.commits, now, _COMMITS)
-        _keep_last(self.floors, floor, _FLOORS)
+            steps = (*steps, max(0, tokens - self.sent))[-_STEPS:]
+        return Forecast(
+            sent=tokens,
+            steps=steps,
+            commits=_kept(self.commits, now, _COMMITS),
+            floors=(*self.floors, floor)[-_FLOORS:],
+            plan_seconds=self.plan_seconds,
+        )
 
-    def reset_to(self, tokens: int | None) -> None:
+    def reset_to(self, tokens: int | None) -> Forecast:
         """History was compacted or stubbed: growth is measured again from ``tokens``."""
-        self.sent = tokens
-        del self.floors[:-1]
+        return replace(self, sent=tokens, floors=self.floors[-1:])
 
-    def plan_took(self, seconds: float) -> None:
+    def sending(self, tokens: int | None) -> Forecast:
+        """The next request is measured from ``tokens`` (a boundary that is not a round)."""
+        return replace(self, sent=tokens)
+
+    def plan_took(self, seconds: float) -> Forecast:
         """A plan came back ``seconds`` after it was asked for."""
-        _keep_last(self.plan_seconds, seconds, _PLANS)
+        return replace(self, plan_seconds=_kept(self.plan_seconds, seconds, _PLANS))
 
     def plan_rounds(self) -> int:
         """Rounds a plan asked for now takes to come back: the slowest recent plan over the

@@ -181,10 +181,19 @@ class TokenStatus:
     chars_per_token: float
     floored: bool = False
     tool_tokens: int = 0
+    #: what the characters of the projected history imply (at most 4 chars a token)
+    floor: int = 0
 
     def fraction(self, usable: int) -> float | None:
         """``tokens`` as a fraction of ``usable``. Raises nothing."""
         return None if self.tokens is None else self.tokens / max(1, usable)
+
+    @property
+    def guard(self) -> int:
+        """The figure the hard limit is checked on: ``tokens``, or without a reported figure
+        (reported usage required and none yet) what the characters imply. Every request is
+        held to it, whatever triggers compaction."""
+        return self.floor if self.tokens is None else max(self.tokens, self.floor)
 
 
 def token_status(
@@ -208,11 +217,11 @@ def token_status(
         if require_reported:
             return TokenStatus(
                 tokens=None, estimated=True, reported=None, estimated_since=0,
-                chars_per_token=ratio, tool_tokens=tool_tokens,
+                chars_per_token=ratio, tool_tokens=tool_tokens, floor=floor,
             )  # fmt: skip
         return TokenStatus(
             tokens=floor, estimated=True, reported=None, estimated_since=floor,
-            chars_per_token=ratio, tool_tokens=tool_tokens,
+            chars_per_token=ratio, tool_tokens=tool_tokens, floor=floor,
         )  # fmt: skip
     since = 0
     for entry in reversed(state.history):
@@ -230,4 +239,5 @@ def token_status(
         chars_per_token=ratio,
         floored=tokens < floor,
         tool_tokens=tool_tokens,
+        floor=floor,
     )

@@ -120,10 +120,12 @@ def irreducible_tokens(
     protected_chars: int,
     chars_per_token: float,
     summary_chars: int = 0,
+    stubbed: Collection[int] = (),
 ) -> int:
     """Tokens a request of the current turn cannot do without: the system messages, protected
-    state, the turn's user message, the newest tool round (as projected, whole) and a
-    summary of ``summary_chars``. Raises nothing."""
+    state, the turn's user message, the newest tool round (as projected: an output shown by
+    its reference, ``stubbed``, counts as that) and a summary of ``summary_chars``. Raises
+    nothing."""
     chars = protected_chars + summary_chars
     chars += sum(len(e.item.text) for e in history if isinstance(e.item, SystemMessage))
     start = _turn_start(history)
@@ -131,7 +133,7 @@ def irreducible_tokens(
         chars += entry_chars(history[start])
     groups = round_groups(history)
     if groups and (start is None or groups[-1][0] > start):
-        chars += sum(entry_chars(history[i]) for i in groups[-1])
+        chars += sum(entry_chars(history[i], stubbed) for i in groups[-1])
     return math.ceil(chars / chars_per_token)
 
 

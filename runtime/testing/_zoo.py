@@ -566,6 +566,12 @@ class ZooFigures:
     loops: int = 0
 
 
+def _turn_text(request: ModelRequest) -> str | None:
+    """The newest user message of ``request``: the turn it belongs to."""
+    users = [i.text for i in request.input if isinstance(i, UserMessage)]
+    return users[-1] if users else None
+
+
 def irreducible_tokens(request: ModelRequest) -> int:
     """Tokens of what no compaction can take out of ``request``: system and protected-state
     messages, the newest user message and the newest round (its calls and outputs), with the
@@ -839,19 +845,27 @@ class ZooHarness:
     def _needed_tokens(self, session_id: str) -> int:
         """Tokens of history the turn in flight needs at once, as this gateway counts them:
         the irreducible rest of its last request (without the tool schemas) with every
-        distinct call's largest output of the turn (from the session's own ledger:
-        compactions may have absorbed them)."""
+        distinct call's largest output of the turn, as its requests carried them
+        (compactions may have absorbed them since, and a stopped turn keeps no ledger)."""
         rounds = [r.request for r in self.requests_of(session_id) if r.purpose == "round"]
         if not rounds:
             return 0
         last = rounds[-1]
         base = irreducible_tokens(last) - request_tokens(replace(last, input=()))
-        ledger = self.sessions[session_id].state.ledger
-        if ledger is None:
-            return base
+        asked = _turn_text(last)
         largest: dict[tuple[str, str], int] = {}
-        for key, chars in ledger.outputs.values():
-            largest[key] = max(largest.get(key, 0), chars)
+        for request in rounds:
+            if _turn_text(request) != asked:
+                continue
+            calls = {
+                i.call_id: (i.name, i.arguments)
+                for i in request.input
+                if isinstance(i, FunctionCall)
+            }
+            for item in request.input:
+                if isinstance(item, FunctionCallOutput) and item.call_id in calls:
+                    key = calls[item.call_id]
+                    largest[key] = max(largest.get(key, 0), len(item.output))
         return base + sum(largest.values()) // CHARS_PER_TOKEN
 
     def requests_of(self, session_id: str) -> list[ZooRequest]:
@@ -1028,5 +1042,4 @@ def zoo_settings(
         context_window=window,
         max_output_tokens=max_output_tokens,
         durability="none",
-        compact_only_if_smaller=True,
     )

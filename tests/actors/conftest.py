@@ -18,7 +18,6 @@ from typing import Any, cast
 import anyio
 import pytest
 from stowage.actors import Append, SessionContext, Slot, mailbox, run_persistence
-from stowage.actors._accounting import Accounting
 from stowage.actors._journal import Journal
 from stowage.core import (
     Event,
@@ -35,6 +34,7 @@ from stowage.core import (
     UserMessage,
     replay,
 )
+from stowage.policy import Accounting
 from stowage.tools import ToolRegistry
 
 SESSION = "helpers"
@@ -127,7 +127,7 @@ def journal_on() -> JournalOn:
             ctx=ctx,
             state=replay(SESSION, records),
             compactor=Slot(),
-            accounting=Accounting(settings, ()),
+            accounting=Accounting.of(settings, ()),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_persistence, cast(LogStore, store), box.receive)

@@ -12,7 +12,7 @@ ACTORS = Path(__file__).resolve().parents[2] / "actors"
 
 
 @pytest.mark.parametrize(
-    "helper", ["_journal.py", "_plans.py", "_gate.py", "_control.py", "_accounting.py"]
+    "helper", ["_journal.py", "_plans.py", "_gate.py", "_summary_jobs.py", "compactor.py"]
 )
 def test_no_helper_imports_the_sampler(helper: str) -> None:
     tree = ast.parse((ACTORS / helper).read_text())

@@ -10,7 +10,6 @@ import anyio
 import pytest
 import stowage.actors._plans
 from stowage.actors._journal import Journal
-from stowage.actors._messages import Plan
 from stowage.actors._plans import PlanApplier
 from stowage.core import (
     CompactionRecord,
@@ -30,12 +29,13 @@ from stowage.core import (
     render,
     replay,
 )
+from stowage.policy import Accounting, Plan
 
 # the fixtures of tests/actors/conftest.py
 JournalOn = Callable[[Settings, Sequence[Record]], AbstractAsyncContextManager[Any]]
 RoundsLog = Callable[[Sequence[str]], list[Record]]
 SETTINGS = Settings(model="mystery", compact_threshold=1000, tools="none")
-FIGURES: dict[str, Any] = {"user_budget_chars": 1000, "chars_per_token": 4.0}
+FIGURES: dict[str, Any] = {"accounting": Accounting.of(SETTINGS, ()), "chars_per_token": 4.0}
 
 
 def plan_for(journal: Journal, **changes: Any) -> Plan:
@@ -77,19 +77,37 @@ async def test_a_plan_is_written_as_one_compaction_record_and_replays_to_the_liv
         assert event.kind == "full" and event.covers_through == log[-1].seq
 
 
-async def test_a_stale_plan_is_skipped_and_writes_nothing(
+async def test_a_stale_plan_is_dropped_and_says_so_as_a_boundary(
     journal_on: JournalOn, rounds_log: RoundsLog
 ) -> None:
+    """History stays; the error record that says why is a boundary the machine hears (a
+    request waiting for room takes the next step)."""
     with anyio.fail_after(5):
         async with journal_on(SETTINGS, rounds_log(["z" * 800] * 3)) as rig:
             applier = PlanApplier(rig.journal.ctx, rig.journal)
             before = list(rig.journal.state.history)
-            stale = plan_for(rig.journal, based_on_compaction_seq=99)
+            stale = plan_for(rig.journal, based_on_compaction_seq=99, id=7)
             assert not await applier.apply(stale, **FIGURES)
-        assert rig.written == []
+            boundary = rig.journal.snapshot("dropped")
+        [record] = rig.written
+        assert isinstance(record, ErrorRecord) and record.kind == "compaction_stale"
         assert rig.journal.state.history == before
+        assert rig.journal.boundary_seq == record.seq and boundary.last_seq == record.seq
         [skipped] = rig.published(CompactionSkipped)
-        assert "stale plan" in skipped.reason
+        assert "history was compacted since" in skipped.reason
+
+
+async def test_a_plan_no_smaller_than_what_it_replaces_is_dropped(
+    journal_on: JournalOn, rounds_log: RoundsLog
+) -> None:
+    with anyio.fail_after(5):
+        async with journal_on(SETTINGS, rounds_log(["z" * 800])) as rig:
+            applier = PlanApplier(rig.journal.ctx, rig.journal)
+            long = plan_for(rig.journal, summary="s" * 5000)
+            assert not await applier.apply(long, **FIGURES)
+        [record] = rig.written
+        assert isinstance(record, ErrorRecord) and record.kind == "compaction_no_smaller"
+        assert rig.journal.state.compactions == 0
 
 
 async def test_a_forbidden_summarizer_update_is_refused_and_the_rest_of_the_plan_applies(
@@ -130,6 +148,7 @@ async def test_a_plan_whose_projection_would_lose_a_protected_entry_is_refused_w
             monkeypatch.setattr(stowage.actors._plans, "render_protected", forgetful)
             assert not await applier.apply(plan_for(rig.journal), **FIGURES)
         assert kinds(rig.written) == ["ProtectedRecord", "ErrorRecord"]
+        assert rig.journal.boundary_seq == rig.written[-1].seq
         refusal = rig.written[-1]
         assert isinstance(refusal, ErrorRecord) and refusal.kind == "compaction_refused"
         assert rig.journal.state.history == before and rig.journal.state.compactions == 0

@@ -7,9 +7,8 @@ from typing import Any
 
 import anyio
 import pytest
-from stowage.actors._responses import cut_call_outputs, merge_outputs, vet_usage
+from stowage.actors._responses import cut_call_outputs, merge_outputs, unique_call_ids, vet_usage
 from stowage.actors._retry import backoff_delay, call_with_retries
-from stowage.actors.sampler import unique_call_ids
 from stowage.core import (
     AssistantMessage,
     FunctionCall,

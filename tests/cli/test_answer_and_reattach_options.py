@@ -42,9 +42,11 @@ def test_flags_and_configuration_reach_the_settings(
         build_parser().parse_args(["run", "hi", "--reattach-share", "1"])
 
 
-async def test_a_continued_session_runs_with_them_without_recording_them(
+async def test_a_continued_session_runs_with_them_and_records_the_compaction_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The answer cap is the command's; how a session compacts is the session's own: typed
+    again, it is an override the log records (and every later resume keeps)."""
     monkeypatch.chdir(tmp_path)
     with anyio.fail_after(10):
         store = JsonlStore(tmp_path / "st", durability="none")
@@ -59,7 +61,7 @@ async def test_a_continued_session_runs_with_them_without_recording_them(
             settings, overrides, _ = await continued_settings(args, store, "c")
         finally:
             await store.aclose()
-    assert overrides == {}
+    assert overrides == {"reattach_share": 0.3, "micro_min_free": 0.1}
     assert settings.max_answer_chars == 5000
     assert settings.reattach_share == 0.3 and settings.micro_min_free == 0.1
 

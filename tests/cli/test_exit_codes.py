@@ -300,9 +300,11 @@ def test_the_full_demo_says_where_each_compaction_applied_and_which_a_round_wait
     # its reads are large for its 6,000-token window: a summary asked for below the hard mark
     # must free room for four of them, so it may be made at the hard mark, a round waiting
     assert full >= 2 and 0 <= waited <= full, row
-    # each one says where it landed and how long a round waited for it
+    # each one says where it landed and whether (and how long) a request waited for it, as
+    # `show` says it from the compaction's record
     applied = [line for line in done.stdout.splitlines() if "applied at" in line]
-    assert len(applied) == full and all("a round waited" in line for line in applied)
+    assert len(applied) == full and all("waited" in line for line in applied)
+    assert sum("a request waited" in line for line in applied) == waited
 
 
 def test_0_for_list_context_and_export_and_2_for_a_bad_format(tmp_path: Path, cli: Cli) -> None:

@@ -34,6 +34,7 @@ from stowage.core import (
     item_chars,
     request_bytes,
     request_manifest,
+    tool_schema_tokens,
 )
 
 TOOL_SETS: tuple[tuple[ToolSpec, ...], ...] = (
@@ -99,7 +100,8 @@ def manifest_from_nothing(
                 last_seq=None,
                 items=len(tool_lines),
                 sha256=_sha(b"\n".join(tool_lines))[:16],
-                tokens=math.ceil(sum(map(len, tool_lines)) / chars_per_token),
+                # the one figure of the schemas, whatever the ratio: the budget's
+                tokens=tool_schema_tokens(request.tools),
             )
         )
     return RequestManifest(

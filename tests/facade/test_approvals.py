@@ -232,7 +232,9 @@ async def test_a_compaction_while_a_call_awaits_approval_keeps_the_call_and_appr
     before it, ``approve`` still finds it, no request carries an output without its call,
     and the log checks and resumes to the same history."""
     ran: list[str] = []
-    first, calls = ModelResponse(items=(AssistantMessage(text="first"),)), calls_and_answer()[0]
+    # a long first answer: the summary that replaces it is smaller (none that grows is written)
+    notes = "first: " + "went through the files one by one; " * 20
+    first, calls = ModelResponse(items=(AssistantMessage(text=notes),)), calls_and_answer()[0]
     model = ScriptedModel.from_responses(
         [
             first,

@@ -42,14 +42,34 @@ def settings(tmp_path: Path) -> Settings:
     return Settings(store=tmp_path, tools="none", auto_compact=False, durability="none")
 
 
+def verbose(
+    brain: Callable[[ModelRequest], ModelResponse],
+) -> Callable[[ModelRequest], ModelResponse]:
+    """``brain`` whose answers carry long working notes: what a compaction replaces is then
+    larger than its summary, as in a real session (no compaction that grows history is
+    written, a manual one included)."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        response = brain(request)
+        if is_summary_request(request):
+            return response
+        notes = "\n(working notes) " + "checked the parser and the schema again; " * 40
+        return ModelResponse(
+            items=(AssistantMessage(text=response.text + notes),), usage=response.usage
+        )
+
+    return answer
+
+
 def brain_adding(ops: Sequence[dict[str, Any]] | str) -> Callable[[ModelRequest], ModelResponse]:
     """The scripted brain, whose summaries carry ``ops`` (or a raw block) as their updates."""
     base = ScriptedBrain(tool_rounds=0)
+    answers = verbose(base)
 
     def brain(request: ModelRequest) -> ModelResponse:
-        response = base(request)
         if not is_summary_request(request):
-            return response
+            return answers(request)
+        response = base(request)
         summary = parse_summary_updates(response.text)[0]
         block = ops if isinstance(ops, str) else updates_block(list(ops))
         text = f"{summary}\n\n{block}"
@@ -68,7 +88,7 @@ async def test_protected_fields_stay_complete_and_equal_through_25_lossy_compact
     """Seed 002, second case: repeated compactions, protected fields complete and unchanged,
     while the (deliberately lossy) summary forgets."""
     with anyio.fail_after(30):
-        model = ScriptedModel(brain=ScriptedBrain(tool_rounds=0, loss=0.5, seed=11))
+        model = ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0, loss=0.5, seed=11)))
         # only the newest user message is kept verbatim: older words live in the summary alone
         only_newest = settings(tmp_path).with_(user_budget_chars=0)
         async with Runtime(only_newest, gateway=model) as rt:
@@ -152,7 +172,7 @@ async def test_a_malformed_updates_block_changes_nothing_and_is_reported(tmp_pat
 
 async def test_pending_moves_to_completed_through_the_summarizer(tmp_path: Path) -> None:
     with anyio.fail_after(10):
-        model = ScriptedModel(tool_rounds=0)
+        model = ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0)))
         async with Runtime(settings(tmp_path), gateway=model) as rt:
             session = await rt.create("s1")
             await session.send("pending: migrate the loader to schema v4")
@@ -174,7 +194,9 @@ async def test_a_plan_that_would_lose_an_entry_is_refused_and_the_old_history_st
 ) -> None:
     with anyio.fail_after(10):
         events: list[Event] = []
-        async with Runtime(settings(tmp_path), gateway=ScriptedModel(tool_rounds=0)) as rt:
+        async with Runtime(
+            settings(tmp_path), gateway=ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0)))
+        ) as rt:
             rt.subscribe(events.append)
             session = await rt.create("s1", constraints=CONSTRAINTS)
             await session.send("go")
@@ -196,7 +218,9 @@ async def test_a_plan_that_would_lose_an_entry_is_refused_and_the_old_history_st
 
 async def test_user_changes_are_logged_and_a_bad_one_changes_nothing(tmp_path: Path) -> None:
     with anyio.fail_after(10):
-        async with Runtime(settings(tmp_path), gateway=ScriptedModel(tool_rounds=0)) as rt:
+        async with Runtime(
+            settings(tmp_path), gateway=ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0)))
+        ) as rt:
             session = await rt.create("s1", constraints=CONSTRAINTS)
             state = await session.protect(
                 objective=OBJECTIVE, add_constraints=["timeout is 37 s"], drop_constraints=["c1"]
@@ -218,7 +242,9 @@ async def test_resume_after_a_crash_restores_exactly_the_same_protected_state(
     tmp_path: Path,
 ) -> None:
     with anyio.fail_after(20):
-        async with Runtime(settings(tmp_path), gateway=ScriptedModel(tool_rounds=0)) as rt:
+        async with Runtime(
+            settings(tmp_path), gateway=ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0)))
+        ) as rt:
             session = await rt.create("s1", objective=OBJECTIVE, constraints=CONSTRAINTS)
             for n in range(4):
                 await session.send(f"failed: approach {n} because reason {n}\npending: task {n}")
@@ -233,7 +259,9 @@ async def test_resume_after_a_crash_restores_exactly_the_same_protected_state(
         log = tmp_path / "s1.jsonl"
         with log.open("ab") as f:
             f.write(b'{"v":1,"seq":999,"type":"prot')  # the crash: a torn last line
-        async with Runtime(settings(tmp_path), gateway=ScriptedModel(tool_rounds=0)) as rt:
+        async with Runtime(
+            settings(tmp_path), gateway=ScriptedModel(brain=verbose(ScriptedBrain(tool_rounds=0)))
+        ) as rt:
             resumed = await rt.resume("s1")
             assert resumed.protected == live
         store = JsonlStore(tmp_path)

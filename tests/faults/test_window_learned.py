@@ -34,10 +34,14 @@ async def test_a_window_the_provider_states_in_a_refusal_is_learned(
             assert isinstance(await run.turn("read file1"), TurnResult)
             await run.runtime.create("before", system="You read files.")
             await run.runtime.close("before")
-            run.server.inject(Fault.context_length(tokens=7_180, limit=6_000), when="round")
+            # the provider states its window (no count): the request is sent again with the
+            # output reserve that window allows, and goes
+            run.server.inject(Fault.context_length(tokens=None, limit=6_000), when="round")
             assert isinstance(await run.turn("read file2"), TurnResult)
             # a second refusal in the same run is recovered from; nothing is learned twice
-            run.server.inject(Fault.context_length(tokens=7_180, limit=6_000), when="round")
+            # the provider states its window (no count): the request is sent again with the
+            # output reserve that window allows, and goes
+            run.server.inject(Fault.context_length(tokens=None, limit=6_000), when="round")
             assert isinstance(await run.turn("read file3"), TurnResult)
             # a new session on the same endpoint and model starts with the window
             await run.runtime.create("next-one", system="You read files.")
@@ -77,7 +81,9 @@ async def test_a_known_window_is_not_replaced_by_a_refusal(
     with anyio.fail_after(30):
         tools = ToolRegistry([brains.read_tool(3_000)])
         async with fault_run(tmp_path, "chat", False, brain=big_reader(3_000), tools=tools) as run:
-            run.server.inject(Fault.context_length(tokens=7_180, limit=6_000), when="round")
+            # the provider states its window (no count): the request is sent again with the
+            # output reserve that window allows, and goes
+            run.server.inject(Fault.context_length(tokens=None, limit=6_000), when="round")
             assert isinstance(await run.turn("read file1"), TurnResult)
     assert [r for r in run.log if isinstance(r, ErrorRecord)]
     assert not [r for r in run.log if isinstance(r, SettingsChangedRecord)]

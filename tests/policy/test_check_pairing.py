@@ -56,7 +56,7 @@ def test_a_sound_log_with_a_call_awaiting_approval_has_no_pairing_problem() -> N
     records = log_with_a_compaction_over_an_open_call()[:4]
     report = check_log("s", records, records)
     assert report.ok, report.problems
-    assert any("without output" in n for n in report.notes)
+    assert any("waits for approval" in n for n in report.notes)
 
 
 def test_the_wire_check_flags_outputs_without_calls_on_both_apis() -> None:
@@ -69,3 +69,20 @@ def test_the_wire_check_flags_outputs_without_calls_on_both_apis() -> None:
     responses = {"input": [{"type": "function_call_output", "call_id": "gone", "output": "ok"}]}
     assert orphan_outputs(chat) == ["gone"] and orphan_calls(chat) == []
     assert orphan_outputs(responses) == ["gone"] and orphan_calls(responses) == []
+
+
+def test_a_call_awaiting_approval_is_noted_as_waiting_not_as_interrupted() -> None:
+    """A resume leaves a call that waits for approval waiting (it never gets an
+    "interrupted" output); ``check`` says so, and what answers it."""
+    call = FunctionCall(call_id="deploy", name="deploy", arguments="{}")
+    waiting = [
+        SessionRecord(seq=1, model="m"),
+        ItemRecord(seq=2, item=UserMessage(text="deploy it")),
+        ItemRecord(seq=3, item=call, round=1),
+        ApprovalRecord(seq=4, call_id="deploy", decision="requested"),
+    ]
+    report = check_log("s", waiting, waiting)
+    [note] = report.notes
+    assert "waits for approval" in note and "deploy" in note and "interrupted" not in note
+    crashed = check_log("s", waiting[:3], waiting[:3])
+    assert any("'interrupted' outputs" in n for n in crashed.notes)

@@ -123,6 +123,9 @@ async def test_a_manual_compaction_can_be_regrounded(tmp_path: Path) -> None:
         for n in range(6):
             await session.send(f"turn {n}: remember the code word FACT-{n}")
         assert any(isinstance(i, CompactionSummary) for i in session.state.items)
+        # a turn since the last compaction: a summary now replaces more than itself (none
+        # that frees nothing is written)
+        await session.send("turn 6: and then the last one")
         assert await session.compact(reground=True)
         assert session.state.reground_base > 0 and session.state.fulls_since_reground == 0
     summary = [r for r in model.requests if is_summary_request(r)][-1]

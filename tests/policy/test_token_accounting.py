@@ -150,7 +150,11 @@ def test_a_floor_never_lowers_a_figure_that_is_already_above_it() -> None:
 
 
 def test_without_a_report_and_reported_usage_required_there_is_no_figure() -> None:
-    status = token_status(replay("s", _log(None)), tool_tokens=100, require_reported=True)
+    """No figure for the triggers, but the guard still has what the characters imply: a
+    request above the limit is held even when compaction waits for a report."""
+    state = replay("s", _log(None))
+    status = token_status(state, tool_tokens=100, require_reported=True)
+    floor = math.ceil(state.projected_chars / 4)
     assert status == TokenStatus(
         tokens=None,
         estimated=True,
@@ -158,7 +162,9 @@ def test_without_a_report_and_reported_usage_required_there_is_no_figure() -> No
         estimated_since=0,
         chars_per_token=status.chars_per_token,
         tool_tokens=100,
+        floor=floor,
     )
+    assert status.guard == floor > 0
 
 
 @pytest.mark.parametrize(("chars", "refused"), [(100, False), (101, True)])

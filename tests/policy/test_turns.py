@@ -107,15 +107,15 @@ def test_the_forecast_asks_early_when_a_plan_would_land_after_the_hard_mark() ->
     forecast = Forecast()
     marks = Watermarks()
     for n, tokens in enumerate((5600, 6200, 6800, 7400)):
-        forecast.observe(tokens, floor=tokens, now=float(n))
-    forecast.plan_took(3.0)  # three rounds' time
+        forecast = forecast.observe(tokens, floor=tokens, now=float(n))
+    forecast = forecast.plan_took(3.0)  # three rounds' time
     assert forecast.plan_rounds() == 3
     # asked a round later, back 3 rounds after: 7400 + 4 x 600 is past the hard mark (9500)
     why = forecast.lands_late(7400, usable=10_000, marks=marks, micro_min_free=0.2, armed=True)
     assert why is not None and "+600 tokens a round" in why
     calm = Forecast()
     for n, tokens in enumerate((5000, 5010, 5020)):
-        calm.observe(tokens, floor=tokens, now=float(n))
+        calm = calm.observe(tokens, floor=tokens, now=float(n))
     assert calm.lands_late(5020, usable=10_000, marks=marks, micro_min_free=0.2, armed=True) is None
 
 

@@ -20,7 +20,7 @@ from typing import cast
 import anyio
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 import pytest
-from stowage.actors import Append, CommittedSnapshot, Reply, Slot, mailbox, run_persistence
+from stowage.actors import Append, Reply, Slot, mailbox, run_persistence
 from stowage.core import (
     FencingError,
     FunctionCallOutput,
@@ -30,6 +30,7 @@ from stowage.core import (
     SessionBusy,
     StoreError,
 )
+from stowage.policy import Snapshot, TokenStatus
 from stowage.storage import JsonlStore, PostgresStore, SqliteStore
 from stowage.storage.contract import round_records, session_start
 
@@ -96,12 +97,12 @@ class Sent:
     """One append handed to the actor, and what it answered."""
 
     append: Append
-    notify: Slot[CommittedSnapshot]
+    notify: Slot[Snapshot]
     outcome: Exception | None = None
 
 
-def _snapshot(session_id: str) -> CommittedSnapshot:
-    return CommittedSnapshot(
+def _snapshot(session_id: str) -> Snapshot:
+    return Snapshot(
         session_id=session_id,
         cause="round",
         round=1,
@@ -111,6 +112,9 @@ def _snapshot(session_id: str) -> CommittedSnapshot:
         usage=None,
         last_seq=7,
         last_compaction_seq=0,
+        status=TokenStatus(
+            tokens=0, estimated=True, reported=None, estimated_since=0, chars_per_token=4.0
+        ),
     )
 
 
@@ -123,12 +127,12 @@ async def _through_the_actor(
     box = mailbox(len(batches), Append)
     sent: dict[str, Sent] = {}
     for session_id, records in batches.items():
-        notify: Slot[CommittedSnapshot] = Slot()
+        notify: Slot[Snapshot] = Slot()
         append = Append(
             session_id=session_id,
             records=tuple(records),
             reply=Reply(),
-            committed=_snapshot(session_id),
+            boundary=_snapshot(session_id),
             notify=notify,
         )
         sent[session_id] = Sent(append=append, notify=notify)

@@ -3,6 +3,7 @@ beats the plain summary, offline and through an OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,11 @@ from stowage.testing import FakeOpenAIServer
 pytestmark = pytest.mark.slow  # the script runs in a process of its own
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "drift_eval.py"
+_spec = importlib.util.spec_from_file_location("drift_eval", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+drift_eval = importlib.util.module_from_spec(_spec)
+sys.modules["drift_eval"] = drift_eval
+_spec.loader.exec_module(drift_eval)
 
 
 def check(report: dict[str, Any], compactions: int) -> None:
@@ -54,7 +60,9 @@ async def test_offline_run_shows_protected_state_beating_the_plain_summary(
 
 async def test_endpoint_run_through_the_openai_client(tmp_path: Path) -> None:
     with anyio.fail_after(90):
-        brain = ScriptedBrain(tool_rounds=0, loss=0.2, seed=5)
+        # the endpoint answers as the offline run's agent does: each turn holds more than its
+        # line of the summary (a compaction that frees nothing is not written)
+        brain = drift_eval.WorkingNotes(ScriptedBrain(tool_rounds=0, loss=0.2, seed=5))
         async with FakeOpenAIServer(brain=brain) as server:
             report_path = tmp_path / "drift.json"
             result = await anyio.run_process(

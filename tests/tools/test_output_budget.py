@@ -29,7 +29,6 @@ from stowage import (
     ToolRegistry,
     UserMessage,
 )
-from stowage.actors._accounting import MIN_OUTPUT_CHARS, Accounting
 from stowage.core import (
     PREVIEW_MIN_CHARS,
     CompactionRecord,
@@ -39,6 +38,7 @@ from stowage.core import (
     current_tool_context,
 )
 from stowage.model import is_summary_request, scripted_usage
+from stowage.policy import MIN_OUTPUT_CHARS, Accounting
 from stowage.storage import JsonlStore
 from stowage.testing import FakeOpenAIServer
 from stowage.tools import workspace_tools
@@ -103,7 +103,7 @@ async def test_a_read_larger_than_a_small_window_returns_a_part_it_can_show(
                     assert (await session.send(f"turn {n}: read big.txt")).text == "read it"
     reads = [e for e in events if isinstance(e, ToolFinished) and e.name == "read_file"]
     assert len(reads) == 4  # one read a turn: nothing was taken out of view and read again
-    usable_chars = Accounting(settings, ()).usable * 4
+    usable_chars = Accounting.of(settings, ()).usable * 4
     assert all(not e.is_error and e.output_chars < usable_chars for e in reads)
     # what the model was shown: the file's first part whole, and where to go on
     shown = [
@@ -130,7 +130,7 @@ def _outputs(body: dict[str, object]) -> list[FunctionCallOutput]:
 
 def test_whole_is_half_the_window_under_the_cap_and_a_page_what_a_compaction_keeps() -> None:
     settings = Settings(model="m", context_window=32_000, max_output_tokens=2_000)
-    accounting = Accounting(settings, ())
+    accounting = Accounting.of(settings, ())
     assert accounting.budget is not None
     chars = accounting.budget.usable * 4.0
     budget = accounting.output_budget(4.0)
@@ -142,17 +142,17 @@ def test_whole_is_half_the_window_under_the_cap_and_a_page_what_a_compaction_kee
         budget.part(budget.whole) == budget.whole and budget.part(budget.whole + 1) == budget.page
     )
     # a large window: whole is the cap, a quarter of usable
-    large = Accounting(Settings(model="m", context_window=400_000, max_output_tokens=8_000), ())
+    large = Accounting.of(Settings(model="m", context_window=400_000, max_output_tokens=8_000), ())
     assert large.budget is not None
     assert large.output_budget(4.0) == OutputBudget(
         whole=int(settings.tool_output_cap * large.budget.usable * 4.0),
         page=int(settings.reattach_share * large.budget.usable * 4.0),
     )
-    tiny = Accounting(Settings(model="m", context_window=1_500, max_output_tokens=200), ())
+    tiny = Accounting.of(Settings(model="m", context_window=1_500, max_output_tokens=200), ())
     assert tiny.output_budget(0.5) == OutputBudget(whole=MIN_OUTPUT_CHARS, page=MIN_OUTPUT_CHARS)
-    off = Accounting(Settings(model="m", context_window=32_000, tool_output_cap=0), ())
+    off = Accounting.of(Settings(model="m", context_window=32_000, tool_output_cap=0), ())
     assert off.output_budget(4.0) is None
-    no_reattach = Accounting(Settings(model="m", context_window=32_000, reattach_share=0), ())
+    no_reattach = Accounting.of(Settings(model="m", context_window=32_000, reattach_share=0), ())
     got = no_reattach.output_budget(4.0)
     assert got is not None and got.page == got.whole
 
@@ -299,6 +299,6 @@ async def test_an_output_a_small_window_could_never_hold_is_capped_not_summarize
     [capped] = [r for r in records if isinstance(r, MicrocompactRecord)]
     assert "shown by reference" in capped.reason
     recalled = [e for e in events if isinstance(e, ToolFinished) and e.name == "recall_artifact"]
-    budget = Accounting(settings, ()).output_budget(4.0)
+    budget = Accounting.of(settings, ()).output_budget(4.0)
     assert budget is not None and budget.page < len(dump)
     assert len(recalled) == 1 and recalled[0].output_chars < len(dump)

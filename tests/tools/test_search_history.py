@@ -150,8 +150,11 @@ async def test_a_compacted_fact_is_found_by_its_words_and_read_back_whole_on_eve
             async with Runtime(settings, store=store, gateway=model, tools=note_tools()) as rt:
                 session = await rt.create("s1", system="sys")
                 await session.send(FACT)
+                # each step says more than its summary keeps (no compaction that grows
+                # history is written, a manual one included)
+                details = " with the sampling profiler, then write down what it found" * 20
                 for step in range(6):
-                    await session.send(f"step {step}: profile module m{step:03d}")
+                    await session.send(f"step {step}: profile module m{step:03d}{details}")
                     if step % 3 == 2:
                         assert await session.compact()
                 records = (await store.read("s1", repair=False)).records

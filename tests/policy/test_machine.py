@@ -1,4 +1,4 @@
-"""The compactor's decisions, without an event loop: one committed snapshot in, one advice out.
+"""The compaction machine on its own, without an event loop: one event in, state and actions out.
 
 Figures: no usage is reported, so tokens are characters / 4 (tool schemas are outside usable
 and outside the figure). Four 2,000-character outputs are ~2,016 tokens; twenty of 500
@@ -12,16 +12,10 @@ from dataclasses import replace
 from typing import Any, cast
 
 import anyio
-import structlog
-from stowage.actors import Advice, Ask, CommittedSnapshot, Plan, PlanFailed, SessionContext
-from stowage.actors._accounting import Accounting
-from stowage.actors._control import Control, SummaryJob
+from stowage.actors import SessionContext
 from stowage.actors._journal import Journal
-from stowage.actors._messages import Append, SnapshotCause
+from stowage.actors._messages import Append
 from stowage.core import (
-    CompactionDecided,
-    CompactionSkipped,
-    Event,
     FunctionCall,
     FunctionCallOutput,
     ItemRecord,
@@ -34,6 +28,29 @@ from stowage.core import (
     TurnRecord,
     UserMessage,
     replay,
+)
+from stowage.policy import (
+    Accounting,
+    Action,
+    Apply,
+    Boundary,
+    BoundaryCause,
+    Decided,
+    Hold,
+    Job,
+    MachineState,
+    Manual,
+    Phase,
+    Plan,
+    Skipped,
+    Snapshot,
+    Stop,
+    Stub,
+    Stubs,
+    Summarize,
+    SummaryFailed,
+    SummaryReady,
+    step,
 )
 from stowage.tools import ToolRegistry
 
@@ -73,20 +90,21 @@ def rounds_log(outputs: Sequence[str], *, turn_open: bool = False) -> list[Recor
     return records
 
 
+class _Drop:
+    def put(self, snapshot: Snapshot, /) -> None:
+        return None
+
+
 class Rig:
-    """A ``Control`` and the events it published."""
+    """The machine of one session, stepped by hand; ``actions`` holds every action so far."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.events: list[Event] = []
-        self.accounting = Accounting(settings, ())
-        self.control = Control(
-            self.accounting, self.events.append, structlog.get_logger("test").bind()
-        )
+        self.accounting = Accounting.of(settings, ())
+        self.state = MachineState(accounting=self.accounting)
+        self.actions: list[Action] = []
 
-    def snapshot(
-        self, records: Sequence[Record], cause: SnapshotCause = "round"
-    ) -> CommittedSnapshot:
+    def snapshot(self, records: Sequence[Record], cause: BoundaryCause = "round") -> Snapshot:
         send, receive = anyio.create_memory_object_stream[Append](1)
         send.close()
         receive.close()
@@ -95,29 +113,55 @@ class Rig:
             settings=self.settings,
             gateway=cast(ModelGateway, None),
             tools=ToolRegistry(),
-            publish=self.events.append,
-            persistence=send,
+            publish=lambda event: None,
+            persistence=send,  # type: ignore[arg-type]
         )
         journal = Journal(
             ctx=ctx, state=replay("s", records), compactor=_Drop(), accounting=self.accounting
         )
         return journal.snapshot(cause)
 
+    def step(self, event: Any) -> tuple[Action, ...]:
+        self.state, actions = step(self.state, event)
+        self.actions += actions
+        return actions
+
     def decide(
-        self, records: Sequence[Record], cause: SnapshotCause = "round"
-    ) -> tuple[Advice, SummaryJob | None]:
-        return self.control.decide(self.snapshot(records, cause), now=0.0)
+        self, records: Sequence[Record], cause: BoundaryCause = "round"
+    ) -> tuple[Action, ...]:
+        return self.step(Boundary(self.snapshot(records, cause)))
 
-    def published(self, kind: type[Any]) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
+    def skipped(self) -> list[str]:
+        return [a.reason for a in self.actions if isinstance(a, Skipped)]
 
-
-class _Drop:
-    def put(self, snapshot: CommittedSnapshot, /) -> None:
-        return None
+    def decided(self) -> list[str]:
+        return [a.decision.action for a in self.actions if isinstance(a, Decided)]
 
 
-def plan_for(job: SummaryJob, summary: str = "twenty reads, all fine") -> Plan:
+def job_of(actions: Sequence[Action]) -> Job | None:
+    jobs = [a.job for a in actions if isinstance(a, Summarize)]
+    return jobs[-1] if jobs else None
+
+
+def stubs_of(actions: Sequence[Action]) -> list[Stubs]:
+    return [a.stubs for a in actions if isinstance(a, Stub)]
+
+
+def plan_of(actions: Sequence[Action]) -> Plan | None:
+    plans = [a.plan for a in actions if isinstance(a, Apply)]
+    return plans[-1] if plans else None
+
+
+def held(actions: Sequence[Action]) -> bool:
+    return any(isinstance(a, Hold) for a in actions)
+
+
+def stop_of(actions: Sequence[Action]) -> Stop | None:
+    stops = [a for a in actions if isinstance(a, Stop)]
+    return stops[-1] if stops else None
+
+
+def plan_for(job: Job, summary: str = "twenty reads, all fine") -> Plan:
     return Plan(
         round=job.snapshot.round,
         summary=summary,
@@ -129,73 +173,73 @@ def plan_for(job: SummaryJob, summary: str = "twenty reads, all fine") -> Plan:
     )
 
 
-def test_below_the_soft_mark_the_verdict_is_empty_and_no_summary_is_asked() -> None:
+def test_below_the_soft_mark_nothing_is_done_and_no_summary_is_asked() -> None:
     rig = Rig(watermark_settings(10_000))
-    advice, job = rig.decide(rounds_log(BIG_OUTPUTS))
-    assert advice == Advice(basis_seq=advice.basis_seq) and job is None
-    assert rig.events == []
+    assert rig.decide(rounds_log(BIG_OUTPUTS)) == ()
+    assert rig.state.phase is Phase.IDLE
 
 
 def test_the_soft_mark_stubs_old_outputs_in_one_batch_without_a_summary() -> None:
     rig = Rig(watermark_settings(2800))
-    log = rounds_log(BIG_OUTPUTS)
-    advice, job = rig.decide(log)
-    assert job is None and not advice.block
-    [stubs] = advice.stubs
+    actions = rig.decide(rounds_log(BIG_OUTPUTS))
+    assert job_of(actions) is None and not held(actions)
+    [stubs] = stubs_of(actions)
     # every old output at once: it frees at least micro_min_free (20%) of 2800
     assert len(stubs.seqs) == 3 and stubs.kind == "micro"
     assert stubs.tokens_before is not None and stubs.tokens_after is not None
     assert stubs.tokens_before - stubs.tokens_after >= 0.20 * 2800
-    assert [e.action for e in rig.published(CompactionDecided)] == ["microcompact"]
+    assert rig.decided() == ["microcompact"]
 
 
 def test_the_compaction_mark_asks_for_a_summary_in_the_background() -> None:
     rig = Rig(watermark_settings(2900))
     log = rounds_log(SMALL_OUTPUTS)
-    advice, job = rig.decide(log)
-    assert job is not None and not job.urgent and not advice.block
+    actions = rig.decide(log)
+    job = job_of(actions)
+    assert job is not None and not job.urgent and not held(actions)
     assert job.covers_through == log[-1].seq  # between turns: everything
-    # a second snapshot while the summary is made asks for nothing more
-    assert rig.decide(log)[1] is None
+    assert rig.state.phase is Phase.SUMMARIZING
+    # a second boundary while the summary is made asks for nothing more
+    assert job_of(rig.decide(log)) is None
 
 
 def test_mid_turn_the_summary_keeps_the_newest_rounds_that_fit_verbatim() -> None:
     rig = Rig(watermark_settings(2900))
     log = rounds_log(SMALL_OUTPUTS, turn_open=True)
-    _, job = rig.decide(log)
+    job = job_of(rig.decide(log))
     assert job is not None
     last_round_start = log[-3].seq
     assert job.covers_through < last_round_start  # the turn's newest rounds are not covered
 
 
-def test_the_hard_mark_blocks_while_the_summary_is_made_and_the_plan_lands() -> None:
+def test_the_hard_mark_holds_the_request_while_the_summary_is_made_and_the_plan_lands() -> None:
     rig = Rig(watermark_settings(2650))
-    log = rounds_log(SMALL_OUTPUTS)
-    advice, job = rig.decide(log)
-    assert job is not None and job.urgent and advice.block
-    landed = rig.control.landed(job, plan_for(job), now=1.0)
-    assert isinstance(landed.outcome, Plan) and not landed.block
-    assert rig.control.job is None and rig.control.pending is landed.outcome
+    actions = rig.decide(rounds_log(SMALL_OUTPUTS))
+    job = job_of(actions)
+    assert job is not None and job.urgent and held(actions)
+    landed = rig.step(SummaryReady(job.id, plan_for(job), now=1.0))
+    plan = plan_of(landed)
+    assert plan is not None and not held(landed)
+    assert rig.state.phase is Phase.ADVISED and rig.state.plan == plan
 
 
 def test_a_failed_summary_at_the_hard_mark_falls_back_without_a_model() -> None:
     rig = Rig(watermark_settings(2650))
-    _, job = rig.decide(rounds_log(SMALL_OUTPUTS))
+    job = job_of(rig.decide(rounds_log(SMALL_OUTPUTS)))
     assert job is not None
-    landed = rig.control.landed(job, PlanFailed(round=20, error="refused"), now=1.0)
-    assert isinstance(landed.outcome, Plan) and landed.outcome.kind == "fallback"
+    plan = plan_of(rig.step(SummaryFailed(job.id, "refused", now=1.0)))
+    assert plan is not None and plan.kind == "fallback"
 
 
 def test_when_nothing_can_be_freed_the_turn_stops_with_the_figures() -> None:
     # 5 usable tokens: the system and user messages alone are over the hard mark, and a
     # compaction keeps both, so it would free nothing
     rig = Rig(watermark_settings(5))
-    advice, job = rig.decide(rounds_log([]))
-    assert job is None and advice.stop is not None and advice.stop_kind == "overflow"
-    assert "cannot free more" in advice.stop and "usable 5" in advice.stop
-    assert [e.reason for e in rig.published(CompactionSkipped)] == [
-        "a compaction would free only 0 of 6 tokens"
-    ]
+    actions = rig.decide(rounds_log([]))
+    stop = stop_of(actions)
+    assert job_of(actions) is None and stop is not None and stop.kind == "overflow"
+    assert "cannot free more" in stop.message and "usable 5" in stop.message
+    assert rig.state.phase is Phase.STOPPED
 
 
 def test_a_call_awaiting_approval_is_never_covered_by_a_manual_compaction() -> None:
@@ -206,9 +250,10 @@ def test_a_call_awaiting_approval_is_never_covered_by_a_manual_compaction() -> N
     log.append(ItemRecord(seq=seq + 1, item=waiting, round=5))
     snap = rig.snapshot(log, "approval")
     assert snap.open_calls == {"deploy"}
-    rig.control.decide(snap, now=0.0)
-    advice, job = rig.control.ask(snap, Ask(ask_id=1, kind="manual", focus="x"), now=0.0)
-    assert job is not None and advice.block and advice.answers == 1
+    rig.step(Boundary(snap))
+    actions = rig.step(Manual(ask_id=1, focus="x"))
+    job = job_of(actions)
+    assert job is not None and held(actions)
     # everything before the waiting round is covered, the round itself is not
     assert seq - 1 <= job.covers_through < seq + 1
     assert job.kind == "manual" and job.focus == "x"
@@ -216,26 +261,39 @@ def test_a_call_awaiting_approval_is_never_covered_by_a_manual_compaction() -> N
 
 def test_below_the_hard_mark_a_plan_that_frees_too_little_is_not_applied() -> None:
     rig = Rig(watermark_settings(2900, micro_min_free=0.6))
-    _, job = rig.decide(rounds_log(SMALL_OUTPUTS))
+    job = job_of(rig.decide(rounds_log(SMALL_OUTPUTS)))
     assert job is not None
-    # a summary as long as what it replaces frees next to nothing
-    landed = rig.control.landed(job, plan_for(job, summary="z" * 9000), now=1.0)
-    assert landed.outcome is None
-    [skipped] = rig.published(CompactionSkipped)
-    assert "not applied" in skipped.reason and "micro_min_free 60%" in skipped.reason
+    # a summary nearly as long as what it replaces frees next to nothing
+    landed = rig.step(SummaryReady(job.id, plan_for(job, summary="z" * 9000), now=1.0))
+    assert plan_of(landed) is None
+    [skipped] = [r for r in rig.skipped() if "not applied" in r]
+    assert "micro_min_free 60%" in skipped
+
+
+def test_no_plan_that_grows_history_is_given_whoever_asked_for_it() -> None:
+    rig = Rig(watermark_settings(10_000))
+    log = rounds_log(["a" * 700])
+    rig.decide(log, "turn")
+    actions = rig.step(Manual(ask_id=1))
+    job = job_of(actions)
+    assert job is not None
+    landed = rig.step(SummaryReady(job.id, plan_for(job, summary="s" * 5000), now=1.0))
+    assert plan_of(landed) is None and not held(landed)
+    assert any("no smaller" in r for r in rig.skipped())
 
 
 def test_a_plan_landing_mid_turn_reattaches_what_the_turn_read() -> None:
     # every plan worth its break here (micro_min_free off), so the one landing is checked
     rig = Rig(watermark_settings(2900, reattach_share=0.3, micro_min_free=0.0))
     log = rounds_log(SMALL_OUTPUTS, turn_open=True)
-    _, job = rig.decide(log)
+    job = job_of(rig.decide(log))
     assert job is not None
     everything = replace(job, covers_through=log[-1].seq)
-    landed = rig.control.landed(everything, plan_for(everything), now=1.0)
-    assert isinstance(landed.outcome, Plan) and landed.outcome.reattach
+    rig.state = replace(rig.state, job=everything)
+    plan = plan_of(rig.step(SummaryReady(job.id, plan_for(everything), now=1.0)))
+    assert plan is not None and plan.reattach
     # the newest reads, whole steps: each call with its output
-    kept = set(landed.outcome.reattach)
+    kept = set(plan.reattach)
     assert log[-2].seq in kept and log[-3].seq in kept
 
 
@@ -248,14 +306,13 @@ def test_when_rounds_are_large_a_batch_must_buy_four_of_them_before_it_breaks_th
     growing = Rig(settings)
     for n in range(1, len(BIG_OUTPUTS)):
         growing.decide(rounds_log(BIG_OUTPUTS[:n]))
-    steps = growing.control.forecast.steps
+    steps = growing.state.forecast.steps
     assert steps and min(steps) > 450
-    assert growing.control.planner.min_free_tokens() == min(4 * max(steps), 1400)
-    advice, _ = growing.decide(log)
-    assert not advice.stubs
-    assert [e.action for e in growing.published(CompactionDecided)] == ["microcompact"]
+    actions = growing.decide(log)
+    assert not stubs_of(actions)
+    assert growing.decided() == ["microcompact"]
     cold = Rig(settings)
-    [stubs] = cold.decide(log)[0].stubs
+    [stubs] = stubs_of(cold.decide(log))
     assert len(stubs.seqs) == 2
 
 
@@ -265,6 +322,5 @@ def test_with_micro_min_free_zero_every_round_past_the_soft_mark_stubs_whatever_
     rig = Rig(watermark_settings(2800, micro_min_free=0.0).with_(keep_rounds=2))
     for n in range(1, len(BIG_OUTPUTS)):
         rig.decide(rounds_log(BIG_OUTPUTS[:n]))
-    assert rig.control.planner.min_free_tokens() == 0
-    [stubs] = rig.decide(rounds_log(BIG_OUTPUTS))[0].stubs
+    [stubs] = stubs_of(rig.decide(rounds_log(BIG_OUTPUTS)))
     assert len(stubs.seqs) == 2

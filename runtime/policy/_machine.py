@@ -1,0 +1,978 @@
+"""The compaction machine: every compaction decision of a session, as one pure state machine.
+
+``step(state, event) -> (state, actions)``. The state is a frozen value: a phase and the
+figures the decision needs. Events are what the compactor hears: a durable boundary (a
+committed round, a turn's input, an applied or dropped plan, a round stopped for approval,
+a milestone, a request the provider refused), a manual request, a summary ready or failed.
+Actions are what the shells do: stub these outputs, make a summary of this range, apply this
+plan, hold the next request, stop the turn with these figures, and the notes they log.
+
+The modes are configurations of this one machine, never separate paths, so every guard holds
+in each of them:
+
+- the seed's fixed threshold (``Accounting.threshold``): after a committed round whose
+  reported usage reached it, a summary of everything the next round waits for;
+- the watermarks (a known window): cap new outputs above ``tool_output_cap``, stub old ones
+  in a batch past the soft mark, ask for a summary in the background at the compaction mark
+  (earlier when the growth forecast says it would come back too late);
+- phases (a milestone above the soft mark, ``compact_every_turns``), re-grounding
+  (``reground_every``) and provider compaction (made by the summary job) in either.
+
+Whatever the mode: no request is let go at or above the limit (the hard mark of a known
+window, or what a provider's refusal said fits): the machine holds it while a summary is
+made, then stubs every older output and compacts without a model, and when even that cannot
+bring it under, stops the turn with the figures; a real compaction loop (``TurnLedger``)
+stops the turn; no plan covers an open call; no compaction grows history.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias, assert_never
+
+from stowage.core import ConfigError, FunctionCallOutput
+
+from ._accounting import Accounting
+from ._compaction import decide_compaction
+from ._forecast import Forecast
+from ._ruler import SUMMARY_ALLOWANCE_CHARS, Ruler, View
+from ._snapshot import Plan, Snapshot, Stubs
+from ._tokens import TokenStatus
+from ._turns import loop_message
+from ._watermarks import PolicyDecision, decide
+
+__all__ = [
+    "MIN_GROWTH",
+    "Action",
+    "Answer",
+    "Apply",
+    "Boundary",
+    "Decided",
+    "Event",
+    "Hold",
+    "Job",
+    "JobKind",
+    "MachineState",
+    "Manual",
+    "Phase",
+    "Skipped",
+    "Stop",
+    "Stub",
+    "Summarize",
+    "SummaryFailed",
+    "SummaryReady",
+    "step",
+]
+
+#: on the seed's threshold, usage must grow by this share of the threshold after a compaction
+#: before another one is worth its summary request
+MIN_GROWTH = 0.25
+
+
+class Phase(enum.Enum):
+    """Where the machine is: nothing in flight, a summary being made, a plan with the sampler,
+    or the open turn stopped (nothing more is decided for it)."""
+
+    IDLE = "idle"
+    SUMMARIZING = "summarizing"
+    ADVISED = "advised"
+    STOPPED = "stopped"
+
+
+JobKind: TypeAlias = Literal["auto", "manual", "phase", "threshold", "hard", "refusal"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A summary to make: of ``snapshot``'s history through ``covers_through``. ``urgent``:
+    a failure falls back to a digest at once; ``hold``: the next request waits for it."""
+
+    id: int
+    snapshot: Snapshot
+    covers_through: int
+    reason: str
+    tokens: int | None
+    estimated: bool
+    urgent: bool
+    hold: bool
+    kind: JobKind = "auto"
+    focus: str | None = None
+    ask_id: int = 0
+    started: float = 0.0
+    #: make the summary from the original records since the last re-grounding
+    reground: bool = False
+    #: the figure it was decided at, as a fraction of usable
+    fraction: float | None = None
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A batch that ends at a boundary is durable (``snapshot.cause`` says which)."""
+
+    snapshot: Snapshot
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Manual:
+    """The user asked for a compaction now (``stowage compact``), on the last boundary."""
+
+    ask_id: int
+    focus: str | None = None
+    reground: bool = False
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryReady:
+    """Job ``job_id``'s summary came back as ``plan``."""
+
+    job_id: int
+    plan: Plan
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryFailed:
+    """Job ``job_id`` made no summary (``vetoed``: a before-compaction hook refused it)."""
+
+    job_id: int
+    error: str
+    vetoed: bool = False
+    now: float = 0.0
+
+
+Event: TypeAlias = Boundary | Manual | SummaryReady | SummaryFailed
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stub:
+    """Write these stubs (a ``microcompact`` record) at the next round boundary."""
+
+    stubs: Stubs
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Apply this plan (a ``compaction`` record) at the next round boundary."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The next request waits for a later verdict (a summary is being made for it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the open turn: a real compaction loop, or nothing brings it under the limit."""
+
+    kind: Literal["loop", "overflow"]
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """Make this summary (a model call, or the provider's compaction) and report back."""
+
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A watermark was crossed (logged and published as ``CompactionDecided``)."""
+
+    decision: PolicyDecision
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A compaction was considered and not made, and why (``CompactionSkipped``)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """This verdict answers the ask ``ask_id`` (a manual compaction)."""
+
+    ask_id: int
+
+
+Action: TypeAlias = Stub | Apply | Hold | Stop | Summarize | Decided | Skipped | Answer
+
+
+# -- state -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineState:
+    """One session's compaction state (``MachineState(accounting=...)`` to start)."""
+
+    accounting: Accounting
+    phase: Phase = Phase.IDLE
+    #: the summary being made (``SUMMARIZING``), or the plan with the sampler (``ADVISED``)
+    job: Job | None = None
+    plan: Plan | None = None
+    #: the newest boundary (what a summary that lands is checked against)
+    latest: Snapshot | None = None
+    #: outputs given to the sampler as stubs and not yet seen stubbed at a boundary: every
+    #: view counts them as stubs (the sampler writes them before its next request)
+    stubbing: frozenset[int] = frozenset()
+    forecast: Forecast = field(default_factory=Forecast)
+    #: microcompaction acts once per crossing of the soft mark (``micro_min_free``)
+    armed: bool = True
+    #: after a plan was skipped for freeing too little, none is asked for below the hard
+    #: mark until the context grew past this many tokens
+    hold_until: int | None = None
+    seen_compaction: int = 0
+    #: the last number given to a job or a plan
+    serial: int = 0
+    #: steps taken to bring a request under the limit since the last round committed under it
+    strikes: int = 0
+    #: the open turn (what ``fit``, ``ratio`` and a stop belong to)
+    turn: int = 0
+    #: tokens a request may carry after a refusal, and the chars per token it stated
+    fit: int | None = None
+    ratio: float | None = None
+
+    def limit(self) -> int | None:
+        """Tokens of history no request may reach: the hard mark, or a refusal's fit."""
+        return self.accounting.limit(self.fit)
+
+
+Step: TypeAlias = tuple[MachineState, tuple[Action, ...]]
+
+
+def step(state: MachineState, event: Event) -> Step:
+    """The state after ``event``, and the actions it calls for. Raises nothing: every
+    failure is an action (a skip, a fallback, a stop)."""
+    match event:
+        case Boundary():
+            return _boundary(state, event.snapshot, event.now)
+        case Manual():
+            return _manual(state, event)
+        case SummaryReady():
+            return _ready(state, event)
+        case SummaryFailed():
+            return _failed(state, event)
+        case _:  # pragma: no cover - the union is exhausted above
+            assert_never(event)
+
+
+# -- boundaries ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class _Work:
+    """What one step builds up: the state so far and the actions, in order."""
+
+    state: MachineState
+    actions: list[Action]
+
+    def add(self, action: Action) -> None:
+        self.actions.append(action)
+        if isinstance(action, Stub):
+            self.set(stubbing=self.state.stubbing | frozenset(action.stubs.seqs))
+
+    def set(self, **changes: object) -> None:
+        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
+
+    def done(self) -> Step:
+        return self.state, tuple(self.actions)
+
+
+def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
+    work = _Work(state, [])
+    _new_boundary(work, snap)
+    if snap.cause == "round":
+        work.set(strikes=0)  # a request went and came back: what follows is a new attempt
+    # a refusal that taught the window (and so a smaller output reserve) needs no more when
+    # what the provider counted of the request fits what it takes
+    taught = work.state.accounting is not state.accounting
+    state = work.state
+    if state.phase is Phase.STOPPED:
+        return work.done()  # the sampler stops the turn; nothing more is decided for it
+    acc = state.accounting
+    ruler = Ruler(acc)
+    view = _view(state, ruler, snap)
+    landed = snap.last_compaction_seq != state.seen_compaction
+    if landed:
+        work.set(
+            seen_compaction=snap.last_compaction_seq, forecast=state.forecast.reset_to(view.tokens)
+        )
+    limit = state.limit()
+    refused = snap.cause == "refused" and not taught
+    if snap.cause == "seed" and not _over(view, limit):
+        # the state a session starts from was decided on before it stopped (what was decided
+        # is in the log): deciding again with a memory that starts empty would send another
+        # request than the one the stopped process sent; over the limit it is decided anew
+        work.set(forecast=work.state.forecast.sending(view.tokens))
+        return work.done()
+    if not acc.settings.auto_compact:
+        if _over(view, limit) or refused:
+            _stop(work, ruler.cannot_fit(view, limit or view.guard, "auto compaction is off"))
+        return work.done()
+    view, capped = ruler.capped(view)
+    if capped is not None:
+        work.add(Stub(capped))
+    decision = _trigger(work.state, ruler, view, snap)
+    if decision.action != "none" and acc.threshold is None:
+        work.add(Decided(decision, snap.round))
+    if snap.cause == "round":
+        floor = (view.tokens or 0) - ruler.old_output_savings(view)
+        work.set(forecast=work.state.forecast.observe(view.tokens, floor, now))
+    else:
+        work.set(forecast=work.state.forecast.sending(view.tokens))
+    if snap.looping is not None and snap.turn_open:
+        _stop_loop(work, snap)
+        return work.done()
+    if work.state.phase is Phase.IDLE:
+        view = _phase_plan(work, ruler, view, decision, now)
+    if acc.threshold is not None:
+        if work.state.phase is Phase.IDLE:
+            _threshold(work, ruler, view, now)
+    elif acc.active:
+        # stubs go on while a summary is made; a new summary only when none is
+        view = _watermarks(work, ruler, view, decision, landed, now)
+    if _over(view, limit) or refused:
+        _relieve(work, ruler, view, limit, now, refused=refused)
+    job = work.state.job
+    if job is not None and (
+        job.hold or not acc.settings.background_compaction or _over(view, limit)
+    ):
+        work.add(Hold())
+    return work.done()
+
+
+def _new_boundary(work: _Work, snap: Snapshot) -> None:
+    """What a boundary settles before anything is decided: the plan the sampler applied or
+    dropped, the turn that changed (a stop, a refusal's figures belong to one turn), a
+    window or fit a refusal stated."""
+    state = work.state
+    if state.stubbing:
+        outputs = {e.seq for e in snap.history if isinstance(e.item, FunctionCallOutput)}
+        work.set(stubbing=(state.stubbing & outputs) - snap.stubbed)
+    work.set(latest=snap)
+    plan = state.plan
+    if plan is not None and (
+        snap.last_compaction_seq != plan.based_on_compaction_seq
+        or (snap.cause == "dropped" and snap.dropped == plan.id)
+    ):
+        work.set(plan=None, phase=Phase.IDLE if state.phase is Phase.ADVISED else state.phase)
+        if snap.cause == "dropped":
+            work.add(Skipped(snap.dropped_why or f"plan {plan.id} was not applied"))
+    if snap.turn != state.turn or not snap.turn_open:
+        work.set(turn=snap.turn, fit=None, ratio=None, strikes=0)
+        if work.state.phase is Phase.STOPPED:
+            work.set(phase=Phase.IDLE)
+    refusal = snap.refusal if snap.cause == "refused" else None
+    if refusal is not None:
+        fits = [f for f in (work.state.fit, refusal.fit) if f is not None]
+        work.set(fit=min(fits) if fits else None, ratio=refusal.ratio or work.state.ratio)
+        if refusal.window is not None:
+            # a stated window too small to hold anything teaches nothing: the fit guards
+            with suppress(ConfigError):
+                work.set(accounting=work.state.accounting.with_window(refusal.window))
+
+
+def _view(state: MachineState, ruler: Ruler, snap: Snapshot) -> View:
+    """``snap`` as the next request carries it: with the stubs given to the sampler and not
+    yet written (it writes them before that request), at a refusal's ratio."""
+    view = ruler.view(snap, ratio=state.ratio)
+    counted = snap.refusal.tokens if snap.cause == "refused" and snap.refusal else None
+    if counted is not None and counted > view.guard:
+        # the request the provider refused was as large as it counted, whatever the estimate
+        view = replace(view, guard=counted, tokens=max(view.tokens or 0, counted))
+    pending = tuple(sorted(state.stubbing - view.stubbed))
+    if pending:
+        view, _ = ruler.stubbed(view, pending, "given to the sampler")
+    return view
+
+
+def _over(view: View, limit: int | None) -> bool:
+    return limit is not None and view.guard >= limit
+
+
+def _trigger(state: MachineState, ruler: Ruler, view: View, snap: Snapshot) -> PolicyDecision:
+    """The watermark the figure crossed. On the seed's threshold the figure is the reported
+    usage (none reported: none crossed), against the threshold as the compaction mark."""
+    acc = state.accounting
+    if acc.threshold is None:
+        return ruler.decision(view)
+    reported = snap.usage.total_tokens if snap.usage is not None else None
+    status = TokenStatus(
+        tokens=reported, estimated=False, reported=reported, estimated_since=0, chars_per_token=4.0
+    )
+    scale = max(1, round(acc.threshold / acc.marks.compact))
+    return decide(status, scale, acc.marks)
+
+
+def _stop(work: _Work, message: str, kind: Literal["loop", "overflow"] = "overflow") -> None:
+    work.set(phase=Phase.STOPPED, job=None, plan=None, strikes=0)
+    work.add(Stop(kind, message))
+
+
+def _stop_loop(work: _Work, snap: Snapshot) -> None:
+    """Stop the turn: the ledger found a real compaction loop (the message names the
+    figures)."""
+    acc = work.state.accounting
+    budget = acc.budget
+    message = loop_message(
+        snap.looping or (),
+        turn=snap.turn,
+        compactions=snap.turn_compactions,
+        context_window=budget.context_window if budget else None,
+        usable=budget.usable if budget else None,
+        tool_tokens=acc.tool_tokens,
+        chars_per_token=snap.status.chars_per_token,
+    )
+    _stop(work, message, "loop")
+
+
+def _start(
+    work: _Work,
+    view: View,
+    *,
+    covers_through: int,
+    reason: str,
+    kind: JobKind,
+    urgent: bool,
+    hold: bool,
+    now: float,
+    focus: str | None = None,
+    ask_id: int = 0,
+    reground: bool = False,
+    tokens: int | None = None,
+) -> Job:
+    """Start a summary job (the shell makes it; ``SummaryReady`` or ``SummaryFailed`` ends
+    it). Every ``reground_every``-th automatic one is made from the original records."""
+    state = work.state
+    snap = view.snapshot
+    every = state.accounting.settings.reground_every
+    due = every > 0 and kind not in ("manual",) and snap.fulls_since_reground + 1 >= every
+    job = Job(
+        id=state.serial + 1,
+        snapshot=snap,
+        covers_through=covers_through,
+        reason=reason,
+        tokens=tokens
+        if tokens is not None
+        else view.tokens
+        if view.tokens is not None
+        else view.guard,
+        estimated=view.tokens is None or snap.status.estimated,
+        urgent=urgent,
+        hold=hold,
+        kind=kind,
+        focus=focus,
+        ask_id=ask_id,
+        started=now,
+        reground=reground or due,
+        fraction=state.accounting.fraction(view.tokens),
+    )
+    work.set(serial=job.id, job=job, phase=Phase.SUMMARIZING)
+    work.add(Summarize(job))
+    if hold:
+        work.add(Hold())
+    return job
+
+
+def _phase_plan(
+    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float
+) -> View:
+    """A full compaction at the end of a phase, in every mode: a milestone above the soft
+    mark (the preferred place, taken there rather than a few rounds later, and the summary
+    is told the phase that ended), or ``compact_every_turns`` turns finished since the last
+    one. The next request waits for it."""
+    snap = view.snapshot
+    every = work.state.accounting.settings.compact_every_turns
+    by_turns = every > 0 and not snap.turn_open and snap.turns_since_compaction >= every
+    at_milestone = snap.cause == "milestone" and decision.action != "none"
+    if not (by_turns or at_milestone):
+        return view
+    covers = ruler.cut(view, None)
+    if ruler.coverable(view, covers) < 2:
+        return view
+    if at_milestone:
+        reason = f"milestone {snap.milestone!r} reached above the soft mark"
+        focus: str | None = (
+            f"The phase {snap.milestone!r} has just ended: summarize it as a finished "
+            "phase (what it set out to do, what it found, what it left for later)."
+        )
+    else:
+        reason = f"{snap.turns_since_compaction} turns since the last compaction"
+        focus = None
+    _start(
+        work,
+        view,
+        covers_through=covers,
+        reason=reason,
+        kind="phase",
+        urgent=False,
+        hold=True,
+        now=now,
+        focus=focus,
+    )
+    return view
+
+
+def _threshold(work: _Work, ruler: Ruler, view: View, now: float) -> None:
+    """The seed's rule: after a committed round whose reported usage reached the threshold
+    (with four entries or more), a summary of everything, which the next round waits for;
+    not again until usage grew by ``MIN_GROWTH`` of the threshold since the last one."""
+    snap = view.snapshot
+    acc = work.state.accounting
+    threshold = acc.threshold
+    if snap.cause != "round" or threshold is None:
+        return
+    tokens = snap.usage.total_tokens if snap.usage is not None else None
+    decision = decide_compaction(
+        tokens=tokens, threshold=threshold, history_length=len(snap.history)
+    )
+    if not decision.compact or tokens is None:
+        return
+    hold = work.state.hold_until
+    if hold is not None and tokens < hold:
+        return  # a summary made at this size was no smaller than what it replaced
+    work.set(hold_until=None)
+    base = snap.usage_after_compaction
+    if base is not None and tokens - base < threshold * MIN_GROWTH:
+        # what a compaction keeps (summary, recent user words) is itself over the threshold:
+        # compacting again now would free almost nothing, round after round
+        work.add(
+            Skipped(
+                f"Reported token usage {tokens} reached the compaction threshold {threshold}, "
+                f"but only {tokens - base} tokens were added since the last compaction (which "
+                f"left {base}); not compacting again until {int(threshold * MIN_GROWTH)} more. "
+                "Lower user_budget_chars or raise the threshold."
+            )
+        )
+        return
+    cap = acc.settings.max_compactions_per_turn
+    if snap.turn_open and snap.turn_compactions >= cap:
+        work.add(
+            Skipped(f"{snap.turn_compactions} compactions this turn already (the cap is {cap})")
+        )
+        return
+    _start(
+        work,
+        view,
+        covers_through=ruler.cover(view),
+        reason=decision.reason,
+        kind="threshold",
+        urgent=True,
+        hold=True,
+        now=now,
+        tokens=tokens,
+    )
+
+
+def _watermarks(
+    work: _Work,
+    ruler: Ruler,
+    view: View,
+    decision: PolicyDecision,
+    landed: bool,
+    now: float,
+) -> View:
+    """The watermark triggers: past a compaction that left too much, stubs (then a digest);
+    past the soft mark a batch of stubs; at the compaction mark, or earlier when the forecast
+    says a plan asked a round later would land too late, a summary in the background."""
+    snap = view.snapshot
+    if decision.action == "none":
+        work.set(armed=True)
+        return view
+    if landed and snap.turn_compactions:
+        before = work.state.phase
+        view, decision = _after_compaction(work, ruler, view, decision)
+        if work.state.phase is not before:
+            return view  # a digest was advised
+    if _micro_due(work.state, ruler, decision):
+        stubbed = ruler.stub_old(
+            view,
+            ruler.keep_rounds(view),
+            decision.reason,
+            batch_free=ruler.min_free_tokens(work.state.forecast.steps),
+        )
+        if stubbed is not None:
+            view, stubs = stubbed
+            work.add(Stub(stubs))
+            decision = ruler.decision(view)
+            work.set(armed=False, forecast=work.state.forecast.reset_to(view.tokens))
+    if work.state.phase is Phase.IDLE:
+        _maybe_plan(work, ruler, view, decision, now)
+    return view
+
+
+def _micro_due(state: MachineState, ruler: Ruler, decision: PolicyDecision) -> bool:
+    """Whether to stub now: with ``micro_min_free`` 0, every round past the soft mark; else
+    once per crossing of the soft mark, at the compaction mark or above, or before it once
+    the next round may reach it at the largest recent growth."""
+    acc = state.accounting
+    if not acc.settings.micro_min_free:
+        return True
+    if not state.armed:
+        return False
+    if decision.action != "microcompact" or decision.tokens is None:
+        return True
+    steps = state.forecast.steps
+    if not steps:
+        return True
+    return decision.tokens + max(steps) >= acc.marks.compact * acc.usable
+
+
+def _maybe_plan(
+    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float
+) -> None:
+    """A summary job at the compaction mark, or earlier (past the soft mark) when at the
+    recent growth it would not be back before the hard mark; none while a skipped one's hold
+    lasts below the hard mark, or when it cannot free enough."""
+    state = work.state
+    acc = state.accounting
+    if decision.tokens is None:
+        return
+    late = None
+    if decision.action == "microcompact" and acc.settings.background_compaction:
+        late = state.forecast.lands_late(
+            decision.tokens,
+            usable=acc.usable,
+            marks=acc.marks,
+            micro_min_free=acc.settings.micro_min_free,
+            armed=state.armed,
+        )
+    if decision.action not in ("compact", "block") and late is None:
+        return
+    blocking = decision.action == "block"
+    if view.snapshot.cause == "refused":
+        return  # the provider's refusal: ``_relieve`` answers it, in its own steps
+    if blocking and state.strikes:
+        return  # a summary was tried at this limit already: the next steps are ``_relieve``'s
+    hold = state.hold_until
+    if not blocking and hold is not None and decision.tokens < hold:
+        return
+    work.set(hold_until=None)
+    why_not = ruler.not_worth(view, decision)
+    if why_not is not None:
+        work.add(Skipped(why_not))
+        return
+    covers = ruler.cut(view, None)
+    if not blocking and ruler.absorbs_newest_round(view, covers):
+        # what the model just asked for would go: it would ask again, and this frees the
+        # room only for that; below the hard mark the turn goes on as it is
+        work.add(
+            Skipped(
+                f"{decision.reason}; not compacting below the hard mark: the turn's newest "
+                "round does not fit beside a summary, and it is what the model just read"
+            )
+        )
+        return
+    if not blocking and not ruler.frees_enough(view, covers, state.forecast.steps):
+        return  # below the hard mark a plan that frees too little is not applied: nor asked
+    _start(
+        work,
+        view,
+        covers_through=covers,
+        reason=decision.reason if late is None else f"{decision.reason}; {late}",
+        kind="hard" if blocking else "auto",
+        urgent=blocking,
+        hold=blocking,
+        now=now,
+    )
+    if blocking:
+        work.set(strikes=work.state.strikes + 1)
+
+
+def _after_compaction(
+    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision
+) -> tuple[View, PolicyDecision]:
+    """A compaction just landed and left more than the target: stub what it kept but the
+    rounds spared; at or above the soft mark, every round but the open turn's; and when that
+    still leaves the soft mark crossed, the no-model fallback (or why not). Between the
+    target and the soft mark the lossy digest is not worth it."""
+    marks = work.state.accounting.marks
+    if (decision.fraction or 0.0) <= marks.target:
+        return view, decision
+    for keep in _after_keeps(ruler, view, marks.keep_rounds):
+        stubbed = ruler.stub_old(view, keep, decision.reason)
+        if stubbed is not None:
+            view, stubs = stubbed
+            work.add(Stub(stubs))
+            decision = ruler.decision(view)
+        fraction = decision.fraction or 0.0
+        if fraction <= marks.target or fraction < marks.soft:
+            return view, decision
+    why_not = ruler.not_worth(view, decision)
+    if why_not is not None:
+        work.add(Skipped(why_not))
+        return view, decision
+    reason = (
+        f"after compaction {decision.tokens} tokens are {decision.fraction:.0%} of the "
+        f"usable {work.state.accounting.usable}, above the soft mark {marks.soft:.0%}"
+    )
+    plan = ruler.fallback_plan(view, reason, None) if work.state.phase is Phase.IDLE else None
+    if plan is not None:
+        _advise(work, ruler, view, plan)
+    return view, decision
+
+
+def _after_keeps(ruler: Ruler, view: View, keep_rounds: int) -> Sequence[int]:
+    """The rounds spared by the stubs after a compaction: first the usual, then (at or
+    above the soft mark) only the open turn's, if fewer."""
+    snap = view.snapshot
+    turn = ruler.turn_rounds(view) if snap.turn_open else 0
+    keeps = [ruler.keep_rounds(view)]
+    if min(keep_rounds, turn) < keep_rounds:
+        keeps.append(min(keep_rounds, turn))
+    return keeps
+
+
+def _relieve(
+    work: _Work,
+    ruler: Ruler,
+    view: View,
+    limit: int | None,
+    now: float,
+    *,
+    refused: bool,
+) -> None:
+    """The next request would reach the limit (or the provider refused it): wait for the
+    summary in flight or the plan advised; else one more step each time, until it fits or
+    the turn stops: a summary that keeps what of the turn fits; every older output stubbed
+    and everything digested without a model (the turn's newest reads kept when they fit
+    beside it); everything digested, nothing kept; then the stop with the figures."""
+    state = work.state
+    if state.phase is not Phase.IDLE:
+        return  # a summary is being made, or a plan is with the sampler: wait for either
+    freed = any(isinstance(a, Stub | Apply) for a in work.actions)
+    if not _over(view, limit) and (freed or not refused):
+        return  # what this boundary stubbed already brings the request under
+    snap = view.snapshot
+    settings = state.accounting.settings
+    capped = snap.turn_open and snap.turn_compactions >= settings.max_compactions_per_turn
+    level = state.strikes
+    work.set(strikes=level + 1)
+    target = limit if limit is not None else view.guard
+    if snap.turn_open and limit is not None and ruler.floor(view) >= limit:
+        # what the turn cannot do without is over the limit by itself: absorbing its newest
+        # round would only make a model that reads each request alone read it again
+        why = "nothing can be freed that the turn can do without"
+        _stop(work, ruler.cannot_fit(view, limit, why))
+        return
+    if level == 0 and not capped and _summary_relieves(work, ruler, view, target, refused, now):
+        return
+    if level <= 1:
+        stubbed = ruler.stub_old(view, 0, f"at the limit of {target} tokens", min_chars=1)
+        if stubbed is not None:
+            view, stubs = stubbed
+            work.add(Stub(stubs))
+            if not _over(view, limit) and not refused:
+                return
+        if not capped and _digest(work, ruler, view, limit, target, keep_reads=True):
+            return
+        if stubbed is not None:
+            return  # the stubs go first; their boundary decides the next step
+    if level <= 2 and not capped and _digest(work, ruler, view, limit, target, keep_reads=False):
+        return
+    why = (
+        f"the turn made {snap.turn_compactions} compactions already (the cap is "
+        f"{settings.max_compactions_per_turn})"
+        if capped
+        else "compaction, stubs and a digest of everything cannot free more"
+    )
+    _stop(work, ruler.cannot_fit(view, target, why))
+
+
+def _summary_relieves(
+    work: _Work, ruler: Ruler, view: View, target: int, refused: bool, now: float
+) -> bool:
+    """Ask for a summary that keeps what of the turn fits (after a refusal, half of what
+    the provider takes), when it would free anything; True when asked."""
+    state = work.state
+    fit = state.fit
+    covers = ruler.cut(view, None if fit is None else int(fit * state.accounting.marks.target))
+    after = ruler.after_tokens(view, covers, SUMMARY_ALLOWANCE_CHARS)
+    if ruler.coverable(view, covers) < 2 or after is None or after >= view.guard:
+        work.add(Skipped(f"a summary would free nothing of {view.guard} tokens"))
+        return False
+    refused = refused or view.snapshot.cause == "refused"
+    why = "the provider refused the request as too long" if refused else "at the hard mark"
+    _start(
+        work,
+        view,
+        covers_through=covers,
+        reason=f"{why}: {view.guard} tokens, the limit is {target}",
+        kind="refusal" if refused else "hard",
+        urgent=True,
+        hold=True,
+        now=now,
+    )
+    return True
+
+
+def _digest(
+    work: _Work,
+    ruler: Ruler,
+    view: View,
+    limit: int | None,
+    target: int,
+    *,
+    keep_reads: bool,
+) -> bool:
+    """Give a no-model digest of everything the turn may cover, when it frees anything; the
+    turn's newest reads re-attached only when asked and when they fit well under ``target``
+    beside it. True when given."""
+    if not ruler.everything_frees(view, limit):
+        return False
+    plan = ruler.fallback_plan(
+        view,
+        f"no plan brings the request under the limit of {target} tokens",
+        ruler.cover(view),
+        limit=limit,
+    )
+    if plan is None:
+        return False
+    if plan.reattach:
+        marks = work.state.accounting.marks
+        after = ruler.plan_tokens(view, plan)
+        roomy = after is not None and after <= target * marks.target / marks.hard
+        if not (keep_reads and roomy):
+            plan = replace(plan, reattach=())
+    return _advise(work, ruler, view, plan)
+
+
+def _advise(work: _Work, ruler: Ruler, view: View, plan: Plan) -> bool:
+    """Give ``plan`` to the sampler, unless it would grow history (said); True when given."""
+    grows = ruler.grows(view, plan)
+    if grows is not None:
+        work.add(Skipped(f"not applied: {grows}"))
+        return False
+    plan = replace(plan, id=work.state.serial + 1)
+    work.set(serial=plan.id, plan=plan, phase=Phase.ADVISED)
+    work.add(Apply(plan))
+    return True
+
+
+# -- asks and summaries ----------------------------------------------------------------------
+
+
+def _manual(state: MachineState, event: Manual) -> Step:
+    """A manual compaction, on the newest boundary: answered at once when there is nothing
+    to compact or a compaction is under way; else its summary, which the asker waits for."""
+    work = _Work(state, [Answer(event.ask_id)])
+    snap = state.latest
+    if snap is None or state.phase is not Phase.IDLE:
+        return work.done()
+    ruler = Ruler(state.accounting)
+    view = _view(state, ruler, snap)
+    covers = ruler.cover(view)
+    if ruler.coverable(view, covers) < 2:
+        work.add(Skipped("manual compaction: nothing to compact"))
+        return work.done()
+    _start(
+        work,
+        view,
+        covers_through=covers,
+        reason="manual compaction requested",
+        kind="manual",
+        urgent=False,
+        hold=True,
+        now=event.now,
+        focus=event.focus,
+        ask_id=event.ask_id,
+        reground=event.reground,
+    )
+    work.add(Hold())
+    return work.done()
+
+
+def _landing(state: MachineState, job_id: int, now: float) -> tuple[_Work, Job] | None:
+    job = state.job
+    if job is None or job.id != job_id or state.phase is not Phase.SUMMARIZING:
+        return None  # a job of a stopped turn, or one already ended
+    work = _Work(state, [Answer(job.ask_id)] if job.ask_id else [])
+    work.set(job=None, phase=Phase.IDLE, forecast=state.forecast.plan_took(now - job.started))
+    return work, job
+
+
+def _ready(state: MachineState, event: SummaryReady) -> Step:
+    """A summary came back: checked against the newest boundary, re-attaching what the turn
+    read; below the hard mark an automatic one that frees too little is not applied, and
+    none that grows history ever is."""
+    landing = _landing(state, event.job_id, event.now)
+    if landing is None:
+        return state, ()
+    work, job = landing
+    snap = work.state.latest or job.snapshot
+    ruler = Ruler(work.state.accounting)
+    view = _view(work.state, ruler, snap)
+    limit = work.state.limit()
+    blocked = _over(view, limit)
+    plan = event.plan
+    if plan.based_on_compaction_seq != snap.last_compaction_seq:
+        work.add(Skipped(f"stale plan for round {plan.round}: history was compacted since"))
+        return _unblock(work, ruler, view, limit, event.now)
+    if plan.covers_through > ruler.cover(view):
+        work.add(Skipped(f"plan for round {plan.round} covers a call still open"))
+        return _unblock(work, ruler, view, limit, event.now)
+    plan = ruler.with_reattach(view, plan)
+    acc = work.state.accounting
+    if job.kind == "auto" and acc.active and not blocked:
+        too_little = ruler.frees_too_little(view, plan, work.state.forecast.steps)
+        if too_little is not None:
+            work.add(Skipped(too_little))
+            work.set(
+                hold_until=(view.tokens or 0) + ruler.min_free_tokens(work.state.forecast.steps)
+            )
+            return work.done()
+    if not _advise(work, ruler, view, plan):
+        # not asked for again until the context grew by what a compaction must free
+        if acc.threshold is not None:
+            reported = snap.usage.total_tokens if snap.usage is not None else 0
+            work.set(hold_until=reported + int(acc.threshold * MIN_GROWTH))
+        else:
+            steps = work.state.forecast.steps
+            work.set(hold_until=(view.tokens or 0) + ruler.min_free_tokens(steps))
+        return _unblock(work, ruler, view, limit, event.now)
+    return work.done()
+
+
+def _failed(state: MachineState, event: SummaryFailed) -> Step:
+    """A summary failed: when the next request waits for it (or it was urgent), the digest
+    stands in at once; else nothing (a later boundary may ask again)."""
+    landing = _landing(state, event.job_id, event.now)
+    if landing is None:
+        return state, ()
+    work, job = landing
+    snap = work.state.latest or job.snapshot
+    ruler = Ruler(work.state.accounting)
+    view = _view(work.state, ruler, snap)
+    limit = work.state.limit()
+    if event.vetoed:
+        work.add(Skipped(event.error))
+        return _unblock(work, ruler, view, limit, event.now)
+    if job.urgent or _over(view, limit):
+        plan = ruler.fallback_plan(view, f"no plan to apply: {event.error}", None, limit=limit)
+        if plan is not None and _advise(work, ruler, view, plan):
+            return work.done()
+        return _unblock(work, ruler, view, limit, event.now)
+    work.add(Skipped(f"compaction failed: {event.error}"))
+    return work.done()
+
+
+def _unblock(work: _Work, ruler: Ruler, view: View, limit: int | None, now: float) -> Step:
+    """No plan came of a summary: a request held at the limit takes the next step."""
+    if _over(view, limit):
+        _relieve(work, ruler, view, limit, now, refused=False)
+    return work.done()
