@@ -37,6 +37,7 @@ from stowage.core import (
     SystemMessage,
     UserMessage,
     estimate_tokens,
+    tool_schema_tokens,
 )
 from stowage.policy import clip_to_fit, digest, drop_oldest_rounds, fallback_summary, round_groups
 from stowage.tools import SEARCH_TOOL
@@ -216,9 +217,15 @@ async def summarize(
                 break
             more = max(1, math.ceil((groups - dropped) * _TRIM_SHARE))
             dropped = min(groups, dropped + more)
-            # and whatever still does not fit is clipped to a smaller budget than before
+            # and whatever still does not fit is clipped to a smaller budget than before: what
+            # the provider said it takes, when it said, else a quarter less than was sent
             sent = estimate_tokens(request.input, ratio)
-            input_budget = max(1, int(min(input_budget or sent, sent) * (1 - _TRIM_SHARE)))
+            smaller = int(min(input_budget or sent, sent) * (1 - _TRIM_SHARE))
+            if exc.limit is not None:
+                reserve = request.max_output_tokens or 0
+                stated = int((exc.limit - reserve - tool_schema_tokens(request.tools)) * 0.95)
+                smaller = min(smaller, stated)
+            input_budget = max(1, smaller)
             log.warning("compaction_input_overflow", dropped_rounds=dropped, error=str(exc))
             publish(
                 CompactionFailed(

@@ -43,6 +43,7 @@ from stowage.core import (
     SessionState,
     user_ops,
 )
+from stowage.tools import MILESTONE_NAME_CHARS, MILESTONE_NOTE_CHARS
 
 __all__ = ["Session"]
 
@@ -269,10 +270,21 @@ class Session:
         ``MilestoneReached`` event. Above the soft mark the session compacts here (the
         summary is told the phase that ended) rather than a few rounds later.
 
-        Raises ``ConfigError`` for an empty name; otherwise as ``send`` does.
+        Raises ``ConfigError`` for an empty name, a name over 200 characters or a note over
+        2,000 (the model's ``mark_milestone`` tool takes the same); otherwise as ``send`` does.
         """
         if not name.strip():
             raise ConfigError("a milestone needs a name: say which phase of the work ended")
+        if len(name) > MILESTONE_NAME_CHARS:
+            raise ConfigError(
+                f"a milestone's name is {len(name):,} characters, more than the "
+                f"{MILESTONE_NAME_CHARS} it may have: name the phase, and say the rest in --note"
+            )
+        if note is not None and len(note) > MILESTONE_NOTE_CHARS:
+            raise ConfigError(
+                f"a milestone's note is {len(note):,} characters, more than the "
+                f"{MILESTONE_NOTE_CHARS:,} it may have: a sentence or two of what the phase left"
+            )
         reply: Reply[None] = Reply()
         await self._ask(Milestone(name=name.strip(), note=note or None, reply=reply))
         await self._wait(reply)

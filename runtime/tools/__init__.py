@@ -11,7 +11,13 @@ if TYPE_CHECKING:
     from ._decorator import DecoratedTool, tool
     from ._guard import DEFAULT_SECRET_PATTERNS
     from ._mcp import MCPServer, MCPTool, MCPToolSource, add_mcp_tools, mcp_server
-    from ._milestone import MILESTONE_TOOL, MilestoneArgs, with_milestone
+    from ._milestone import (
+        MILESTONE_NAME_CHARS,
+        MILESTONE_NOTE_CHARS,
+        MILESTONE_TOOL,
+        MilestoneArgs,
+        with_milestone,
+    )
     from ._recall import with_recall
     from ._registry import FunctionTool, ToolError, ToolRegistry, execute_call
     from ._search_history import SEARCH_TOOL, FindRecords, FoundRecords, search_history_tool
@@ -35,6 +41,8 @@ __all__ = [
     "FindRecords",
     "FoundRecords",
     "search_history_tool",
+    "MILESTONE_NAME_CHARS",
+    "MILESTONE_NOTE_CHARS",
     "MILESTONE_TOOL",
     "MilestoneArgs",
     "with_milestone",
@@ -52,6 +60,8 @@ _EXPORTS = {
     "add_mcp_tools": "._mcp",
     "mcp_server": "._mcp",
     "with_recall": "._recall",
+    "MILESTONE_NAME_CHARS": "._milestone",
+    "MILESTONE_NOTE_CHARS": "._milestone",
     "MILESTONE_TOOL": "._milestone",
     "MilestoneArgs": "._milestone",
     "with_milestone": "._milestone",

@@ -12,9 +12,20 @@ from stowage.core import Settings
 
 from ._registry import FunctionTool, ToolRegistry
 
-__all__ = ["MILESTONE_TOOL", "MilestoneArgs", "with_milestone"]
+__all__ = [
+    "MILESTONE_NAME_CHARS",
+    "MILESTONE_NOTE_CHARS",
+    "MILESTONE_TOOL",
+    "MilestoneArgs",
+    "with_milestone",
+]
 
 MILESTONE_TOOL = "mark_milestone"
+
+
+#: the most characters a milestone's name and note may have (the API and the tool alike)
+MILESTONE_NAME_CHARS = 200
+MILESTONE_NOTE_CHARS = 2_000
 
 
 class MilestoneArgs(pydantic.BaseModel):
@@ -22,9 +33,13 @@ class MilestoneArgs(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    name: str = pydantic.Field(min_length=1, max_length=200, description="the phase that ended")
+    name: str = pydantic.Field(
+        min_length=1, max_length=MILESTONE_NAME_CHARS, description="the phase that ended"
+    )
     note: str | None = pydantic.Field(
-        default=None, max_length=2000, description="what it found or left, in a sentence"
+        default=None,
+        max_length=MILESTONE_NOTE_CHARS,
+        description="what it found or left, in a sentence",
     )
 
 

@@ -125,7 +125,13 @@ async def test_below_the_soft_mark_a_milestone_is_recorded_and_nothing_is_compac
         await session.milestone("setup")
         with pytest.raises(ConfigError, match="needs a name"):
             await session.milestone("  ")
-    assert any(isinstance(e, MilestoneReached) for e in events)
+        # a name is a name: a 60,000-character one is refused, naming the figures, before
+        # anything is written (a summary request could never carry it)
+        with pytest.raises(ConfigError, match="60,000 characters, more than the 200"):
+            await session.milestone("x" * 60_000)
+        with pytest.raises(ConfigError, match="more than the 2,000"):
+            await session.milestone("setup", note="n" * 2_001)
+    assert sum(isinstance(e, MilestoneReached) for e in events) == 1
     assert not any(isinstance(e, HistoryCompacted) for e in events)
 
 
