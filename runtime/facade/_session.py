@@ -364,7 +364,7 @@ class Session:
             lost.__cause__ = failure.__cause__
             return lost
         if failure is not None:
-            return SessionFailed(f"session {self.id} stopped: {failure!r}")
+            return SessionFailed(f"session {self.id} stopped: {_root_cause(failure)!r}")
         return SessionClosed(f"session {self.id} closed")
 
     async def _ask(self, command: SamplerCommand) -> None:
@@ -402,7 +402,23 @@ class Session:
             if isinstance(self._failure, SessionLeaseLost):
                 lost = self._stopped_error()
                 raise lost from lost.__cause__
+            if self._failure is not None:
+                # the actor that answered may only have been cancelled by the one that failed:
+                # say what stopped the session, not the cancellation
+                stopped = self._stopped_error()
+                raise stopped from self._failure
             raise
         finally:
             self._waiting.discard(reply)
             self._last_active = anyio.current_time()
+
+
+def _root_cause(failure: BaseException) -> BaseException:
+    """What stopped a session: the first error inside an exception group that is not a
+    cancellation (the task group cancels the other actors when one fails), else ``failure``."""
+    if isinstance(failure, BaseExceptionGroup):
+        for inner in failure.exceptions:
+            found = _root_cause(inner)
+            if not isinstance(found, anyio.get_cancelled_exc_class()):
+                return found
+    return failure
