@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -59,6 +60,8 @@ class RunTools:
     interrupt: TurnInterrupt | None = None
     #: each call's ``ToolContext.output``
     output: OutputBudget | None = None
+    #: makes a piece of a call's output durable as it comes: ``progress(call_id, text)``
+    progress: Callable[[str, str], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ from stowage.core import (
     FunctionCallOutput,
     ItemRecord,
     ModelResponse,
+    ProgressRecord,
     Record,
     RequestManifest,
     RoundCommitted,
@@ -73,6 +74,12 @@ class RoundWriter:
         self.journal = journal
         self._log = log
 
+    async def progress(self, call_id: str, text: str) -> None:
+        """Make a piece of what a running call printed durable (a ``progress`` record; not a
+        boundary): a resume of a process killed mid-call shows it."""
+        seq = self.journal.state.last_seq + 1
+        await self.journal.write([ProgressRecord(seq=seq, call_id=call_id, text=text)])
+
     async def commit(
         self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
     ) -> None:
@@ -119,14 +126,19 @@ class RoundWriter:
         response: ModelResponse,
         tools: ExecutorInbox | None,
         interrupt: TurnInterrupt | None,
+        *,
+        refused: dict[str, FunctionCallOutput] | None = None,
     ) -> tuple[FunctionCallOutput, ...]:
         """One output per call, in order: calls the output limit cut off get an error output
-        and do not run; the tool executor runs the rest."""
+        and do not run, nor do ``refused`` ones (the policy's); the tool executor runs the
+        rest."""
         settings = self.ctx.settings
-        refused = cut_call_outputs(response, max_output_tokens=settings.max_output_tokens)
-        if refused:
-            self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(refused))
-        return await self.run_calls(round_, response.calls, refused, tools, interrupt)
+        cut = cut_call_outputs(response, max_output_tokens=settings.max_output_tokens)
+        if cut:
+            self._log.warning("tool_calls_cut_off", round=round_, calls=sorted(cut))
+        return await self.run_calls(
+            round_, response.calls, {**(refused or {}), **cut}, tools, interrupt
+        )
 
     async def run_calls(
         self,
@@ -156,6 +168,7 @@ class RoundWriter:
                 default_timeout=ctx.settings.tool_timeout,
                 limiter=ctx.tool_limiter,
                 output=output,
+                progress=self.progress,
             )
         elif runnable:
             reply: Reply[tuple[FunctionCallOutput, ...]] = Reply()
@@ -167,6 +180,7 @@ class RoundWriter:
                     reply=reply,
                     interrupt=interrupt,
                     output=output,
+                    progress=self.progress,
                 )
             )
             ran = await reply.wait()

@@ -186,8 +186,10 @@ class TurnRunner:
             return response
         # write-ahead: the calls are durable before any tool runs
         await self.journal.write(sampled)
-        await self.approvals.request(round_, calls)
-        outputs = await self.writer.run_tools(round_, response, self.tools(), self.interrupt)
+        refused = await self.approvals.request(round_, calls)
+        outputs = await self.writer.run_tools(
+            round_, response, self.tools(), self.interrupt, refused=refused
+        )
         await self.writer.commit_outputs(round_, outputs, response, usage=usage, manifest=manifest)
         await self._milestones_called(calls, outputs)
         return None

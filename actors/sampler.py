@@ -30,6 +30,7 @@ import anyio
 import structlog
 from stowage.core import (
     ApprovalError,
+    FunctionCall,
     FunctionCallOutput,
     ItemRecord,
     ModelError,
@@ -40,6 +41,7 @@ from stowage.core import (
     Settings,
 )
 from stowage.policy import Accounting
+from stowage.tools import after_crash
 
 from ._approvals import Approvals
 from ._checks import ResponseChecks
@@ -73,6 +75,15 @@ T = TypeVar("T")
 
 INTERRUPTED = (
     "interrupted: the session stopped before this call finished; it may or may not have run"
+)
+
+APPLIED_AFTER_CRASH = (
+    "applied: the session stopped before this call's output was logged; on restart the file "
+    "held its result, so it was applied (and not applied again)"
+)
+NOT_APPLIED_AFTER_CRASH = (
+    "not applied: the session stopped before this call finished; on restart the file was as "
+    "it had been before, so nothing changed (and it was not run again)"
 )
 
 
@@ -180,12 +191,26 @@ class Sampler:
         round_ = self.state.open_round or self.state.round + 1
         first = self.state.last_seq + 1
         records: list[Record] = [
-            ItemRecord(seq=first + i, item=interrupted_output(call_id), round=round_)
-            for i, call_id in enumerate(self.state.open_calls)
+            ItemRecord(seq=first + i, item=self._after_crash(call), round=round_)
+            for i, call in enumerate(self.state.open_calls.values())
         ]
         records.append(commit_record(round_, None, first, interrupted=True, offset=len(records)))
         self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
         await self._journal.write(records, boundary="recovered")
+
+    def _after_crash(self, call: FunctionCall) -> FunctionCallOutput:
+        """The output of a call whose process was killed before its output was logged: what
+        its tool finds (a write or an edit applied or not, by the file against the intended
+        result), else "interrupted" with what it printed so far; never run again here."""
+        applied = after_crash(self.ctx.tools.get(call.name), call)
+        if applied is not None:
+            text = APPLIED_AFTER_CRASH if applied else NOT_APPLIED_AFTER_CRASH
+            return FunctionCallOutput(call_id=call.call_id, output=text, is_error=not applied)
+        printed = self.state.partial.get(call.call_id)
+        if printed:
+            text = f"{INTERRUPTED}; it was not run again. What it had printed:\n{printed}"
+            return FunctionCallOutput(call_id=call.call_id, output=text, is_error=True)
+        return interrupted_output(call.call_id)
 
     async def _serve(self, command: SamplerCommand) -> None:
         match command:

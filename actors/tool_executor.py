@@ -6,8 +6,9 @@ the actors that has several calls to run at once (``ExecutorInbox``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
+from typing import TypeAlias
 
 import anyio
 import structlog
@@ -26,13 +27,16 @@ from ._interrupt import TurnInterrupt
 from ._messages import RunTools
 from ._queue import MailboxReceive, MailboxSend, open_mailbox
 
-__all__ = ["INTERRUPTED_CALL", "ExecutorInbox", "run_calls", "run_tool_executor"]
+__all__ = ["INTERRUPTED_CALL", "ExecutorInbox", "Progress", "run_calls", "run_tool_executor"]
 
 INTERRUPTED_CALL = (
     "interrupted: the turn was stopped before this call finished; it may or may not have run"
 )
 
 _log = structlog.get_logger("stowage.tools")
+
+#: makes a piece of what call ``call_id`` printed durable: ``progress(call_id, text)``
+Progress: TypeAlias = Callable[[str, str], Awaitable[None]]
 
 
 async def run_tool_executor(
@@ -58,6 +62,7 @@ async def run_tool_executor(
                 default_timeout=default_timeout,
                 limiter=limiter,
                 output=request.output,
+                progress=request.progress,
             )
             log.debug("tools_done", round=request.round, calls=len(outputs))
             request.reply.set(outputs)
@@ -74,12 +79,14 @@ async def run_calls(
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None = None,
     output: OutputBudget | None = None,
+    progress: Progress | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
     """Run one round's calls concurrently (at most ``limiter``'s tokens at once, shared by
     every session); every call gets exactly one output, in call order: a tool's exception,
     timeout, unknown name or bad arguments become error outputs, and calls the turn's
     ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure.
-    ``output``: each call's ``ToolContext.output``."""
+    ``output``: each call's ``ToolContext.output``; ``progress``: what makes a piece of a
+    call's output durable as it comes (``ToolContext.progress``)."""
     # what a call the turn's interrupt stopped keeps: it may or may not have run
     outputs: list[FunctionCallOutput] = [
         FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True) for c in calls
@@ -89,14 +96,14 @@ async def run_calls(
             # one call (most rounds): run it here, not in a task group of one
             await _run_one(
                 session_id, registry, calls[0], round_, outputs, 0, publish, default_timeout,
-                limiter, output,
+                limiter, output, progress,
             )  # fmt: skip
         else:
             async with anyio.create_task_group() as tg:
                 for index, call in enumerate(calls):
                     tg.start_soon(
                         _run_one, session_id, registry, call, round_, outputs, index, publish,
-                        default_timeout, limiter, output,
+                        default_timeout, limiter, output, progress,
                     )  # fmt: skip
     return tuple(outputs)
 
@@ -150,14 +157,21 @@ async def _run_one(
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None,
     budget: OutputBudget | None,
+    progress: Progress | None = None,
 ) -> None:
     publish(ToolStarted(session_id=session_id, round=round_, call_id=call.call_id, name=call.name))
+
+    async def printed(text: str) -> None:
+        assert progress is not None
+        await progress(call.call_id, text)
+
     context = ToolContext(
         session_id=session_id,
         round=round_,
         call_id=call.call_id,
         name=call.name,
         output=budget,
+        progress=printed if progress is not None else None,
     )
     if limiter is None:
         output = await execute_call(

@@ -25,6 +25,7 @@ from stowage.core import (
     ManifestSection,
     MicrocompactRecord,
     MilestoneRecord,
+    ProgressRecord,
     ProtectedRecord,
     Record,
     RequestManifest,
@@ -169,7 +170,16 @@ def _enc_approval(r: ApprovalRecord) -> dict[str, Any]:
     }  # fmt: skip
     if r.reason is not None:
         out["reason"] = r.reason
+    if r.detail is not None:
+        out["detail"] = r.detail
     return out
+
+
+def _enc_progress(r: ProgressRecord) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "progress",
+        "call_id": r.call_id, "text": r.text,
+    }  # fmt: skip
 
 
 def _enc_milestone(r: MilestoneRecord) -> dict[str, Any]:
@@ -214,6 +224,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ErrorRecord: _enc_error,
     SettingsChangedRecord: _enc_settings_changed,
     ApprovalRecord: _enc_approval,
+    ProgressRecord: _enc_progress,
     MilestoneRecord: _enc_milestone,
     ForkedFromRecord: _enc_forked_from,
     RewindRecord: _enc_rewind,
@@ -505,13 +516,20 @@ def _dec_approval(d: dict[str, Any]) -> ApprovalRecord:
         raise ValueError(
             f"field 'decision' must be 'requested', 'approved' or 'denied', got {decision!r}"
         )
-    reason = d.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ValueError(f"field 'reason' must be a string, got {type(reason).__name__}")
+    reason, detail = d.get("reason"), d.get("detail")
+    for name, value in (("reason", reason), ("detail", detail)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}")
     return ApprovalRecord(
         seq=_int(d, "seq"), ts=_str(d, "ts"), call_id=_str(d, "call_id"), decision=decision,
-        reason=reason,
+        reason=reason, detail=detail,
     )  # fmt: skip
+
+
+def _dec_progress(d: dict[str, Any]) -> ProgressRecord:
+    return ProgressRecord(
+        seq=_int(d, "seq"), ts=_str(d, "ts"), call_id=_str(d, "call_id"), text=_str(d, "text")
+    )
 
 
 def _dec_milestone(d: dict[str, Any]) -> MilestoneRecord:
@@ -558,6 +576,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {
     "protected": _dec_protected,
     "turn": _dec_turn,
     "error": _dec_error,
+    "progress": _dec_progress,
     "settings_changed": _dec_settings_changed,
     "approval": _dec_approval,
     "milestone": _dec_milestone,

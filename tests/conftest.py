@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -81,6 +82,15 @@ async def ensure_database(dsn: str) -> bool:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """``make test`` on a fresh PostgreSQL: the ``test`` database is made when missing."""
     asyncio.run(ensure_database(PG_DSN))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``bwrap`` needs bubblewrap: skipped without it, failed under CI."""
+    if item.get_closest_marker("bwrap") is not None and shutil.which("bwrap") is None:
+        why = "bubblewrap is not installed (run_command's sandbox; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

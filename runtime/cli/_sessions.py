@@ -293,6 +293,13 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
             },
         },
         "next_action": next_action,
+        "tools": {
+            "sandbox": settings.sandbox,
+            "approval": settings.approval,
+            "allow": list(settings.tool_allow),
+            "deny": list(settings.tool_deny),
+            "network": settings.sandbox_network,
+        },
     }
 
 
@@ -331,8 +338,20 @@ async def context_main(args: argparse.Namespace, store: LogStore) -> int:
             shown = f"{pct:5.1f}%" if pct is not None else "     -"
         lines.append(f"  {name:<14} {part['tokens']:>9,}  {shown}")
     lines.append(f"next: {report['next_action']}")
+    lines.append(_tools_line(report["tools"]))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _tools_line(tools: dict[str, Any]) -> str:
+    """What the session's tools may do, as the user said it."""
+    sandbox = tools["sandbox"]
+    if sandbox == "workspace-write":
+        sandbox += " (network)" if tools["network"] else " (no network)"
+    rules = "".join(
+        f"; {kind} {', '.join(tools[kind])}" for kind in ("allow", "deny") if tools[kind]
+    )
+    return f"tools: sandbox {sandbox}, approval {tools['approval']}{rules}"
 
 
 def export_text(

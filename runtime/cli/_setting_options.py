@@ -114,6 +114,16 @@ def add_setting_options(
                 help=help_text,
             )
             continue
+        if typing.get_origin(info.annotation) is tuple:
+            parser.add_argument(
+                info.cli,
+                dest=info.name,
+                default=None,
+                action="append",
+                metavar=info.metavar,
+                help=f"{help_text} (repeat it for more)",
+            )
+            continue
         parser.add_argument(
             info.cli,
             dest=info.name,
@@ -126,11 +136,13 @@ def add_setting_options(
 
 def typed_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the user typed as options (None: not typed), by name."""
-    return {
+    typed = {
         info.name: getattr(args, info.name)
         for info in setting_infos()
         if info.cli is not None and getattr(args, info.name, None) is not None
     }
+    # a repeated option gives a list: the setting holds a tuple
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in typed.items()}
 
 
 def settings_table() -> str:

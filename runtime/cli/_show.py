@@ -18,6 +18,7 @@ from stowage.core import (
     ItemRecord,
     MicrocompactRecord,
     MilestoneRecord,
+    ProgressRecord,
     ProtectedRecord,
     Record,
     RequestManifest,
@@ -175,6 +176,10 @@ def render_transcript(
             case ApprovalRecord(call_id=call_id, decision=decision, reason=reason):
                 why = f": {reason}" if reason else ""
                 lines.append(f"#{record.seq:<5} ** approval {decision} for call {call_id}{why}")
+            case ProgressRecord(call_id=call_id, text=text):
+                lines.append(
+                    f"#{record.seq:<5} .. call {call_id} printed {len(text):,} characters so far"
+                )
             case ForkedFromRecord(parent_id=parent_id, through_seq=through, through_round=round_):
                 lines.append(
                     f"#{record.seq:<5} >> forked from session {parent_id} at round {round_}: "

@@ -137,6 +137,7 @@ if TYPE_CHECKING:
         ManifestSection,
         MicrocompactRecord,
         MilestoneRecord,
+        ProgressRecord,
         ProtectedRecord,
         Record,
         RequestManifest,
@@ -156,6 +157,7 @@ if TYPE_CHECKING:
         SettingInfo,
         Settings,
         new_session_id,
+        parse_rule,
         setting_infos,
         validate_session_id,
     )
@@ -171,6 +173,8 @@ if TYPE_CHECKING:
     )
     from ._tool import (
         ApprovalError,
+        Effect,
+        EffectKind,
         OutputBudget,
         Tool,
         ToolCancelled,
@@ -183,6 +187,7 @@ __all__ = [
     "MilestoneRecord",
     "SettingInfo",
     "setting_infos",
+    "parse_rule",
     "LineCache",
     "ManifestSection",
     "RequestManifest",
@@ -255,6 +260,7 @@ __all__ = [
     "LogStore",
     "Durability",
     "MicrocompactRecord",
+    "ProgressRecord",
     "Microcompacted",
     "ModelAuthError",
     "ModelConnectionError",
@@ -319,6 +325,8 @@ __all__ = [
     "configure_logging",
     "current_tool_context",
     "OutputBudget",
+    "Effect",
+    "EffectKind",
     "default_stub",
     "PREVIEW_MIN_CHARS",
     "entry_chars",
@@ -466,6 +474,7 @@ _EXPORTS = {
     "RewindRecord": "._records",
     "ItemRecord": "._records",
     "MicrocompactRecord": "._records",
+    "ProgressRecord": "._records",
     "ProtectedRecord": "._records",
     "Record": "._records",
     "RoundCommittedRecord": "._records",
@@ -481,6 +490,7 @@ _EXPORTS = {
     "Settings": "._settings",
     "SettingInfo": "._settings",
     "setting_infos": "._settings",
+    "parse_rule": "._settings",
     "new_session_id": "._settings",
     "validate_session_id": "._settings",
     "entry_chars": "._sizes",
@@ -501,6 +511,8 @@ _EXPORTS = {
     "ToolContext": "._tool",
     "current_tool_context": "._tool",
     "OutputBudget": "._tool",
+    "Effect": "._tool",
+    "EffectKind": "._tool",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -27,6 +27,7 @@ __all__ = [
     "ForkedFromRecord",
     "ItemRecord",
     "MicrocompactRecord",
+    "ProgressRecord",
     "ProtectedRecord",
     "Record",
     "RewindRecord",
@@ -274,7 +275,22 @@ class ApprovalRecord:
     ts: str = field(default_factory=now_ts, compare=False)
     call_id: str
     decision: Literal["requested", "approved", "denied"]
+    #: why: the policy's reason for asking, or the person's for denying
     reason: str | None = None
+    #: what the call will do, as a person approves it (the diff of an edit, the full command
+    #: line), made when it was requested: every view shows the same
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressRecord:
+    """A piece of what a call that is still running printed (a command's output, written as
+    it comes): what a resume shows of a call the process was killed in, never history."""
+
+    seq: int
+    ts: str = field(default_factory=now_ts, compare=False)
+    call_id: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -340,6 +356,7 @@ Record: TypeAlias = (
     | ErrorRecord
     | SettingsChangedRecord
     | ApprovalRecord
+    | ProgressRecord
     | MilestoneRecord
     | ForkedFromRecord
     | RewindRecord

@@ -33,6 +33,7 @@ from ._records import (
     ItemRecord,
     MicrocompactRecord,
     MilestoneRecord,
+    ProgressRecord,
     ProtectedRecord,
     Record,
     RewindRecord,
@@ -48,6 +49,16 @@ __all__ = ["SessionState", "replay"]
 
 # the weight, in tokens, a compaction record's carried ratio has against new reports
 _CALIBRATION_CARRY = 1000
+# what of an open call's progress is kept: its first and last characters
+_PARTIAL_KEEP = 4000
+
+
+def _head_and_tail(text: str) -> str:
+    """``text``, or its head and tail when it is longer than twice ``_PARTIAL_KEEP``."""
+    if len(text) <= 2 * _PARTIAL_KEEP:
+        return text
+    cut = len(text) - 2 * _PARTIAL_KEEP
+    return f"{text[:_PARTIAL_KEEP]}\n[... {cut} characters ...]\n{text[-_PARTIAL_KEEP:]}"
 
 
 @dataclass(eq=False, slots=True)  # one per live session: no per-instance dict
@@ -73,6 +84,10 @@ class SessionState:
     approvals: dict[str, str] = field(default_factory=dict)
     #: the reasons given with denials, by call id
     denial_reasons: dict[str, str] = field(default_factory=dict)
+    #: what each call awaiting approval will do (``ApprovalRecord.detail``), by call id
+    approval_details: dict[str, str] = field(default_factory=dict)
+    #: what open calls printed so far (``progress`` records), head and tail kept, by call id
+    partial: dict[str, str] = field(default_factory=dict)
     stubbed: set[int] = field(default_factory=set)
     protected_ops: list[dict[str, Any]] = field(default_factory=list)
     protected_snapshot: dict[str, Any] | None = None
@@ -145,6 +160,7 @@ class SessionState:
                 self.open_round = None
                 self.approvals = {}
                 self.denial_reasons = {}
+                self.approval_details = {}
                 self.round_usage = record.usage
                 if record.usage is not None:
                     self.last_usage = record.usage
@@ -212,10 +228,16 @@ class SessionState:
                 pass  # identity, not history: see ``core._identity``
             case ForkedFromRecord() | RewindRecord():
                 pass  # where the history came from: see ``core._lineage``
+            case ProgressRecord():
+                if record.call_id in self.open_calls:
+                    so_far = self.partial.get(record.call_id, "") + record.text
+                    self.partial[record.call_id] = _head_and_tail(so_far)
             case ApprovalRecord():
                 if record.call_id not in self.open_calls:
                     raise self._corrupt(record, f"approval for {record.call_id}, not an open call")
                 self.approvals[record.call_id] = record.decision
+                if record.detail:
+                    self.approval_details[record.call_id] = record.detail
                 if record.decision == "denied":
                     self.denial_reasons[record.call_id] = record.reason or ""
 
@@ -267,6 +289,8 @@ class SessionState:
             if self.ledger is not None:
                 self.ledger.call(item, record.seq)
         elif isinstance(item, FunctionCallOutput):
+            if self.partial:
+                self.partial.pop(item.call_id, None)
             if self.open_calls.pop(item.call_id, None) is None:
                 raise self._corrupt(record, f"output for unknown call {item.call_id!r}")
             if self.ledger is not None:

@@ -467,6 +467,58 @@ class Settings:
             "secret-looking (never the session store)"
         ),
     ] = ()
+    sandbox: Annotated[
+        Literal["read-only", "workspace-write", "full"],
+        setting(
+            "what the workspace tools may change: read-only (nothing: no tool writes, edits or "
+            "runs a command), workspace-write (write_file, edit_file and run_command, confined "
+            "to the workspace; commands in a bubblewrap sandbox without network), or full "
+            "(commands unconfined: only when you trust what runs)",
+            cli="--sandbox",
+        ),
+    ] = "read-only"
+    approval: Annotated[
+        Literal["untrusted", "on-request", "never"],
+        setting(
+            "when a call that acts waits for your word: untrusted (every write, edit and "
+            "command), on-request (only what the sandbox cannot confine), never (nothing "
+            "waits; what the sandbox refuses is refused)",
+            cli="--approval",
+        ),
+    ] = "on-request"
+    tool_allow: Annotated[
+        tuple[str, ...],
+        setting(
+            "rules TOOL:PATTERN (shell-style) of calls that run without asking, e.g. "
+            "'run_command:pytest *' or 'write_file:docs/*'; the sandbox still confines them",
+            cli="--allow",
+            metavar="TOOL:PATTERN",
+        ),
+    ] = ()
+    tool_deny: Annotated[
+        tuple[str, ...],
+        setting(
+            "rules TOOL:PATTERN of calls refused whatever else says (TOOL may be *), e.g. "
+            "'*:.git/*' or 'run_command:rm *'",
+            cli="--deny",
+            metavar="TOOL:PATTERN",
+        ),
+    ] = ("*:.git/*",)
+    sandbox_network: Annotated[
+        bool,
+        setting(
+            "let commands under workspace-write reach the network",
+            cli="--sandbox-network",
+            cli_value=True,
+        ),
+    ] = False
+    command_env: Annotated[
+        tuple[str, ...],
+        setting(
+            "environment variables a command sees (the rest of the environment, API keys "
+            "among it, never reaches it)"
+        ),
+    ] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 
     @model_validator(mode="wrap")
     @classmethod
@@ -495,6 +547,8 @@ class Settings:
             raise ConfigError(
                 f"target_after must be > 0 and below compact_mark, got {self.target_after}"
             )
+        for rule in (*self.tool_allow, *self.tool_deny):
+            parse_rule(rule)
         if self.compaction == "provider" and self.wire_api != "responses":
             raise ConfigError(
                 "compaction 'provider' needs wire_api 'responses': the chat wire cannot carry "
@@ -525,6 +579,22 @@ class Settings:
         ):
             recorded[name] = getattr(self, name)
         return recorded
+
+
+def parse_rule(text: str) -> tuple[str, str]:
+    """A tool rule ``TOOL:PATTERN`` as (tool, pattern); a rule without a colon applies to
+    every tool.
+
+    Raises ``ConfigError`` naming the rule when the tool or the pattern is empty."""
+    tool, sep, pattern = text.partition(":")
+    if not sep:
+        tool, pattern = "*", text
+    if not pattern.strip() or not tool.strip():
+        raise ConfigError(
+            f"tool rule {text!r}: write TOOL:PATTERN, e.g. 'run_command:pytest *' or "
+            "'*:.git/*' (shell-style patterns over the path or the command line)"
+        )
+    return tool.strip(), pattern.strip()
 
 
 #: "scheme:/" at the start of a store path: a URL such as sqlite:///x.db, made a Path
@@ -672,6 +742,13 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "search_history_tool",
     "compact_prompt_file",
     "breaker_failures",
+    # what its tools may change, the user's word: kept with the session, shown in `context`
+    "sandbox",
+    "approval",
+    "tool_allow",
+    "tool_deny",
+    "sandbox_network",
+    "command_env",
 )
 
 

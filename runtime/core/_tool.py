@@ -3,15 +3,18 @@ where it runs (its ``ToolContext``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ._errors import ConfigError, StowageError
 from ._gateway import ToolSpec
 
 __all__ = [
     "ApprovalError",
+    "Effect",
+    "EffectKind",
     "OutputBudget",
     "Tool",
     "ToolCancelled",
@@ -27,6 +30,25 @@ class ApprovalError(ConfigError):
 
 class ToolCancelled(StowageError):
     """Raised by ``ToolContext.check`` once the call was cancelled (timeout or interrupt)."""
+
+
+#: what a call does: reads, lists or searches a path, writes or edits one, runs a command
+EffectKind: TypeAlias = Literal["read", "list", "search", "write", "edit", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """What one tool call touches: ``target`` is a workspace-relative path, or the command
+    line for ``run``. A tool says it (``effects(arguments)``): the approval policy reads it,
+    and so does the trail of files touched."""
+
+    kind: EffectKind
+    target: str
+
+    @property
+    def acts(self) -> bool:
+        """Whether it changes something (a write, an edit, a command)."""
+        return self.kind in ("write", "edit", "run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +86,9 @@ class ToolContext:
     #: how much output the session's window can take (``OutputBudget``); None when the
     #: window is not known (nothing is limited then)
     output: OutputBudget | None = None
+    #: makes a piece of what the call printed durable as it comes (a command's output):
+    #: what a resume shows of a call its process was killed in; None where nothing keeps it
+    progress: Callable[[str], Awaitable[None]] | None = None
     # a flag, not a ``threading.Event``: nothing waits on it, and one attribute store is seen
     # by every thread (an Event's condition and lock cost more than the tool call's bookkeeping)
     _cancelled: bool = field(default=False, repr=False)

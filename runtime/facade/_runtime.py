@@ -804,7 +804,7 @@ class Runtime:
     def _tools_for(self, settings: Settings) -> ToolRegistry:
         """The runtime's tools, or the tool set ``settings`` name when the runtime built its
         own and the session's differs."""
-        if self._tools_given or settings.tools == self.settings.tools:
+        if self._tools_given or _tool_fields(settings) == _tool_fields(self.settings):
             return self.tools
         if settings.tools == "workspace":
             return workspace_tools(settings.workspace, settings=settings)
@@ -1101,3 +1101,15 @@ def _after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
                 _log.warning("compaction_hook_failed", hook="after", error=repr(exc))
 
     return deliver
+
+
+def _tool_fields(settings: Settings) -> tuple[object, ...]:
+    """The settings the built-in tools are made from: a session whose differ from the
+    runtime's (a resumed session kept its sandbox) gets tools of its own."""
+    return (
+        settings.tools,
+        settings.workspace,
+        settings.sandbox,
+        settings.sandbox_network,
+        settings.command_env,
+    )

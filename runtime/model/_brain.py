@@ -35,7 +35,13 @@ from stowage.core import (
 
 from ._proposals import asks_for_updates, drop_facts, propose_updates, protected_section
 
-__all__ = ["ScriptedBrain", "is_summary_request", "scripted_usage", "transcript_items"]
+__all__ = [
+    "SCRIPTED_RUNS",
+    "ScriptedBrain",
+    "is_summary_request",
+    "scripted_usage",
+    "transcript_items",
+]
 
 _GOAL_CHARS = 200
 _NOTE_CHARS = 160
@@ -187,13 +193,14 @@ def _count_rounds(turn: Sequence[Item]) -> int:
 def _calls(
     request: ModelRequest, turn: Sequence[Item], user_text: str, round_index: int
 ) -> list[FunctionCall]:
-    tools = request.tools
+    tools = _asked_to_act(request.tools, user_text) or request.tools
     calls_so_far = sum(isinstance(i, FunctionCall) for i in turn)
     count = min(len(tools), 1 + round_index % 2)
     calls = []
     for n in range(count):
         tool = tools[(calls_so_far + n) % len(tools)]
-        arguments = json.dumps(_arguments(tool, request.input, user_text), sort_keys=True)
+        mark = hashlib.sha1(f"{user_text}|{round_index}|{n}".encode()).hexdigest()[:8]
+        arguments = json.dumps(_arguments(tool, request.input, user_text, mark), sort_keys=True)
         digest = hashlib.sha1(
             f"{user_text}|{round_index}|{n}|{tool.name}|{arguments}".encode()
         ).hexdigest()[:8]
@@ -205,7 +212,40 @@ def _calls(
     return calls
 
 
-def _arguments(tool: ToolSpec, items: Sequence[Item], user_text: str) -> dict[str, str]:
+def _asked_to_act(tools: Sequence[ToolSpec], user_text: str) -> list[ToolSpec]:
+    """The acting tools the user's words ask for ("write", "edit", "run"), in turn order:
+    like an agent, the scripted model acts only when asked to and when it may."""
+    words = set(_WORD.findall(user_text.lower()))
+    return [t for t in tools if t.name in _ACTING and t.name.split("_")[0] in words]
+
+
+#: the acting tools the scripted model uses when asked to (see ``_acting_arguments``)
+_ACTING = ("write_file", "edit_file", "run_command")
+#: the file the scripted model's commands append to: one line per command that ran
+SCRIPTED_RUNS = "scripted-runs.log"
+
+
+def _acting_arguments(name: str, items: Sequence[Item], mark: str) -> dict[str, str]:
+    """A write of a note named by ``mark``; an edit of the newest note this turn wrote (or
+    of one that is not there); a command that appends ``mark`` to ``SCRIPTED_RUNS``: each
+    call's effect is its own, so a test can count it."""
+    if name == "write_file":
+        return {"path": f"notes/{mark}.md", "content": f"note {mark}\nwritten by the model\n"}
+    if name == "edit_file":
+        written = [
+            _path_argument(i.arguments)
+            for i in items
+            if isinstance(i, FunctionCall) and i.name == "write_file"
+        ]
+        path = next((p for p in reversed(written) if p), "notes/none.md")
+        old = f"note {path.rsplit('/', 1)[-1].removesuffix('.md')}"
+        return {"path": path, "old": old, "new": f"edited by {mark}"}
+    return {"command": f"echo {mark} >> {SCRIPTED_RUNS} && echo ran {mark}"}
+
+
+def _arguments(tool: ToolSpec, items: Sequence[Item], user_text: str, mark: str) -> dict[str, str]:
+    if tool.name in _ACTING:
+        return _acting_arguments(tool.name, items, mark)
     if tool.name == "list_dir":
         return {"path": "."}
     if tool.name == "read_file":

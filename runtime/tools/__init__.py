@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from stowage._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._acting import applied_after_crash
+    from ._command import command_line
     from ._decorator import DecoratedTool, tool
     from ._guard import DEFAULT_SECRET_PATTERNS
     from ._mcp import MCPServer, MCPTool, MCPToolSource, add_mcp_tools, mcp_server
@@ -18,12 +20,28 @@ if TYPE_CHECKING:
         MilestoneArgs,
         with_milestone,
     )
+    from ._policy import CallVerdict, ToolPolicy
     from ._recall import with_recall
-    from ._registry import FunctionTool, ToolError, ToolRegistry, execute_call
+    from ._registry import (
+        FunctionTool,
+        ToolError,
+        ToolRegistry,
+        after_crash,
+        call_effects,
+        call_preview,
+        execute_call,
+    )
     from ._search_history import SEARCH_TOOL, FindRecords, FoundRecords, search_history_tool
     from ._workspace import workspace_tools
 
 __all__ = [
+    "after_crash",
+    "command_line",
+    "applied_after_crash",
+    "call_effects",
+    "call_preview",
+    "ToolPolicy",
+    "CallVerdict",
     "DEFAULT_SECRET_PATTERNS",
     "DecoratedTool",
     "FunctionTool",
@@ -51,6 +69,13 @@ __all__ = [
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
+    "after_crash": "._registry",
+    "command_line": "._command",
+    "applied_after_crash": "._acting",
+    "call_effects": "._registry",
+    "call_preview": "._registry",
+    "ToolPolicy": "._policy",
+    "CallVerdict": "._policy",
     "DecoratedTool": "._decorator",
     "tool": "._decorator",
     "DEFAULT_SECRET_PATTERNS": "._guard",

@@ -16,6 +16,7 @@ import anyio
 import pydantic
 from stowage.core import (
     ConfigError,
+    Effect,
     FunctionCall,
     FunctionCallOutput,
     StowageError,
@@ -29,6 +30,9 @@ __all__ = [
     "FunctionTool",
     "ToolError",
     "ToolRegistry",
+    "after_crash",
+    "call_preview",
+    "call_effects",
     "execute_call",
     "execute_calls",
 ]
@@ -47,7 +51,16 @@ class FunctionTool(Generic[ArgsT]):
     validated model instance.
     """
 
-    __slots__ = ("_args_model", "_fn", "_spec", "_timeout", "needs_approval")
+    __slots__ = (
+        "_after_crash",
+        "_args_model",
+        "_effects",
+        "_fn",
+        "_preview",
+        "_spec",
+        "_timeout",
+        "needs_approval",
+    )
 
     def __init__(
         self,
@@ -58,8 +71,16 @@ class FunctionTool(Generic[ArgsT]):
         fn: Callable[[ArgsT], Awaitable[str]],
         timeout: float | None = None,
         needs_approval: bool = False,
+        effects: Callable[[ArgsT], tuple[Effect, ...]] | None = None,
+        after_crash: Callable[[ArgsT], bool | None] | None = None,
+        preview: Callable[[ArgsT], str] | None = None,
     ) -> None:
         """``needs_approval``: every call waits for a person's approval before it runs.
+        ``effects``: what a call touches (the paths it reads or writes, the command it runs),
+        for the approval policy and the trail of files touched. ``after_crash``: whether a
+        call whose process was killed before its output was logged had been applied (True),
+        or not (False), as the tool finds it; None: it cannot tell. ``preview``: what a call
+        will do, as a person approves it (the diff of an edit, the full command line).
 
         Raises ``ConfigError`` if ``name`` is empty or ``timeout`` is not positive."""
         if not name:
@@ -67,6 +88,9 @@ class FunctionTool(Generic[ArgsT]):
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"tool {name!r}: timeout must be > 0 seconds, got {timeout}")
         self.needs_approval = needs_approval
+        self._effects = effects
+        self._after_crash = after_crash
+        self._preview = preview
         self._args_model = args_model
         self._fn = fn
         self._timeout = timeout
@@ -101,6 +125,37 @@ class FunctionTool(Generic[ArgsT]):
         """Call the function with validated arguments; raises whatever it raises."""
         return await self._fn(arguments)
 
+    def effects(self, arguments: Any) -> tuple[Effect, ...]:
+        """What a call with these decoded JSON arguments touches (none it says, or when the
+        arguments do not validate: such a call only gets an error output). Raises nothing."""
+        if self._effects is None:
+            return ()
+        try:
+            return self._effects(self._args_model.model_validate(arguments))
+        except Exception:
+            return ()
+
+    def preview(self, arguments: Any) -> str | None:
+        """What a call with these decoded JSON arguments will do, for a person to approve;
+        None when the tool says nothing or the arguments do not validate. Raises nothing."""
+        if self._preview is None:
+            return None
+        try:
+            return self._preview(self._args_model.model_validate(arguments))
+        except Exception:
+            return None
+
+    def after_crash(self, arguments: Any) -> bool | None:
+        """Whether a call with these decoded JSON arguments, whose process was killed before
+        its output was logged, had been applied, as this tool finds it; None: it cannot
+        tell. Raises nothing."""
+        if self._after_crash is None:
+            return None
+        try:
+            return self._after_crash(self._args_model.model_validate(arguments))
+        except Exception:
+            return None
+
 
 def _describe_validation_error(exc: pydantic.ValidationError) -> str:
     problems = []
@@ -108,6 +163,41 @@ def _describe_validation_error(exc: pydantic.ValidationError) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "arguments"
         problems.append(f"{where}: {error['msg']}")
     return "; ".join(problems)
+
+
+def _ask(tool: Tool | None, method: str, call: FunctionCall) -> object:
+    """What ``tool``'s optional ``method`` says of ``call``'s decoded arguments (None when the
+    tool has no such method or the arguments are not JSON). Raises nothing the methods of
+    ``FunctionTool`` raise: none."""
+    asked = getattr(tool, method, None)
+    if asked is None:
+        return None
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except ValueError:
+        return None
+    return asked(arguments)
+
+
+def call_effects(tool: Tool | None, call: FunctionCall) -> tuple[Effect, ...]:
+    """What ``call`` touches, as its tool says (none for a tool that says nothing, or for
+    arguments that are not JSON). Raises nothing."""
+    found = _ask(tool, "effects", call)
+    return tuple(found) if isinstance(found, tuple | list) else ()
+
+
+def call_preview(tool: Tool | None, call: FunctionCall) -> str | None:
+    """What ``call`` will do, as its tool shows it to a person approving it (None: the tool
+    shows nothing). Raises nothing; may read files (run it off the event loop)."""
+    found = _ask(tool, "preview", call)
+    return found if isinstance(found, str) else None
+
+
+def after_crash(tool: Tool | None, call: FunctionCall) -> bool | None:
+    """Whether ``call``, killed with its process before its output was logged, had been
+    applied, as its tool finds it (None: it cannot tell). Raises nothing."""
+    found = _ask(tool, "after_crash", call)
+    return found if isinstance(found, bool) else None
 
 
 class ToolRegistry:

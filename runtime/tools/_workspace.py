@@ -1,4 +1,6 @@
-"""Read-only workspace tools: read a file, list a directory, search text, all inside one root.
+"""The workspace tools: read a file, list a directory, search text, all inside one root; and,
+when the session's sandbox lets something change, write and edit files and run commands
+(``_acting``, ``_command``).
 
 Every path a model gives passes the rules of ``_guard`` (inside the root, symlinks included;
 never the session store; no secrets; nothing ``.gitignore`` ignores, unless the settings allow
@@ -19,8 +21,10 @@ from typing import TypeVar
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
-from stowage.core import ConfigError, OutputBudget, Settings, current_tool_context
+from stowage.core import ConfigError, Effect, OutputBudget, Settings, current_tool_context
 
+from ._acting import file_tools
+from ._command import command_tool
 from ._guard import Guard, Refusal, Scope
 from ._registry import FunctionTool, ToolError, ToolRegistry
 
@@ -70,7 +74,9 @@ class SearchTextArgs(BaseModel):
 
 
 def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegistry:
-    """A registry of ``read_file``, ``list_dir`` and ``search_text`` over ``root``.
+    """A registry of ``read_file``, ``list_dir`` and ``search_text`` over ``root``; with
+    ``write_file``, ``edit_file`` and ``run_command`` when ``settings.sandbox`` is not
+    ``read-only``.
 
     ``settings`` gives the store to keep out, the read and search bounds, ``.gitignore``
     handling and the allowed patterns (``Settings()``'s defaults when ``None``: the store is
@@ -126,6 +132,7 @@ def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegi
                 ),
                 args_model=ReadFileArgs,
                 fn=read_file,
+                effects=lambda a: (Effect("read", os.path.normpath(a.path)),),
             ),
             FunctionTool(
                 name="list_dir",
@@ -136,6 +143,7 @@ def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegi
                 ),
                 args_model=ListDirArgs,
                 fn=list_dir,
+                effects=lambda a: (Effect("list", os.path.normpath(a.path)),),
             ),
             FunctionTool(
                 name="search_text",
@@ -148,6 +156,13 @@ def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegi
                 ),
                 args_model=SearchTextArgs,
                 fn=search_text,
+                effects=lambda a: (Effect("search", os.path.normpath(a.path)),),
+            ),
+            # what acts is offered only when the sandbox lets something change
+            *(
+                ()
+                if settings.sandbox == "read-only"
+                else (*file_tools(guard, settings), command_tool(guard, settings))
             ),
         ]
     )

@@ -1,0 +1,67 @@
+"""Where a command runs: in a bubblewrap sandbox, unless the user said ``full``.
+
+Bubblewrap (Debian's ``bubblewrap``, the sandbox Flatpak is built on) needs no Python
+binding and no daemon: a command runs in new namespaces with the whole file system bound
+read-only, the workspace bound writable only under ``workspace-write`` (its ``.git`` still read-only,
+as the default ``tool_deny`` keeps the file tools out of it), its own ``/tmp``,
+the session store hidden, and no network unless ``sandbox_network`` says so. Where bwrap is
+missing, a sandboxed command is refused with what to install: it never runs unconfined
+because a tool was absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from ._registry import ToolError
+
+__all__ = ["BWRAP", "sandboxed_argv"]
+
+#: the bubblewrap program (searched on PATH)
+BWRAP = "bwrap"
+
+
+def sandboxed_argv(
+    argv: Sequence[str],
+    *,
+    sandbox: Literal["read-only", "workspace-write", "full"],
+    workspace: Path,
+    cwd: Path,
+    hidden: Sequence[Path] = (),
+    protected: Sequence[str] = (".git",),
+    network: bool = False,
+    bwrap: str | None = None,
+) -> list[str]:
+    """The argv that runs ``argv`` in ``cwd`` under ``sandbox``: as it is for ``full``, else
+        inside bubblewrap (``bwrap``: its path, found on PATH when None); ``hidden`` directories
+        (the session store) are covered by an empty tmpfs; ``protected`` entries of the workspace
+    (its ``.git``) stay read-only under ``workspace-write``.
+
+        Raises ``ToolError`` when a sandbox is asked for and bubblewrap is not installed.
+    """
+    if sandbox == "full":
+        return list(argv)
+    found = bwrap or shutil.which(BWRAP)
+    if found is None:
+        raise ToolError(
+            f"run_command cannot confine a command under the {sandbox} sandbox: bubblewrap "
+            "is not installed (apt install bubblewrap, or your system's package of it); "
+            "not running it unconfined (--sandbox full runs commands without a sandbox)"
+        )
+    mode = "--bind" if sandbox == "workspace-write" else "--ro-bind"
+    box = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    box += [mode, str(workspace), str(workspace)]
+    for kept in protected:
+        if (workspace / kept).exists():  # writable workspace, but never its history
+            box += ["--ro-bind", str(workspace / kept), str(workspace / kept)]
+    for directory in hidden:
+        if directory.is_dir():
+            box += ["--tmpfs", str(directory)]
+    if not network:
+        box.append("--unshare-net")
+    box += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"]
+    box += ["--chdir", str(cwd), "--", *argv]
+    return box
