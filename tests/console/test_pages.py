@@ -206,3 +206,33 @@ async def test_compaction_cards_come_a_page_at_a_time_newest_first(tmp_path: Pat
             assert more == list(range(numbers[-1] - 1, numbers[-1] - 1 - PAGE_CARDS, -1))
     finally:
         await reader.store.aclose()
+
+
+async def test_without_script_older_pages_are_whole_pages_and_a_ring_links_to_any_card(
+    tmp_path: Path,
+) -> None:
+    root = await _long_store(tmp_path, 400)  # spikes at rounds 7 and 200
+    reader = StoreReader(JsonlStore(root))
+    transport = httpx.ASGITransport(app=create_app(reader, store_label="test"))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            page = (await c.get("/s/long")).text
+            link = re.search(r'href="(/s/long\?before=(\d+))"', page)
+            assert link
+            older = (await c.get(link.group(1))).text
+            assert "<html" in older and 'href="/s/long">back to the newest</a>' in older
+            assert _rounds_on(older) == list(range(390, 380, -1))
+            # an older page is not the newest: a live refresh does not anchor it
+            assert '<ol class="timeline" id="timeline">' in older
+            # round 7's ring links to compaction #1, on the page of cards that starts with it
+            ring = re.search(
+                r'<a class="over" data-round="7" data-card="(\d+)" href="([^"]+)"', page
+            )
+            assert ring, page
+            seq, href = ring.groups()
+            assert href == f"/s/long?cards_before={int(seq) + 1}#card-{seq}"
+            target = (await c.get(href.split("#")[0])).text
+            first_card = re.search(r'<article class="card[^"]*" id="card-(\d+)"', target)
+            assert first_card and first_card.group(1) == seq
+    finally:
+        await reader.store.aclose()
