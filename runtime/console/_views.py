@@ -335,7 +335,7 @@ def session_view(
     unfolded: set[int] = set()
     chart: list[ChartPoint] = []
     cards: list[CompactionCard] = []
-    numbers = {True: 0, False: 0}  # microcompactions and compactions so far
+    counts = {True: 0, False: 0}  # microcompactions and compactions so far
     milestones: list[Milestone] = []
     stops: list[tuple[int, str]] = []
     cached_total: int | None = None
@@ -365,10 +365,10 @@ def session_view(
                     cached_total = (cached_total or 0) + cached
             case CompactionRecord() | MicrocompactRecord():
                 micro = isinstance(record, MicrocompactRecord)
-                numbers[micro] += 1
+                counts[micro] += 1
                 card = compaction_card(
                     record,
-                    number=numbers[micro],
+                    number=counts[micro],
                     round_=folded.round,
                     turn=folded.turn,
                     in_use=in_use_at.get(record.seq),
