@@ -12,15 +12,15 @@ from stowage._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._app import create_app
+    from ._cards import CompactionCard
     from ._serve import serve_console
     from ._source import StoreReader
+    from ._timeline import TimelineEntry
     from ._views import (
         ChartPoint,
-        CompactionCard,
         ProtectedRow,
         SessionRow,
         SessionView,
-        TimelineEntry,
         session_row,
         session_view,
     )
@@ -45,11 +45,11 @@ _EXPORTS = {
     "serve_console": "._serve",
     "StoreReader": "._source",
     "ChartPoint": "._views",
-    "CompactionCard": "._views",
+    "CompactionCard": "._cards",
     "ProtectedRow": "._views",
     "SessionRow": "._views",
     "SessionView": "._views",
-    "TimelineEntry": "._views",
+    "TimelineEntry": "._timeline",
     "session_row": "._views",
     "session_view": "._views",
 }

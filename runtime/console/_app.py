@@ -2,9 +2,14 @@
 
 Read-only by construction: the app holds a store it only ever calls ``list_sessions``,
 ``read(..., repair=False)`` and ``read_tail(..., repair=False)`` on. Every piece of model or tool
-text goes through Jinja2 with autoescape on, so a tool output holding ``<script>`` is shown as
-text. Live updates: the page opens ``/events``; the server compares the store's fingerprint
-every ``poll`` seconds and sends ``change`` when it moved; the page then fetches its fragment.
+text, and anything a URL brings, goes through Jinja2 with autoescape on, so a tool output
+holding ``<script>`` is shown as text; errors are answered as ``text/plain``; and every response
+carries a Content-Security-Policy that runs no inline script (``_secure``). Live updates: the
+page opens ``/events``; the server compares the store's fingerprint every ``poll`` seconds and
+sends ``change`` when it moved; the page then fetches its fragment.
+
+A long session's page shows its newest rounds and compactions; older ones come a page at a
+time (``_pages``), from a view kept while the store does not change (``_cache``).
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from stowage.core import StowageError, validate_session_id
 
+from ._cache import ViewCache
 from ._chart import chart_geometry
+from ._pages import page_query
+from ._secure import SecurityHeaders
 from ._source import StoreReader
-from ._views import SessionRow, session_row, session_view
+from ._views import SessionRow, paged, session_row, session_view
 
 __all__ = ["LOOPBACK_HOSTS", "create_app"]
 
@@ -87,9 +95,9 @@ def create_app(
     default, so a web page elsewhere cannot read the console through DNS rebinding."""
     env = _environment()
 
-    def render(name: str, **context: Any) -> HTMLResponse:
+    def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         body = env.get_template(name).render(store=store_label, **context)
-        return HTMLResponse(body)
+        return HTMLResponse(body, status_code=status_code)
 
     async def rows(request: Request) -> tuple[list[SessionRow], str, str]:
         found: list[SessionRow] = []
@@ -120,20 +128,6 @@ def create_app(
             template, rows=found, q=query, sort=sort, state=request.query_params.get("state", "")
         )
 
-    async def session_page(request: Request) -> Response:
-        try:
-            session_id = validate_session_id(request.path_params["session_id"])
-        except StowageError as exc:
-            return HTMLResponse(f"bad session id: {exc}", status_code=400)
-        if session_id not in await reader.sessions():
-            return render("missing.html", session_id=session_id)
-        read = await reader.read(session_id)
-        view = session_view(session_id, read.records, holder=await reader.holder(session_id))
-        usable = view.row.usable
-        chart = chart_geometry(view.chart, view.cards, view.marks, usable, view.milestones)
-        template = "_session_body.html" if "fragment" in request.query_params else "session.html"
-        return render(template, view=view, chart=chart, torn=read.torn_tail, session_id=session_id)
-
     # one look at the store per ``poll`` for every open page, not one each
     latest: list[Any] = [None, -1.0]
     looking = anyio.Lock()
@@ -144,6 +138,37 @@ def create_app(
                 latest[0] = await reader.fingerprint()
                 latest[1] = anyio.current_time()
             return cast(Hashable, latest[0])
+
+    views = ViewCache()
+
+    async def session_page(request: Request) -> Response:
+        try:
+            session_id = validate_session_id(request.path_params["session_id"])
+            query = page_query(request.query_params)
+        except (StowageError, ValueError) as exc:
+            return PlainTextResponse(f"bad request: {exc}", status_code=400)
+        try:
+            if session_id not in await reader.sessions():
+                return render("missing.html", status_code=404, session_id=session_id)
+            made_at = (await fingerprint(), await reader.holder(session_id))
+            kept = views.get(session_id, made_at)
+            if kept is None:
+                read = await reader.read(session_id)
+                view = session_view(session_id, read.records, holder=made_at[1], query=query)
+                torn = read.torn_tail
+                views.put(session_id, made_at, view, torn)
+            else:
+                view, torn = paged(kept[0], query), kept[1]
+        except StowageError as exc:
+            return PlainTextResponse(f"cannot read session {session_id}: {exc}", status_code=500)
+        context: dict[str, Any] = {"view": view, "torn": torn, "session_id": session_id}
+        if query.part is not None:
+            return render(f"_older_{query.part}.html", **context)
+        chart = chart_geometry(
+            view.chart, view.cards, view.marks, view.row.usable, view.milestones, view.stops
+        )
+        template = "_session_body.html" if "fragment" in request.query_params else "session.html"
+        return render(template, chart=chart, **context)
 
     async def events(request: Request) -> Response:
         async def feed() -> AsyncIterator[str]:
@@ -163,7 +188,10 @@ def create_app(
         )
 
     return Starlette(
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+        ],
         routes=[
             Route("/", sessions_page),
             Route("/s/{session_id}", session_page),

@@ -6,20 +6,14 @@ show`` and the log agree by construction. Text stays text: templates escape it.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from stowage.core import (
-    AssistantMessage,
     CompactionRecord,
-    CompactionSummary,
     CorruptLogError,
     ErrorRecord,
-    FunctionCall,
-    FunctionCallOutput,
-    ItemRecord,
     MicrocompactRecord,
     MilestoneRecord,
     ProtectedRecord,
@@ -29,31 +23,31 @@ from stowage.core import (
     RoundCommittedRecord,
     SessionRecord,
     SessionState,
-    SystemMessage,
-    TurnRecord,
-    UserMessage,
-    describe_manifest,
     effective_records,
     render,
 )
-from stowage.facade import TokenFigure, recorded_budget, token_figures
+from stowage.facade import recorded_budget, token_figures
 from stowage.policy import token_status
+
+from ._cards import CompactionCard, CompactionTone, compaction_card, compaction_tone
+from ._pages import PAGE_CARDS, PAGE_ROUNDS, Block, PageQuery, Slice, round_blocks, select
+from ._timeline import TimelineEntry, cached_tokens, timeline_entries
 
 __all__ = [
     "ChartPoint",
-    "CompactionCard",
-    "CompactionTone",
     "Milestone",
     "PendingCall",
     "ProtectedRow",
     "SessionRow",
     "SessionView",
-    "TimelineEntry",
+    "paged",
     "session_row",
     "session_view",
 ]
 
 _MARK_NAMES = ("soft_mark", "compact_mark", "hard_mark")
+#: a view not paged yet shows nothing
+_NO_PAGE = Slice(start=0, stop=0, newest=True, older=0)
 _DEFAULT_MARKS = {"soft_mark": 0.70, "compact_mark": 0.85, "hard_mark": 0.95}
 
 
@@ -65,53 +59,8 @@ class ChartPoint:
     seq: int
     tokens: int
     estimated: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompactionCard:
-    """One compaction or microcompaction, with the figures its record holds."""
-
-    number: int
-    seq: int
-    ts: str
-    kind: str  # full, fallback or micro
-    reason: str
-    round: int
-    turn: int
-    tokens_before: int | None
-    tokens_after: int | None
-    estimated: bool
-    removed: int
-    retained: int
-    covers_through: int | None
-    #: tokens in use when it was applied: the figure the chart and ``list`` show for the
-    #: session at that moment (the record's ``tokens_before`` is the figure its plan was made
-    #: on, which a plan made in the background can be rounds older than)
-    in_use: int | None
-    #: whether ``in_use`` had no reported usage in it
-    in_use_estimated: bool
-    #: ``in_use`` as a fraction of usable: where the compaction was applied
-    applied_at: float | None
-    #: seconds a request was held back for it (when the record says)
-    waited: float | None
-    summary: str
-    protected: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TimelineEntry:
-    """One line of the timeline: an item, a round's end, a turn mark or a compaction."""
-
-    seq: int
-    ts: str
-    kind: str
-    round: int | None
-    title: str
-    text: str
-    stubbed: bool = False
-    error: bool = False
-    interrupted: bool = False
-    cached: int | None = None
+    #: the usable budget then (None: the log cannot say)
+    usable: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,32 +121,59 @@ class Milestone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompactionTone:
-    """What the Compactions tile's colour says: where the newest full compaction was applied.
-
-    ``none``: no compaction yet; ``ahead``: below the compact mark (done ahead of pressure,
-    between turns or at the soft mark); ``at-mark``: between the compact and the hard mark,
-    as planned; ``forced``: at or past the hard mark, where a round had to wait for it.
-    """
-
-    tone: str
-    note: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionView:
     """Everything the session page shows."""
 
     row: SessionRow
+    #: the entries of the page's rounds, oldest first
     timeline: tuple[TimelineEntry, ...]
+    #: one point per committed round, the whole session
     chart: tuple[ChartPoint, ...]
     marks: dict[str, float]
+    #: every compaction and microcompaction, oldest first
     cards: tuple[CompactionCard, ...]
     protected: tuple[ProtectedRow, ...]
     cached_input: int | None
     errors: tuple[str, ...] = field(default=())
     tone: CompactionTone = field(default_factory=lambda: CompactionTone(tone="none", note=""))
     milestones: tuple[Milestone, ...] = ()
+    #: what a failed turn's error records said, by seq: what may follow a round over the mark
+    stops: tuple[tuple[int, str], ...] = ()
+    #: the session's rounds, oldest first, and which of them the page shows
+    blocks: tuple[Block, ...] = ()
+    page: Slice = _NO_PAGE
+    #: which of ``cards`` the page shows
+    card_page: Slice = _NO_PAGE
+    #: the records the view was made from (those a rewind discarded left out), for ``paged``
+    records: tuple[Record, ...] = field(default=(), repr=False)
+    stubbed: frozenset[int] = field(default=frozenset(), repr=False)
+    unfolded: frozenset[int] = field(default=frozenset(), repr=False)
+
+    def rounds(self) -> list[tuple[Block, list[TimelineEntry]]]:
+        """The page's rounds newest first, each with its entries in the order they happened."""
+        shown = self.blocks[self.page.start : self.page.stop]
+        grouped: list[tuple[Block, list[TimelineEntry]]] = [(block, []) for block in shown]
+        index = 0
+        for entry in self.timeline:
+            while index < len(grouped) - 1 and entry.seq > grouped[index][0].last:
+                index += 1
+            grouped[index][1].append(entry)
+        return grouped[::-1]
+
+    def shown_cards(self) -> list[CompactionCard]:
+        """The page's compaction cards, newest first."""
+        return list(self.cards[self.card_page.start : self.card_page.stop])[::-1]
+
+    @property
+    def older_rounds(self) -> int | None:
+        """The seq to ask ``before=`` for the page of rounds older than this one (None: this
+        page holds the first round)."""
+        return self.blocks[self.page.start].first if self.page.older else None
+
+    @property
+    def older_cards(self) -> int | None:
+        """The seq to ask ``cards_before=`` for older compaction cards (None: none older)."""
+        return self.cards[self.card_page.start].seq if self.card_page.older else None
 
 
 def _marks(meta: SessionRecord | None) -> dict[str, float]:
@@ -208,12 +184,6 @@ def _marks(meta: SessionRecord | None) -> dict[str, float]:
         if isinstance(value, int | float):
             marks[name] = float(value)
     return marks
-
-
-def _cached(record: RoundCommittedRecord) -> int | None:
-    """Input tokens served from the provider's prompt cache, when it said (0 is "not said")."""
-    usage = record.usage
-    return usage.cached_tokens if usage is not None and usage.cached_tokens > 0 else None
 
 
 def _state(records: Sequence[Record], folded: SessionState, holder: str) -> str:
@@ -245,26 +215,6 @@ def _pending(session_id: str, folded: SessionState) -> tuple[PendingCall, ...]:
         )
         for call in folded.awaiting_approval
     )
-
-
-def _tone(cards: Sequence[CompactionCard], marks: dict[str, float]) -> CompactionTone:
-    full = [c for c in cards if c.kind != "micro"]
-    if not full:
-        return CompactionTone(tone="none", note="no compaction yet")
-    newest = full[-1]
-    if newest.applied_at is None:
-        return CompactionTone(tone="at-mark", note="newest: usable not recorded")
-    where = f"newest at {newest.applied_at:.0%} of usable"
-    if newest.applied_at >= marks["hard_mark"]:
-        return CompactionTone(
-            tone="forced",
-            note=f"{where}: at the hard mark ({marks['hard_mark']:.0%}), a round waited",
-        )
-    if newest.applied_at >= marks["compact_mark"]:
-        return CompactionTone(
-            tone="at-mark", note=f"{where}: at the compact mark ({marks['compact_mark']:.0%})"
-        )
-    return CompactionTone(tone="ahead", note=f"{where}: ahead of the compact mark")
 
 
 def _budget(records: Sequence[Record], *, has_stubs: bool) -> tuple[int | None, int]:
@@ -337,44 +287,6 @@ def _row(
     )
 
 
-def _snapshot_text(snapshot: dict[str, Any] | None) -> str:
-    return json.dumps(snapshot, indent=2, sort_keys=True) if snapshot else "(none)"
-
-
-def _item_entry(record: ItemRecord, stubbed: set[int], names: dict[str, str]) -> TimelineEntry:
-    item = record.item
-
-    def entry(kind: str, title: str, text: str, *, error: bool = False) -> TimelineEntry:
-        return TimelineEntry(
-            seq=record.seq,
-            ts=record.ts,
-            round=record.round,
-            kind=kind,
-            title=title,
-            text=text,
-            stubbed=record.seq in stubbed,
-            error=error,
-            interrupted=kind == "output" and error and text.startswith("interrupted:"),
-        )
-
-    match item:
-        case SystemMessage(text=text):
-            return entry("system", "system", text)
-        case UserMessage(text=text, pinned=pinned):
-            return entry("user", "user (pinned)" if pinned else "user", text)
-        case AssistantMessage(text=text):
-            return entry("assistant", "assistant", text)
-        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-            names[call_id] = name
-            return entry("call", f"call {name} [{call_id}]", arguments)
-        case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
-            title = f"output of {names.get(call_id, '?')} [{call_id}]"
-            return entry("output", title, output, error=is_error)
-        case CompactionSummary(text=text):
-            return entry("summary", "summary", text)
-    return entry("item", type(item).__name__, repr(item))
-
-
 def _protected_rows(records: Sequence[Record], final: ProtectedState) -> tuple[ProtectedRow, ...]:
     """Who set each entry: the source of the record that first brought its id in."""
     setter: dict[str, str] = {}
@@ -403,8 +315,15 @@ def _protected_rows(records: Sequence[Record], final: ProtectedState) -> tuple[P
     )
 
 
-def session_view(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionView:
-    """The session page of one log: timeline, chart, compaction cards, protected state.
+def session_view(
+    session_id: str,
+    records: Sequence[Record],
+    *,
+    holder: str = "",
+    query: PageQuery | None = None,
+) -> SessionView:
+    """The session page of one log: the chart and tiles of the whole session, the page of
+    rounds and compaction cards ``query`` asks for (every one of them without a query).
     Raises nothing: records that do not fold are listed in ``errors``."""
     records = effective_records(records)  # a rewind's discarded branch is not the session's
     stubbed: set[int] = set()
@@ -413,11 +332,12 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
             stubbed.update(record.stubbed)
     folded = SessionState(session_id=session_id)
     problems: list[str] = []
-    names: dict[str, str] = {}
-    timeline: list[TimelineEntry] = []
+    unfolded: set[int] = set()
     chart: list[ChartPoint] = []
     cards: list[CompactionCard] = []
+    counts = {True: 0, False: 0}  # microcompactions and compactions so far
     milestones: list[Milestone] = []
+    stops: list[tuple[int, str]] = []
     cached_total: int | None = None
     in_use_at = token_figures(session_id, records)
     for record in records:
@@ -425,11 +345,10 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
             folded.apply(record)
         except CorruptLogError as exc:
             problems.append(f"#{record.seq}: {exc}")
+            unfolded.add(record.seq)
             continue
         match record:
-            case ItemRecord():
-                timeline.append(_item_entry(record, stubbed, names))
-            case RoundCommittedRecord(round=round_, usage=usage):
+            case RoundCommittedRecord(round=round_):
                 after = in_use_at.get(record.seq)
                 if after is not None:
                     chart.append(
@@ -438,164 +357,86 @@ def session_view(session_id: str, records: Sequence[Record], *, holder: str = ""
                             seq=record.seq,
                             tokens=after.tokens,
                             estimated=after.estimated,
+                            usable=after.usable,
                         )
                     )
-                cached = _cached(record)
+                cached = cached_tokens(record)
                 if cached is not None:
                     cached_total = (cached_total or 0) + cached
-                figures = (
-                    f"input {usage.input_tokens}, output {usage.output_tokens}, total {usage.total_tokens}"
-                    if usage
-                    else "no usage reported"
-                )
-                if cached is not None:
-                    figures += f", cached input {cached}"
-                if record.manifest is not None:
-                    figures += "\n" + describe_manifest(record.manifest)
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="round",
-                        round=round_,
-                        title=f"round {round_} committed",
-                        text=figures,
-                        interrupted=record.interrupted,
-                        cached=cached,
-                    )
-                )
-            case TurnRecord(turn=turn, phase=phase):
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="turn",
-                        round=None,
-                        title=f"turn {turn} {phase}",
-                        text="",
-                    )
-                )
             case CompactionRecord() | MicrocompactRecord():
                 micro = isinstance(record, MicrocompactRecord)
-                number = 1 + sum((c.kind == "micro") == micro for c in cards)
-                card = _card(record, number, folded, in_use_at.get(record.seq))
+                counts[micro] += 1
+                card = compaction_card(
+                    record,
+                    number=counts[micro],
+                    round_=folded.round,
+                    turn=folded.turn,
+                    in_use=in_use_at.get(record.seq),
+                )
                 cards.append(card)
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="compaction" if card.kind != "micro" else "micro",
-                        round=card.round,
-                        title=f"{'compaction' if card.kind != 'micro' else 'microcompaction'} "
-                        f"#{card.number} ({card.kind})",
-                        text=card.reason,
-                    )
-                )
-            case ProtectedRecord(ops=ops, source=source):
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="protected",
-                        round=None,
-                        title=f"protected state ({source})",
-                        text="\n".join(json.dumps(op, sort_keys=True) for op in ops),
-                    )
-                )
-            case MilestoneRecord(name=name, note=note, source=source):
+            case MilestoneRecord(name=name):
                 milestones.append(Milestone(round=folded.round, name=name, seq=record.seq))
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="milestone",
-                        round=None,
-                        title=f"milestone: {name} (said by the {source})",
-                        text=note or "",
-                    )
-                )
-            case ErrorRecord(kind=kind, message=message):
-                timeline.append(
-                    TimelineEntry(
-                        seq=record.seq,
-                        ts=record.ts,
-                        kind="error",
-                        round=None,
-                        title=f"error: {kind}",
-                        text=message,
-                        error=True,
-                    )
-                )
+            case ErrorRecord(message=message):
+                stops.append((record.seq, message))
     try:
-        final = folded.protected
-        protected = _protected_rows(records, final)
+        protected = _protected_rows(records, folded.protected)
     except CorruptLogError as exc:
         problems.append(str(exc))
         protected = ()
     marks = _marks(folded.meta)
-    return SessionView(
+    whole = SessionView(
         row=_row(session_id, records, folded, holder),
-        timeline=tuple(timeline),
+        timeline=(),
         chart=tuple(chart),
         marks=marks,
         cards=tuple(cards),
         protected=protected,
         cached_input=cached_total,
         errors=tuple(problems),
-        tone=_tone(cards, marks),
+        tone=compaction_tone(cards, marks),
         milestones=tuple(milestones),
+        stops=tuple(stops),
+        blocks=round_blocks(records),
+        records=tuple(records),
+        stubbed=frozenset(stubbed),
+        unfolded=frozenset(unfolded),
     )
+    return paged(whole, query)
 
 
-def _card(
-    record: CompactionRecord | MicrocompactRecord,
-    number: int,
-    folded: SessionState,
-    in_use: TokenFigure | None,
-) -> CompactionCard:
-    tokens = in_use.tokens if in_use is not None else record.tokens_before
-    applied = in_use.share if in_use is not None else None
-    in_use_estimated = in_use.estimated if in_use is not None else record.estimated
-    if isinstance(record, MicrocompactRecord):
-        return CompactionCard(
-            number=number,
-            seq=record.seq,
-            ts=record.ts,
-            kind="micro",
-            reason=record.reason,
-            round=folded.round,
-            turn=folded.turn,
-            tokens_before=record.tokens_before,
-            tokens_after=record.tokens_after,
-            estimated=record.estimated,
-            removed=len(record.stubbed),
-            retained=0,
-            covers_through=None,
-            in_use=tokens,
-            in_use_estimated=in_use_estimated,
-            applied_at=applied,
-            waited=None,
-            summary="",
-            protected="",
+def paged(view: SessionView, query: PageQuery | None) -> SessionView:
+    """``view`` showing the page ``query`` asks for (every round and card when None): only
+    that page's timeline is built, so turning the pages of a long session is cheap once its
+    view is made. Raises nothing."""
+    if query is None:
+        page = Slice(start=0, stop=len(view.blocks), newest=True, older=0)
+        card_page = Slice(start=0, stop=len(view.cards), newest=True, older=0)
+    else:
+        # the records after the newest commit come with the newest page's rounds
+        tail = 1 if view.blocks and view.blocks[-1].round is None else 0
+        page = select(
+            [b.first for b in view.blocks],
+            before=query.before,
+            since=query.since,
+            size=PAGE_ROUNDS + (tail if query.before is None else 0),
         )
-    return CompactionCard(
-        number=number,
-        seq=record.seq,
-        ts=record.ts,
-        kind=record.kind,
-        reason=record.reason,
-        round=record.round,
-        turn=record.turn,
-        tokens_before=record.tokens_before,
-        tokens_after=record.tokens_after,
-        estimated=record.estimated,
-        removed=record.removed,
-        retained=len(record.retained),
-        covers_through=record.covers_through,
-        in_use=tokens,
-        in_use_estimated=in_use_estimated,
-        applied_at=applied,
-        waited=record.waited,
-        summary=record.summary,
-        protected=_snapshot_text(record.protected),
+        card_page = select(
+            [c.seq for c in view.cards],
+            before=query.cards_before,
+            since=query.cards_since,
+            size=PAGE_CARDS,
+        )
+    shown = view.blocks[page.start : page.stop]
+    timeline = (
+        timeline_entries(
+            view.records,
+            first=shown[0].first,
+            last=shown[-1].last,
+            cards={c.seq: c for c in view.cards},
+            stubbed=view.stubbed,
+            unfolded=view.unfolded,
+        )
+        if shown
+        else ()
     )
+    return dataclasses.replace(view, timeline=timeline, page=page, card_page=card_page)

@@ -12,9 +12,17 @@ from pathlib import Path
 import anyio
 import pytest
 from stowage.core import (
+    AssistantMessage,
+    CompactionRecord,
+    ErrorRecord,
     FunctionCall,
     FunctionCallOutput,
+    HistoryEntry,
     ItemRecord,
+    MilestoneRecord,
+    ProtectedRecord,
+    ProtectedState,
+    Record,
     RoundCommittedRecord,
     SessionRecord,
     TurnRecord,
@@ -24,6 +32,23 @@ from stowage.core import (
 from stowage.storage import JsonlStore
 
 HOSTILE = "<script>window.__pwned = 1; document.title = 'pwned'</script><b>bold?</b>"
+
+#: markup that runs script, leaves for another origin or restyles the page, were it markup;
+#: each sets ``window.__xss`` or calls ``alert`` when it runs
+PAYLOADS = (
+    "<script>window.__xss = 'script'</script>",
+    "<img src=x onerror=\"window.__xss = 'img'\">",
+    "<svg onload=\"window.__xss = 'svg'\"></svg>",
+    "\"><script>window.__xss = 'attribute'</script>",
+    "'><img src=x onerror=alert(1)>",
+    "</title></textarea></pre><script>alert('closing')</script>",
+    "<a href=\"javascript:window.__xss='link'\">click</a>",
+    '<img src="http://evil.example/leak.png">',
+    "<style>body { background: url(http://evil.example/css) }</style>",
+    '<iframe src="http://evil.example/frame"></iframe>',
+    '<meta http-equiv="refresh" content="0; url=http://evil.example/">',
+)
+PAYLOAD = " ".join(PAYLOADS)
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -77,6 +102,50 @@ def write_hostile_session(root: Path, session_id: str = "hostile") -> None:
             await store.aclose()
 
     anyio.run(write)
+
+
+def payload_records(rounds: int = 14) -> list[Record]:
+    """A failed session whose every text a person, a model or a tool wrote is ``PAYLOAD``:
+    model name, user and assistant messages, call arguments, tool outputs, a compaction's
+    summary and reason, a protected entry, a milestone and the error that failed it; a round
+    above the hard mark, so the chart's note quotes the compaction after it; ``rounds``
+    rounds, so the timeline has an older page."""
+    constraint = {"op": "add_constraint", "id": "c1", "text": PAYLOAD}
+    records: list[Record] = [
+        SessionRecord(seq=1, model=f"scripted {PAYLOADS[0]}", context_window=6000),
+        ProtectedRecord(seq=2, ops=(constraint,)),
+        ItemRecord(seq=3, item=UserMessage(text=f"please echo {PAYLOAD}")),
+        TurnRecord(seq=4, turn=1, phase="started"),
+    ]
+    seq = 4
+    for round_ in range(1, rounds + 1):
+        call = FunctionCall(call_id=f"c{round_}", name="echo", arguments=PAYLOAD)
+        tokens = 7000 if round_ == 3 else 400 + 10 * round_
+        records += [
+            ItemRecord(seq=seq + 1, round=round_, item=call),
+            ItemRecord(seq=seq + 2, round=round_, item=FunctionCallOutput(call_id=call.call_id, output=PAYLOAD)),
+            RoundCommittedRecord(
+                seq=seq + 3, round=round_, first_seq=seq + 1, last_seq=seq + 3,
+                usage=Usage(input_tokens=tokens, output_tokens=20, total_tokens=tokens + 20),
+            ),
+        ]  # fmt: skip
+        seq += 3
+        if round_ == 3:
+            seq += 1
+            records.append(
+                CompactionRecord(
+                    seq=seq, summary=PAYLOAD, covers_through=seq - 1, reason=PAYLOAD,
+                    retained=(HistoryEntry(seq=3, item=UserMessage(text=f"please echo {PAYLOAD}")),),
+                    tokens_before=7020, tokens_after=300, removed=9, round=3, turn=1,
+                    turn_open=True, protected=ProtectedState().apply(constraint).snapshot(),
+                )
+            )  # fmt: skip
+    records += [
+        MilestoneRecord(seq=seq + 1, name=PAYLOADS[0], note=PAYLOAD),
+        ItemRecord(seq=seq + 2, item=AssistantMessage(text=PAYLOAD)),
+        ErrorRecord(seq=seq + 3, kind="model", message=PAYLOAD),
+    ]
+    return records
 
 
 @pytest.fixture(scope="module")

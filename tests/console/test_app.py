@@ -155,9 +155,10 @@ async def test_a_missing_session_and_a_bad_id_are_answered_without_reading(
 ) -> None:
     _, reader, _ = store_and_reader
     missing = await _get(reader, "/s/nope")
-    assert missing.status_code == 200 and "No session nope" in missing.text
+    assert missing.status_code == 404 and "No session nope" in missing.text
     bad = await _get(reader, "/s/..%2Fetc")
     assert bad.status_code in (400, 404)
+    assert bad.headers["content-type"].startswith("text/plain")
 
 
 async def test_the_fingerprint_moves_on_append_and_reading_writes_nothing(

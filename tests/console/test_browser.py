@@ -18,6 +18,7 @@ from stowage.storage import JsonlStore
 
 from .browser import chromium
 from .conftest import HOSTILE, only_session, run_cli, write_hostile_session
+from .longlog import long_session
 
 pytestmark = pytest.mark.slow
 
@@ -242,3 +243,39 @@ def test_waiting_and_failed_sessions_are_highlighted_and_times_are_local(
         spans = sorted((b["y"], b["y"] + b["height"]) for b in boxes if b is not None)
         assert all(low_next >= high for (_, high), (low_next, _) in itertools.pairwise(spans))
         page.screenshot(path=str(tmp_path / "chart.png"))
+
+
+def test_a_31_turn_session_is_one_short_page_that_pages_back_on_demand(
+    tmp_path: Path, console_server: Start
+) -> None:
+    async def write() -> None:
+        store = JsonlStore(tmp_path / "store")
+        try:
+            # 31 turns of 3 rounds, a compaction every 5 rounds: 18 compactions
+            await store.create("turns31", long_session(93, per_turn=3, every=5, output="x\n" * 40))
+        finally:
+            await store.aclose()
+
+    anyio.run(write)
+    base = console_server("store", tmp_path)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page.goto(f"{base}/s/turns31")
+        height = page.evaluate("document.documentElement.scrollHeight")
+        heads = page.locator("#timeline .round-head")
+        assert heads.first.inner_text().startswith("since the last committed round")
+        assert heads.nth(1).inner_text().startswith("round 93 ")
+        assert page.locator("#timeline > li.round-block").count() == 11  # 10 rounds and after
+        assert page.locator("#cards article.card").count() == 8
+        # older rounds and older cards come on demand, below what is shown
+        page.locator("#timeline-older a.older").click()
+        page.wait_for_function("() => document.body.dataset.older === '1'", timeout=WAIT_MS)
+        page.locator("#cards-older a.older").click()
+        page.wait_for_function("() => document.body.dataset.older === '2'", timeout=WAIT_MS)
+        assert page.locator("#timeline-older li.round-block").count() == 10
+        older = page.locator("#timeline-older .round-head").all_inner_texts()
+        assert [h.split()[1] for h in older] == [str(r) for r in range(83, 73, -1)]
+        assert page.locator("article.card").count() == 16
+        page.screenshot(path=str(tmp_path / "turns31.png"))
+    print(f"\n31 turns, 93 rounds: the page is {height:,} px high")
+    assert height < 12_000
