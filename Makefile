@@ -9,7 +9,7 @@ STAGE := build/stage
 # shows the demo, not setuptools (errors still stop the install and are printed)
 PIP_QUIET := PYTHONWARNINGS=ignore::UserWarning
 
-.PHONY: demo test lint typecheck clean venv stage test-min
+.PHONY: demo test lint typecheck clean venv stage test-min docs
 
 venv: $(STAMP)
 
@@ -59,5 +59,11 @@ lint: $(STAMP) stage
 typecheck: $(STAMP) stage
 	cd $(STAGE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p stowage
 
+# The documentation site into site/, warnings as errors (mkdocs.yml; its hook stages the package
+# under build/docs-stage for the API reference). Material for MkDocs prints a notice of its end
+# of life (May 2027) on every build; NO_MKDOCS_2_WARNING keeps the build's output to the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .stowage
+	rm -rf $(VENV) build site .pytest_cache .mypy_cache .ruff_cache .stowage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -135,7 +136,7 @@ async def run_demo(
     ):
         table.add_row(name, str(value))
     console.print(table)
-    console.print(f"inspect it: stowage show {session_id} --store {shown}")
+    console.print(f"inspect it: {_command()} show {session_id} --store {shown}", soft_wrap=True)
     if not report.ok:
         print(f"demo: the log of {session_id} is not sound; see the table above", file=sys.stderr)
         return 1
@@ -143,6 +144,17 @@ async def run_demo(
         # a short demo is not a failure: it just has not grown enough to compact twice
         console.print(
             f"{turns} turns compacted {counts['compactions']} time(s); "
-            "run 'stowage demo' (10 turns) to see several compactions"
+            f"run '{_command()} demo' (10 turns) to see several compactions"
         )
     return 0
+
+
+def _command() -> str:
+    """The ``stowage`` command as it can be typed here: its name when the one on PATH is this
+    one, else the path it was started by (``make demo`` runs ``.venv/bin/stowage``, which is
+    not on PATH until the venv is activated)."""
+    started = Path(sys.argv[0])
+    on_path = shutil.which("stowage")
+    if started.name != "stowage" or (on_path and Path(on_path).resolve() == started.resolve()):
+        return "stowage"
+    return sys.argv[0]

@@ -64,17 +64,3 @@ async def test_a_continued_session_runs_with_them_and_records_the_compaction_set
     assert overrides == {"reattach_share": 0.3, "micro_min_free": 0.1}
     assert settings.max_answer_chars == 5000
     assert settings.reattach_share == 0.3 and settings.micro_min_free == 0.1
-
-
-def test_every_configuration_key_is_a_setting_and_listed_in_the_readme(repo_root: Path) -> None:
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    keys = readme[readme.index("<!-- settings table") : readme.index("An unknown key, bad TOML")]
-    fields = set(Settings.__dataclass_fields__)
-    for name in StowageConfig.model_fields:
-        if name in ("models", "mcp", "mcp_url", "otel"):
-            assert f"`{name}`" in readme or f"[{name}.NAME]" in readme, name
-            continue
-        assert name in fields and f"| `{name}`" in keys, name
-    for name in ("micro_min_free", "reattach_share", "max_answer_chars"):
-        assert name in fields and name in StowageConfig.model_fields
-        assert f"--{name.replace('_', '-')}" in readme

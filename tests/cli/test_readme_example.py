@@ -21,7 +21,7 @@ from tests.conftest import PG_DSN, ensure_database
 
 
 def _python_example(readme: str) -> str:
-    section = readme.split("## In Python", 1)[1]
+    section = re.split(r"^#+ .*In Python\n", readme, maxsplit=1, flags=re.MULTILINE)[1]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert found is not None, "no python block under 'In Python'"
     return found.group(1)

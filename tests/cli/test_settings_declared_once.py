@@ -1,16 +1,16 @@
-"""Each setting is declared once; the command line, the configuration and the README's table
-are made from the declarations and agree with them."""
+"""Each setting is declared once; the command line and the configuration are made from the
+declarations and agree with them (the settings reference the site makes from them is checked
+in ``tests/docs/test_site.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import typing
-from pathlib import Path
 
 import pytest
 from stowage.cli._config import ModelProfile, StowageConfig
 from stowage.cli._run_options import add_model_options
-from stowage.cli._setting_options import settings_table, typed_settings
+from stowage.cli._setting_options import typed_settings
 from stowage.core import ConfigError, Settings, setting_infos
 
 
@@ -18,13 +18,6 @@ def parser() -> argparse.ArgumentParser:
     made = argparse.ArgumentParser(prog="stowage run", exit_on_error=False)
     add_model_options(made, system_help="system message")
     return made
-
-
-def test_the_readme_holds_the_table_the_declarations_make(repo_root: Path) -> None:
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n", readme.index("<!-- settings table")) + 1
-    end = readme.index("<!-- end of the settings table -->")
-    assert readme[start:end] == settings_table()
 
 
 def test_every_flag_is_a_declared_setting_with_its_type_bounds_and_choices() -> None:

@@ -87,10 +87,10 @@ def test_a_refused_write_exits_5_and_leaves_a_sound_log_that_resumes(
         assert again.returncode == 0, (argv, again.stdout, again.stderr)
 
 
-def test_the_status_is_documented_in_help_and_readme(repo_root: Path) -> None:
+def test_the_status_is_documented_in_help_and_the_reference(repo_root: Path) -> None:
     from stowage.cli._exits import EXIT_STATUSES, EXIT_STORE
 
     assert EXIT_STORE == 5
     assert "  5    the store failed" in EXIT_STATUSES
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    assert "| 5 | the store failed" in readme
+    reference = repo_root / "docs" / "reference" / "exit-statuses.md"
+    assert "| 5 | the store failed" in reference.read_text(encoding="utf-8")
