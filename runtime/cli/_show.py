@@ -173,9 +173,10 @@ def render_transcript(
             case MilestoneRecord(name=name, note=note, source=source):
                 said = f": {note}" if note else ""
                 lines.append(f"#{record.seq:<5} ** milestone ({source}) {name!r}{said}")
-            case ApprovalRecord(call_id=call_id, decision=decision, reason=reason):
+            case ApprovalRecord(call_id=call_id, decision=decision, reason=reason, detail=detail):
                 why = f": {reason}" if reason else ""
                 lines.append(f"#{record.seq:<5} ** approval {decision} for call {call_id}{why}")
+                lines.extend(f"           | {line}" for line in (detail or "").splitlines())
             case ProgressRecord(call_id=call_id, text=text):
                 lines.append(
                     f"#{record.seq:<5} .. call {call_id} printed {len(text):,} characters so far"

@@ -109,6 +109,9 @@ class PendingCall:
     arguments: str
     approve: str
     deny: str
+    #: what the call will do, as recorded when it was requested (the diff of an edit, the
+    #: whole command line); None for a tool that shows nothing
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,6 +215,7 @@ def _pending(session_id: str, folded: SessionState) -> tuple[PendingCall, ...]:
             arguments=short(call.arguments),
             approve=f"stowage approve {session_id} {call.call_id}",
             deny=f"stowage deny {session_id} {call.call_id}",
+            detail=folded.approval_details.get(call.call_id),
         )
         for call in folded.awaiting_approval
     )

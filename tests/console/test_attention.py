@@ -46,7 +46,12 @@ def _waiting() -> list[Record]:
             round=1,
             item=FunctionCall(call_id="call-7", name="deploy", arguments='{"env": "prod"}'),
         ),
-        ApprovalRecord(seq=5, call_id="call-7", decision="requested"),
+        ApprovalRecord(
+            seq=5,
+            call_id="call-7",
+            decision="requested",
+            detail="$ deploy --env prod <script>alert(1)</script>\n(unconfined)",
+        ),
     ]
 
 
@@ -95,6 +100,11 @@ async def test_waiting_and_failed_sessions_stand_out_on_both_pages(tmp_path: Pat
     assert "{&#34;env&#34;: &#34;prod&#34;}" in banner.group(1)  # the arguments, escaped
     assert "stowage approve waits call-7" in banner.group(1)
     assert "stowage deny waits call-7" in banner.group(1)
+    # what the call will do, as recorded when it was requested (escaped like all the rest)
+    assert (
+        '<pre class="approval-detail" data-testid="approval-detail">$ deploy --env prod '
+        "&lt;script&gt;alert(1)&lt;/script&gt;\n(unconfined)</pre>"
+    ) in banner.group(1)
     assert 'data-testid="failure"' not in waits
     failure = re.search(r'data-testid="failure">(.*?)</section>', broke, re.S)
     assert failure and "endpoint answered 503 three times" in failure.group(1)
