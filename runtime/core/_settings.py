@@ -614,7 +614,7 @@ def _described(exc: ValidationError) -> str:
     name = ".".join(str(part) for part in error["loc"]) or "settings"
     value = error.get("input")
     if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{name} is not a setting (see the table of settings in the README)"
+        return f"{name} is not a setting (see docs/reference/settings.md, or stowage run --help)"
     rule = _RULES.get(error["type"])
     if rule is not None:
         return f"{name} must be {rule.format(**error.get('ctx', {}))}, got {value!r}"
