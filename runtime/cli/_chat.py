@@ -37,7 +37,7 @@ from ._chat_view import TurnView, approval_line
 from ._exits import error_line
 from ._status import StatusLine
 
-__all__ = ["LineReader", "chat_loop"]
+__all__ = ["LineReader", "chat_loop", "confirm_new"]
 
 _HINT = "(Ctrl-C again or Ctrl-D to leave)"
 _APPROVE = "approve? [y/n] "
@@ -83,7 +83,7 @@ async def chat_loop(
     settings: Settings | None = None,
     subscribe: Subscribe | None = None,
     open_store: Callable[[], LogStore] | None = None,
-    notices: Callable[[Event], None] | None = None,
+    notices: Callable[[Event], str | None] | None = None,
     stdin_fd: int = 0,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -91,8 +91,8 @@ async def chat_loop(
     """Read a line, run it as a turn (streamed to ``out``) or as a slash command, until EOF,
     ``/quit`` or a second Ctrl-C. ``settings`` (what the session runs with), ``subscribe``
     (the runtime's events) and ``open_store`` (a read-only opening of its store) serve the
-    commands that need them; ``notices`` prints what the runtime says besides the turn
-    (compactions, repairs), called once the status line is down. Returns the exit status; raises what ends the session
+    commands that need them; ``notices`` says in a line what the runtime says besides the
+    turn (compactions, repairs), or None. Returns the exit status; raises what ends the session
     (``SessionFailed``, ...) and ``ConfigError`` when the terminal UI cannot be loaded."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -103,8 +103,9 @@ async def chat_loop(
         said = notices
 
         def notice(event: Event) -> None:
-            view.status.hide()  # a notice never prints over the spinner
-            said(event)
+            line = said(event)
+            if line is not None:
+                view.say(line)  # a notice never prints over the spinner
 
         subscribe(notice)
     reader: _Input
@@ -122,6 +123,17 @@ async def chat_loop(
     chat = _Chat(host, view, reader, terminal=terminal)
     with _quiet_terminal(stdin_fd if interactive else None, echo=not terminal):
         return await chat.run()
+
+
+async def confirm_new(session_id: str) -> bool:
+    """On a terminal: whether to start session ``session_id``, which has no log (Enter: yes).
+    Raises ``ConfigError`` when the terminal UI cannot be loaded."""
+    from ._chat_prompt import TerminalInput
+
+    answer = await TerminalInput(history=None, pending=tuple).ask(
+        f"no session {session_id} in this store; start it? [Y/n] "
+    )
+    return answer is not None and answer in ("", "y", "yes")
 
 
 def _waiting(session: Session) -> Sequence[str]:
