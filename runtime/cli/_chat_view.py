@@ -35,6 +35,7 @@ from stowage.core import (
 )
 from stowage.facade import TurnResult
 
+from ._sessions import TurnFigures
 from ._status import StatusLine, describe
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "approval_line",
     "call_text",
     "first_line",
+    "footer_line",
     "reaches_screen_later",
     "tool_line",
 ]
@@ -97,6 +99,21 @@ def tool_line(
 def approval_line(call: FunctionCall) -> str:
     """The call that waits for a person: id, tool and arguments."""
     return f"call {call.call_id} awaits approval: {call_text(call.name, call.arguments, 300)}"
+
+
+def footer_line(figures: TurnFigures) -> str:
+    """The line under a chat's turn: tokens in use against usable, the share of the last
+    request the provider served from its cache, and the compactions so far."""
+    parts = []
+    if figures.tokens is not None:
+        parts.append(f"{'~' if figures.estimated else ''}{figures.tokens:,} tokens")
+        if figures.usable and figures.percent_of_usable is not None:
+            parts.append(f"{figures.percent_of_usable:.0f}% of {figures.usable:,} usable")
+    if figures.cached_share is not None:
+        parts.append(f"last request {figures.cached_share:.0%} cached")
+    count = figures.compactions
+    parts.append(f"{count} compaction{'' if count == 1 else 's'}")
+    return "  ─ " + " · ".join(parts)
 
 
 def _isatty(stream: TextIO) -> bool:

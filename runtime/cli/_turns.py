@@ -27,7 +27,7 @@ from ._store_args import (
 )
 
 if TYPE_CHECKING:
-    from stowage.core import Event, LogStore
+    from stowage.core import Event, LogStore, Settings
     from stowage.facade import Runtime, Session, TurnResult
 
     from ._chat_view import TurnView
@@ -459,4 +459,31 @@ async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> in
             subscribe=rt.subscribe,
             open_store=lambda: reader_store(args),
             notices=notice_line,
+            sessions=_ChatSessions(rt, args),
         )
+
+
+class _ChatSessions:
+    """The chat's ``/fork``, ``/rewind`` and ``/new`` on its runtime: the session it leaves
+    is closed (its lease given back), the one it goes on with is live."""
+
+    def __init__(self, rt: Runtime, args: argparse.Namespace) -> None:
+        self._rt = rt
+        self._args = args
+
+    async def fork(self, session: Session, at_round: int | None) -> Session:
+        child = await self._rt.fork(session.id, at_round=at_round)
+        await self._rt.close(session.id)
+        return child
+
+    async def rewind(self, session: Session, to_round: int) -> Session:
+        await self._rt.rewind(session.id, to_round=to_round)  # closes the live session first
+        return await self._rt.resume(session.id)
+
+    async def new(self, session: Session) -> Session:
+        fresh = await _new_session(self._rt, self._args, None)
+        await self._rt.close(session.id)
+        return fresh
+
+    def settings_of(self, session_id: str) -> Settings:
+        return self._rt.settings_of(session_id)
