@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["CommandParser", "fill_later"]
 
@@ -49,6 +49,10 @@ class CommandParser(argparse.ArgumentParser):
             return super().parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixing = False
+
+    def error(self, message: str) -> NoReturn:
+        """One line, with where to read the options, instead of the whole usage (exit 2)."""
+        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
 
     def format_usage(self) -> str:
         self._fill()

@@ -287,8 +287,9 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
             session = await rt.resume(args.session)
         else:
             session = await _new_session(rt, args, args.session)
-            print(f"session: {session.id}", file=sys.stderr)
-            print(f"store: {store_label(args)}", file=sys.stderr)
+            if args.session is None:  # the id was made here: say it, and where the log is
+                print(f"session: {session.id}", file=sys.stderr)
+                print(f"store: {store_label(args)}", file=sys.stderr)
         unsubscribe()
         # with the window the session runs with (recorded, or found when it was made)
         refuse_oversized(args.message, rt.settings_of(session.id), rt.tools.specs())
