@@ -263,7 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if wrong is not None:
         print(f"stowage: error: {wrong}", file=sys.stderr)
         return 2
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # the command's own line: its name, and where its options are listed
+        command = f"stowage {args.command}"
+        print(
+            f"{command}: error: unrecognized arguments: {' '.join(extra)} "
+            f"('{command} --help' lists the options)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         quiet = _REPORTED_ONCE if args.log_level.lower() in ("warning", "error") else frozenset()
         if quiet and args.command in _SAY_REPAIRS:

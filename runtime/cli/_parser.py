@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._parsing import CommandParser
+from ._parsing import CommandParser, OneLineParser
 from ._store_args import DEFAULT_STORE, STORE_ENV
 
 __all__ = [
@@ -295,7 +295,7 @@ def _rewind_command(rewind: argparse.ArgumentParser) -> None:
 
 
 def _demo_command(demo: argparse.ArgumentParser) -> None:
-    demo.add_argument("--turns", type=int, default=10)
+    demo.add_argument("--turns", type=_positive_int, default=10, help="turns to run (default 10)")
     demo.add_argument(
         "--compact-threshold",
         type=int,
@@ -309,6 +309,17 @@ def _demo_command(demo: argparse.ArgumentParser) -> None:
         help="the model window the demo compacts in (default 6000)",
     )
     _common(demo)
+
+
+def _positive_int(text: str) -> int:
+    """An integer from 1, as argparse takes it (argparse says the error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 1, got {value}")
+    return value
 
 
 def _fake_server_command(fake: argparse.ArgumentParser) -> None:
@@ -472,7 +483,7 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
     from ._worker import add_worker_commands
     from ._workers import add_workers_command
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="stowage",
         description="A runtime for long-running LLM agents.",
         epilog=EXIT_STATUSES,

@@ -14,12 +14,20 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["CommandParser", "fill_later"]
+__all__ = ["CommandParser", "OneLineParser", "fill_later"]
 
 Fill = Callable[[argparse.ArgumentParser], None]
 
 
-class CommandParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, with where to read the options,
+    instead of the whole usage (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
+
+
+class CommandParser(OneLineParser):
     """An ``ArgumentParser`` that runs its pending ``fill`` functions (each adds options) before
     it parses or formats anything: pass it as ``parser_class`` of ``add_subparsers``."""
 
@@ -49,10 +57,6 @@ class CommandParser(argparse.ArgumentParser):
             return super().parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixing = False
-
-    def error(self, message: str) -> NoReturn:
-        """One line, with where to read the options, instead of the whole usage (exit 2)."""
-        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
 
     def format_usage(self) -> str:
         self._fill()

@@ -74,7 +74,7 @@ class Screen:
             return
         self.stream.feed(chunk)
 
-    def wait_for(self, shown: Callable[[str], bool], what: str, timeout: float = 60) -> None:
+    def wait_for(self, shown: Callable[[str], bool], what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not shown(self.text()):
             left = deadline - time.monotonic()
