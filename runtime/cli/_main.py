@@ -17,7 +17,8 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ._parser import build_parser, hoist_globals, parser_and_commands, unknown_command
+from ._parser import build_parser, parser_and_commands
+from ._parsing import hoist_globals, unknown_command
 from ._store_args import open_cli_store, reader_store, settings_from, store_dir, store_spec
 
 __all__ = ["build_parser", "configure_logging", "main", "settings_from"]

@@ -4,16 +4,13 @@ Building it imports none of the runtime: a command's options are added when that
 parsed or its help printed (``_parsing.CommandParser``), so ``stowage --version`` and ``--help``
 load argparse and little else.
 
-People type the options every command shares (``--store``, ``--log-format``, ``--log-level``)
-before the command as often as after it (``stowage --store S list``): ``hoist_globals`` moves
-them after the command word, where the command's own parser reads them. A command word that
-names no command is one line with the nearest one (``unknown_command``), not a usage dump.
+The options every session command shares are listed before the command too; what is typed
+there is moved after the command word (``_parsing.hoist_globals``).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,13 +18,7 @@ from typing import Any
 from ._parsing import CommandParser, OneLineParser
 from ._store_args import DEFAULT_STORE, STORE_ENV
 
-__all__ = [
-    "build_parser",
-    "command_word",
-    "hoist_globals",
-    "parser_and_commands",
-    "unknown_command",
-]
+__all__ = ["build_parser", "parser_and_commands"]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -395,10 +386,6 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
 )
 
 
-#: the options every session command shares, and what they take: a value each
-_GLOBAL_OPTIONS = ("--store", "--log-format", "--log-level")
-
-
 def _global_options(parser: argparse.ArgumentParser) -> None:
     """The shared options as ``stowage --help`` shows them before the command; what is typed
     there is moved after the command word (``hoist_globals``), so the command reads it."""
@@ -421,50 +408,6 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default), error"
     )
-
-
-def hoist_globals(words: Sequence[str]) -> list[str]:
-    """``words`` with the shared options typed before the command word moved right after it
-    (``--store S list`` -> ``list --store S``), every other word in its place. Words without
-    a command word are returned as they are. Raises nothing."""
-    front: list[str] = []
-    moved: list[str] = []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        name = word.split("=", 1)[0]
-        if name in _GLOBAL_OPTIONS:
-            takes_next = "=" not in word and index + 1 < len(words)
-            moved += [word, words[index + 1]] if takes_next else [word]
-            index += 2 if takes_next else 1
-        elif word.startswith("-") and word != "-":
-            front.append(word)
-            index += 1
-        else:
-            return [*front, word, *moved, *words[index + 1 :]]
-    return list(words)
-
-
-def command_word(words: Sequence[str]) -> str | None:
-    """The command word of ``words`` (after ``hoist_globals``): the first that is not an
-    option; None when there is none. Raises nothing."""
-    return next((w for w in words if not w.startswith("-") or w == "-"), None)
-
-
-def unknown_command(words: Sequence[str], commands: Sequence[str]) -> str | None:
-    """The one-line error for a command word that names none of ``commands``, with the
-    nearest (``no command 'lst'; did you mean 'list'?``); None when it names one, or when
-    there is no command word (argparse then says what is missing). Raises nothing."""
-    word = command_word(words)
-    if word is None or word in commands:
-        return None
-    near = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
-    if not near:  # a prefix of one command only: "stowage res" for resume
-        near = [c for c in commands if c.startswith(word)][:2]
-        near = near if len(near) == 1 else []
-    if near:
-        return f"no command {word!r}; did you mean {near[0]!r}?"
-    return f"no command {word!r}; 'stowage --help' lists the commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
