@@ -25,19 +25,21 @@ import sys
 import termios
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Protocol, TextIO
 
 import anyio
 from stowage.core import Event, LogStore, ModelError, ProtectedStateViolation, Settings
 from stowage.facade import Session, TurnResult
 
-from ._chat_actions import QUIT, ChatHost, Subscribe, run_command
+from ._chat_actions import QUIT, ChatHost, Outcome, Sessions, SessionSwitch, Subscribe, run_command
 from ._chat_commands import Command, PromptCancelled, Unknown, parse_line
-from ._chat_view import TurnView, approval_line
+from ._chat_view import TurnView, approval_line, footer_line
 from ._exits import error_line
+from ._sessions import read_turn_figures
 from ._status import StatusLine
 
-__all__ = ["LineReader", "chat_loop"]
+__all__ = ["LineReader", "chat_loop", "confirm_new"]
 
 _HINT = "(Ctrl-C again or Ctrl-D to leave)"
 _APPROVE = "approve? [y/n] "
@@ -83,7 +85,8 @@ async def chat_loop(
     settings: Settings | None = None,
     subscribe: Subscribe | None = None,
     open_store: Callable[[], LogStore] | None = None,
-    notices: Callable[[Event], None] | None = None,
+    notices: Callable[[Event], str | None] | None = None,
+    sessions: Sessions | None = None,
     stdin_fd: int = 0,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -91,20 +94,33 @@ async def chat_loop(
     """Read a line, run it as a turn (streamed to ``out``) or as a slash command, until EOF,
     ``/quit`` or a second Ctrl-C. ``settings`` (what the session runs with), ``subscribe``
     (the runtime's events) and ``open_store`` (a read-only opening of its store) serve the
-    commands that need them; ``notices`` prints what the runtime says besides the turn
-    (compactions, repairs), called once the status line is down. Returns the exit status; raises what ends the session
+    commands that need them; ``notices`` says in a line what the runtime says besides the
+    turn (compactions, repairs), or None; ``sessions`` lets ``/fork``, ``/rewind`` and
+    ``/new`` move the chat to another session. After each turn a footer says how full the
+    session is (read from its log, as ``stowage context`` reads it) when ``open_store`` is
+    given. Returns the exit status; raises what ends the session
     (``SessionFailed``, ...) and ``ConfigError`` when the terminal UI cannot be loaded."""
     out = out or sys.stdout
     err = err or sys.stderr
     interactive = os.isatty(stdin_fd)
-    host = ChatHost(session=session, settings=settings, subscribe=subscribe, open_store=open_store)
-    view = TurnView(out=out, err=err, status=StatusLine(), history=lambda: session.history)
+    host = ChatHost(
+        session=session,
+        settings=settings,
+        subscribe=subscribe,
+        open_store=open_store,
+        sessions=sessions,
+    )
+    current = [host]  # the chat's host, replaced when /fork, /rewind or /new move it
+    view = TurnView(
+        out=out, err=err, status=StatusLine(), history=lambda: current[0].session.history
+    )
     if notices is not None and subscribe is not None:
         said = notices
 
         def notice(event: Event) -> None:
-            view.status.hide()  # a notice never prints over the spinner
-            said(event)
+            line = said(event)
+            if line is not None:
+                view.say(line)  # a notice never prints over the spinner
 
         subscribe(notice)
     reader: _Input
@@ -113,15 +129,26 @@ async def chat_loop(
         # the terminal UI, only here: piped input never loads prompt_toolkit
         from ._chat_prompt import TerminalInput, history_file
 
-        reader = TerminalInput(history=history_file(), pending=lambda: _waiting(session))
+        reader = TerminalInput(history=history_file(), pending=lambda: _waiting(current[0].session))
     else:
         reader = _PlainInput(LineReader(stdin_fd), err, prompt=interactive)
     print(
         f"session {session.id}; Ctrl-C stops a turn, Ctrl-D leaves, /help lists commands", file=err
     )
-    chat = _Chat(host, view, reader, terminal=terminal)
+    chat = _Chat(host, view, reader, terminal=terminal, current=current)
     with _quiet_terminal(stdin_fd if interactive else None, echo=not terminal):
         return await chat.run()
+
+
+async def confirm_new(session_id: str) -> bool:
+    """On a terminal: whether to start session ``session_id``, which has no log (Enter: yes).
+    Raises ``ConfigError`` when the terminal UI cannot be loaded."""
+    from ._chat_prompt import TerminalInput
+
+    answer = await TerminalInput(history=None, pending=tuple).ask(
+        f"no session {session_id} in this store; start it? [Y/n] "
+    )
+    return answer is not None and answer in ("", "y", "yes")
 
 
 def _waiting(session: Session) -> Sequence[str]:
@@ -153,14 +180,33 @@ class _Chat:
     """The loop's state: the scope Ctrl-C cancels (the turn, or the plain prompt's read) and
     how many Ctrl-C came since the last line was entered."""
 
-    def __init__(self, host: ChatHost, view: TurnView, reader: _Input, *, terminal: bool) -> None:
-        self.host = host
+    def __init__(
+        self,
+        host: ChatHost,
+        view: TurnView,
+        reader: _Input,
+        *,
+        terminal: bool,
+        current: list[ChatHost] | None = None,
+    ) -> None:
+        self._current = current if current is not None else [host]
+        self._current[0] = host
         self.view = view
         self.reader = reader
         self.terminal = terminal
         self.scope: anyio.CancelScope | None = None
         self.pressed = 0
         self.in_command = False  # a command runs: it cannot be interrupted
+
+    @property
+    def host(self) -> ChatHost:
+        return self._current[0]
+
+    def _move_to(self, session: Session) -> None:
+        """Go on with ``session`` (``/fork``, ``/rewind``, ``/new``)."""
+        host = self.host
+        settings = host.sessions.settings_of(session.id) if host.sessions else host.settings
+        self._current[0] = replace(host, session=session, settings=settings)
 
     async def run(self) -> int:
         async with anyio.create_task_group() as tg:
@@ -218,7 +264,7 @@ class _Chat:
 
     async def _enter(self, text: str) -> str | None:
         parsed = parse_line(text)
-        result: TurnResult | str | None
+        result: Outcome
         if isinstance(parsed, Unknown):
             self.view.say(f"unknown command {parsed.name}: /help lists the commands")
             return None
@@ -226,11 +272,13 @@ class _Chat:
             result = await self._command(parsed)
         else:
             result = await self._turn(parsed.text)
+        if isinstance(result, SessionSwitch):
+            self._move_to(result.session)
         if isinstance(result, TurnResult) and result.stopped == "pending_approval":
             await self._approvals()
         return result if result == QUIT else None
 
-    async def _command(self, command: Command) -> TurnResult | str | None:
+    async def _command(self, command: Command) -> Outcome:
         self.in_command = True
         try:
             return await run_command(command, self.host, self.view)
@@ -263,7 +311,17 @@ class _Chat:
             return None
         if result is not None:
             view.finish(result)
+            await self._footer()
         return result
+
+    async def _footer(self) -> None:
+        """How full the session is now, in one line, from its log (``stowage context``'s
+        figures)."""
+        if self.host.open_store is None:
+            return
+        figures = await read_turn_figures(self.host.open_store(), self.host.session.id)
+        if figures is not None:
+            self.view.say(footer_line(figures))
 
     async def _approvals(self) -> None:
         """Ask about each call that awaits approval, inline, and go on with the turn; without

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from stowage.core import (
     CompactionSkipped,
@@ -34,7 +35,7 @@ from ._chat_view import TurnView, call_text
 from ._exits import error_line
 from ._sessions import context_main, export_main
 
-__all__ = ["QUIT", "ChatHost", "Subscribe", "decide", "run_command"]
+__all__ = ["QUIT", "ChatHost", "SessionSwitch", "Sessions", "Subscribe", "decide", "run_command"]
 
 #: adds a subscriber to the runtime's events; returns the function that removes it
 Subscribe = Callable[[Callable[[Event], None]], Callable[[], None]]
@@ -47,16 +48,38 @@ QUIT = "quit"
 _REPORTED = (ConfigError, ModelError, ProtectedStateViolation)
 
 
+class Sessions(Protocol):
+    """How the chat moves to another session of its runtime (``/fork``, ``/rewind``,
+    ``/new``): each returns the live session the chat goes on with."""
+
+    async def fork(self, session: Session, at_round: int | None) -> Session: ...
+
+    async def rewind(self, session: Session, to_round: int) -> Session: ...
+
+    async def new(self, session: Session) -> Session: ...
+
+    def settings_of(self, session_id: str) -> Settings: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSwitch:
+    """What ``run_command`` returns when the chat goes on with another session."""
+
+    session: Session
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatHost:
     """What the commands use besides the session: the settings it runs with (``/model``),
-    the runtime's events (an approved turn's progress, a compaction's figures) and a way to
-    open its store again to read the log (``/context``, ``/export``); each may be missing."""
+    the runtime's events (an approved turn's progress, a compaction's figures), a way to
+    open its store again to read the log (``/context``, ``/export``) and its runtime's other
+    sessions (``/fork``, ``/rewind``, ``/new``); each may be missing."""
 
     session: Session
     settings: Settings | None = None
     subscribe: Subscribe | None = None
     open_store: Callable[[], LogStore] | None = None
+    sessions: Sessions | None = None
 
 
 def _watch(host: ChatHost, subscriber: Callable[[Event], None]) -> Callable[[], None]:
@@ -93,10 +116,14 @@ async def decide(host: ChatHost, view: TurnView, call_id: str, *, approve: bool)
     return result
 
 
-async def run_command(command: Command, host: ChatHost, view: TurnView) -> TurnResult | str | None:
+Outcome = TurnResult | SessionSwitch | str | None
+
+
+async def run_command(command: Command, host: ChatHost, view: TurnView) -> Outcome:
     """Do ``command``: ``QUIT`` for ``/quit``, the turn's result for an answered approval,
-    else None. A bad argument or a failed model call is one line and the chat goes on;
-    raises what ends the session (``SessionFailed``, ``SessionLeaseLost``, ...)."""
+    a ``SessionSwitch`` for ``/fork``, ``/rewind`` and ``/new``, else None. A bad argument
+    or a failed model call is one line and the chat goes on; raises what ends the session
+    (``SessionFailed``, ``SessionLeaseLost``, ...)."""
     try:
         return await _run(command, host, view)
     except _REPORTED as exc:
@@ -106,11 +133,51 @@ async def run_command(command: Command, host: ChatHost, view: TurnView) -> TurnR
     return None
 
 
-async def _run(command: Command, host: ChatHost, view: TurnView) -> TurnResult | str | None:
+def _round_number(command: Command, *, required: bool) -> int | None:
+    """The ROUND ``command`` names. Raises ``ConfigError`` for a word that is not one."""
+    word = command.argument
+    if not word and not required:
+        return None
+    if not word.isdigit() or int(word) < 1:
+        raise ConfigError(
+            f"{command.name} takes a round number from 1 ('stowage show' numbers the rounds), "
+            f"not {word!r}"
+            if word
+            else f"{command.name} needs a round: {command.name} ROUND"
+        )
+    return int(word)
+
+
+async def _switch(command: Command, host: ChatHost, view: TurnView) -> SessionSwitch:
+    """``/fork [ROUND]``, ``/rewind ROUND``, ``/new``: the session the chat goes on with."""
+    if host.sessions is None:
+        raise ConfigError(f"{command.name} needs the chat's runtime, which this chat lacks")
+    old = host.session
+    view.status.hide()
+    if command.name == "/fork":
+        new = await host.sessions.fork(old, _round_number(command, required=False))
+        view.say(f"forked {old.id} as {new.id}; this chat goes on in {new.id} ({old.id} is kept)")
+    elif command.name == "/rewind":
+        to_round = _round_number(command, required=True)
+        assert to_round is not None
+        new = await host.sessions.rewind(old, to_round)
+        view.say(
+            f"{old.id} goes on from the end of round {to_round}; the rounds after it stay in "
+            "the log as a discarded branch ('stowage show' marks them)"
+        )
+    else:
+        new = await host.sessions.new(old)
+        view.say(f"new session {new.id} ({old.id} is kept: 'stowage chat {old.id}' goes on)")
+    return SessionSwitch(new)
+
+
+async def _run(command: Command, host: ChatHost, view: TurnView) -> Outcome:
     session, argument = host.session, command.argument
     match command.name:
         case "/quit":
             return QUIT
+        case "/fork" | "/rewind" | "/new":
+            return await _switch(command, host, view)
         case "/help":
             for line in help_lines():
                 view.say(line, on_out=True)

@@ -64,6 +64,17 @@ COMMANDS: tuple[SlashCommand, ...] = (
         usage="/export [PATH]",
         help="write the session to PATH (default ID.md; a .jsonl path gets the log records)",
     ),
+    SlashCommand(
+        name="/fork",
+        usage="/fork [ROUND]",
+        help="go on in a copy of this session from ROUND (default: now); this one is kept",
+    ),
+    SlashCommand(
+        name="/rewind",
+        usage="/rewind ROUND",
+        help="go on from the end of ROUND; later rounds stay in the log as a discarded branch",
+    ),
+    SlashCommand(name="/new", usage="/new", help="start a new session (this one is kept)"),
     SlashCommand(name="/model", usage="/model", help="the model and endpoint this session uses"),
     SlashCommand(name="/quit", usage="/quit", help="leave the chat (so do Ctrl-D, Ctrl-C twice)"),
 )

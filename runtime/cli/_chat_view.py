@@ -1,15 +1,25 @@
-"""How a turn looks in the chat: the answer as it streams, one line for each tool call that
-stays on screen after the turn, the status line while the model works, and the lines that say
-why a turn stopped.
+"""How a turn looks in ``chat``, ``run`` and ``resume``: the answer as it streams, one line for
+each tool call that stays on screen after the turn, the status line while the model works, and
+the lines that say why a turn stopped.
 
-The answer goes to ``out`` (stdout), everything else to ``err``; on a terminal both are the
-screen, so each write first takes the status line down and ends an unfinished answer line: the
-spinner is never left under text, and no line starts in the middle of another.
+The answer goes to ``out`` (stdout), everything else to ``err`` (stderr). What keeps the status
+line from ever erasing the answer depends on where the two go:
+
+- both on the terminal: each write first takes the status line down and ends an unfinished
+  answer line, so the spinner is drawn only at the start of a row of its own and erasing it
+  erases nothing else;
+- stdout a pipe (``| cat``, ``| less``) and stderr the terminal: what the reader prints shows on
+  the same screen whenever it gets to it, so once the answer has started the status line stays
+  down for the rest of the turn (stderr's lines are whole lines, and stdout is never given a
+  newline for stderr's sake);
+- stdout a file: the two never meet.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -25,9 +35,18 @@ from stowage.core import (
 )
 from stowage.facade import TurnResult
 
+from ._sessions import TurnFigures
 from ._status import StatusLine, describe
 
-__all__ = ["TurnView", "approval_line", "call_text", "first_line", "tool_line"]
+__all__ = [
+    "TurnView",
+    "approval_line",
+    "call_text",
+    "first_line",
+    "footer_line",
+    "reaches_screen_later",
+    "tool_line",
+]
 
 _ARGS_CHARS = 60
 _RESULT_CHARS = 80
@@ -82,24 +101,66 @@ def approval_line(call: FunctionCall) -> str:
     return f"call {call.call_id} awaits approval: {call_text(call.name, call.arguments, 300)}"
 
 
+def footer_line(figures: TurnFigures) -> str:
+    """The line under a chat's turn: tokens in use against usable, the share of the last
+    request the provider served from its cache, and the compactions so far."""
+    parts = []
+    if figures.tokens is not None:
+        parts.append(f"{'~' if figures.estimated else ''}{figures.tokens:,} tokens")
+        if figures.usable and figures.percent_of_usable is not None:
+            parts.append(f"{figures.percent_of_usable:.0f}% of {figures.usable:,} usable")
+    if figures.cached_share is not None:
+        parts.append(f"last request {figures.cached_share:.0%} cached")
+    count = figures.compactions
+    parts.append(f"{count} compaction{'' if count == 1 else 's'}")
+    return "  ─ " + " · ".join(parts)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream
+        return False
+
+
+def reaches_screen_later(stream: TextIO) -> bool:
+    """Whether what is written to ``stream`` may show on the terminal later, through a reader
+    this process does not see: a pipe or a socket (``| cat``), not a terminal, a file or
+    ``/dev/null``. Raises nothing."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, ValueError, OSError):  # a stream without a descriptor (a test's)
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 @dataclass(eq=False)
 class TurnView:
     """Draws one session's turns; ``history`` is the session's live history, read for the
-    arguments and results of the calls that ``ToolFinished`` names."""
+    arguments and results of the calls that ``ToolFinished`` names. ``tool_lines``: a line
+    for each finished call (the chat's; ``run`` shows them on a terminal only)."""
 
     out: TextIO
     err: TextIO
     status: StatusLine
     history: Callable[[], Sequence[Item]]
+    tool_lines: bool = True
     _at_line_start: bool = True
     _streamed: bool = False
+    #: the status line stays down until the next turn: the answer went to a pipe's reader
+    _held: bool = False
     _finished: list[ToolFinished] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._shared = self.out is self.err or (_isatty(self.out) and _isatty(self.err))
+        self._races = reaches_screen_later(self.out)
 
     def begin(self, doing: str = "calling the model") -> None:
         """A turn (or a command) starts: the status line says ``doing``."""
         self._streamed = False
+        self._held = False
         self._finished.clear()
-        self.end_line()
+        self._before_err()
         self.status.show(doing)
 
     def write(self, chunk: str) -> None:
@@ -109,19 +170,37 @@ class TurnView:
         self.out.flush()
         if chunk:
             self._at_line_start = chunk.endswith("\n")
+            self._held = self._held or self._races
 
     def end_line(self) -> None:
         """End an unfinished answer line, so what follows starts a line of its own."""
         if not self._at_line_start:
             self.write("\n")
 
+    def _before_err(self) -> None:
+        """What goes to ``err`` next starts a row of its own: an unfinished answer line on the
+        same screen is ended first (never when stdout goes elsewhere: it is not ours to
+        change for stderr's sake)."""
+        if self._shared:
+            self.end_line()
+
     def say(self, line: str, *, on_out: bool = False) -> None:
         """One line on ``err`` (or ``out``), after the status line is down."""
         self.status.hide()
-        self.end_line()
+        if on_out:
+            self.end_line()
+        else:
+            self._before_err()
         stream = self.out if on_out else self.err
         stream.write(line + "\n")
         stream.flush()
+
+    def show_status(self, text: str) -> None:
+        """Put ``text`` on the status line, where it cannot cover the answer."""
+        if self._held or not self.status.enabled:
+            return
+        self._before_err()  # the status line must not start after answer text
+        self.status.show(text)
 
     def on_event(self, event: Event) -> None:
         """A subscriber for the turn's events."""
@@ -130,12 +209,13 @@ class TurnView:
             self.write(event.text)
             return
         if isinstance(event, ToolFinished):
-            self._finished.append(event)
+            if self.tool_lines:
+                self._finished.append(event)
         elif isinstance(event, RoundCommitted) and self._finished:
             self._tool_lines()
-        if describe(event) is not None and self.status.enabled:
-            self.end_line()  # the status line must not start after answer text
-        self.status.on_event(event)
+        text = describe(event)
+        if text is not None:
+            self.show_status(text)
 
     def _tool_lines(self) -> None:
         # the round is durable: its calls and outputs are in the live history now
@@ -167,8 +247,8 @@ class TurnView:
         self._finished.clear()
 
     def finish(self, result: TurnResult) -> None:
-        """The turn's result: its text unless it streamed, and why it stopped if it did not
-        answer."""
+        """The turn's result: its text unless it streamed (the answer's line ended), and why
+        it stopped if it did not answer."""
         self.status.hide()
         if self._finished:
             self._tool_lines()
@@ -178,9 +258,13 @@ class TurnView:
         if result.stopped != "answered":
             self.say(f"[turn stopped: {result.stopped} after {result.rounds} rounds]")
 
-    def interrupted(self) -> None:
-        """Ctrl-C stopped the turn: ``[interrupted]`` on a line of its own."""
+    def interrupted(self, *, on_out: bool = True) -> None:
+        """Ctrl-C stopped the turn: ``[interrupted]`` on a line of its own (on ``out`` in the
+        chat, where it stands in the transcript; on ``err`` for ``run``)."""
         self.status.hide()
         self._finished.clear()
-        self.end_line()
-        self.write("[interrupted]\n")
+        if on_out:
+            self.end_line()
+            self.write("[interrupted]\n")
+        else:
+            self.say("[interrupted]")

@@ -44,7 +44,9 @@ __all__ = [
     "EXIT_USAGE",
     "error_line",
     "exit_status",
+    "os_error_line",
     "stowage_error",
+    "use_wire",
 ]
 
 EXIT_OK = 0
@@ -199,6 +201,33 @@ _REQUEST = re.compile(
 )
 
 
+#: the variables that name the key and the endpoint of the wire the command talks to
+_WIRE_VARIABLES = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
+_OPENAI_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+_wire_variables = _OPENAI_VARIABLES
+
+
+def use_wire(wire_api: str) -> None:
+    """The command talks to an endpoint of ``wire_api``: its errors name that wire's key and
+    URL variables (``ANTHROPIC_API_KEY`` on the anthropic wire, ``OPENAI_API_KEY`` else)."""
+    global _wire_variables
+    _wire_variables = _WIRE_VARIABLES.get(wire_api, _OPENAI_VARIABLES)
+
+
+def os_error_line(exc: BaseException) -> str | None:
+    """One line for a file the user named that cannot be used (a missing folder, no
+    permission, a directory where a file was meant): the path and why; None for anything
+    else. Raises nothing."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return os_error_line(exc.exceptions[0])
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    why = exc.strerror or type(exc).__name__
+    return f"stowage: error: {exc.filename}: {why}; name a path that can be used there"
+
+
 def _endpoint_line(error: ModelError) -> str | None:
     """A line naming the URL (as the gateway redacted it) and the fix, for the failures a
     person can fix: a wrong URL, a server that is down, a refused key."""
@@ -216,11 +245,11 @@ def _endpoint_line(error: ModelError) -> str | None:
     if status is None and isinstance(error, ModelConnectionError):
         return (
             f"stowage: error: cannot connect to {url}: is the server running? "
-            "check --base-url (or OPENAI_BASE_URL)"
+            f"check --base-url (or {_wire_variables[1]})"
         )
     if isinstance(error, ModelAuthError):
         return (
             f"stowage: error: the endpoint refused the API key (HTTP {status}) for {url}: "
-            "check --api-key or OPENAI_API_KEY"
+            f"check --api-key or {_wire_variables[0]}"
         )
     return None

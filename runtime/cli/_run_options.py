@@ -38,6 +38,7 @@ from stowage.policy import resolve_budget
 from stowage.tools import MCPServer, ToolRegistry
 
 from ._config import ConfigBase, ConfigLayers, StowageConfig, load_layers
+from ._exits import use_wire
 from ._mcp_options import mcp_servers_of
 from ._setting_options import add_setting_options, typed_settings
 
@@ -225,7 +226,9 @@ def settings_from_options(
             "ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"
         )
     values["api_key"] = _api_key(args, config, values.get("profile"), anthropic=anthropic)
-    return Settings(workspace=Path.cwd(), **{**values, **extra})
+    settings = Settings(workspace=Path.cwd(), **{**values, **extra})
+    use_wire(settings.wire_api)  # an endpoint's errors name this wire's key variable
+    return settings
 
 
 def _api_key(
@@ -270,6 +273,7 @@ async def continued_settings(
         args, continuing_profile=profile, typed=False, **{**extra, **local}
     )
     settings, _ = continue_settings(base, identity, overrides)
+    use_wire(settings.wire_api)  # the session's wire, which may not be the configuration's
     return settings, overrides, identity
 
 

@@ -26,6 +26,7 @@ from stowage.core import (
     LeaseHolder,
     LogStore,
     Record,
+    RoundCommittedRecord,
     SessionNotFound,
     SessionState,
     SystemMessage,
@@ -46,14 +47,20 @@ from stowage.policy import (
 )
 from stowage.storage import encode_record
 
+from ._agents import split_agents
+
 __all__ = [
     "EXPORT_FORMATS",
     "SessionSummary",
+    "TurnFigures",
     "context_main",
     "export_main",
     "last_active_session",
     "list_main",
+    "read_turn_figures",
+    "recent_sessions",
     "summarize",
+    "turn_figures",
 ]
 
 EXPORT_FORMATS = ("markdown", "jsonl", "openai-chat", "openai-responses")
@@ -92,14 +99,66 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _usage(state: SessionState, records: Sequence[Record]) -> tuple[int | None, int | None, int]:
+def _usage(
+    state: SessionState, records: Sequence[Record]
+) -> tuple[int | None, int | None, int, bool]:
     """Tokens of history in the next request, the usable budget (the threshold in threshold
-    mode) and the tool schema tokens, which are outside both."""
+    mode), the tool schema tokens, which are outside both, and whether the tokens are an
+    estimate."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    return status.tokens, recorded.usable, tool_tokens
+    return status.tokens, recorded.usable, tool_tokens, status.estimated
+
+
+def _percent(tokens: int | None, usable: int | None) -> float | None:
+    return round(100 * tokens / usable, 1) if tokens is not None and usable else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnFigures:
+    """How full a session is after a turn, as ``stowage context`` and ``list`` say it: the
+    chat's footer and the ``turn_ended`` line of ``--json``."""
+
+    #: tokens of history in the next request (tool schemas are outside usable and not in it)
+    tokens: int | None
+    usable: int | None
+    percent_of_usable: float | None
+    estimated: bool
+    compactions: int
+    #: the share of the last request's input the provider served from its cache (None: no
+    #: usage reported)
+    cached_share: float | None
+
+
+def turn_figures(session_id: str, records: Sequence[Record]) -> TurnFigures:
+    """The figures of a session from its full log (the same fold and functions as
+    ``context``). Raises ``CorruptLogError``."""
+    state = replay(session_id, records)
+    tokens, usable, _, estimated = _usage(state, records)
+    usage = next(
+        (r.usage for r in reversed(records) if isinstance(r, RoundCommittedRecord) and r.usage),
+        None,
+    )
+    cached = usage.cached_tokens / usage.input_tokens if usage and usage.input_tokens else None
+    return TurnFigures(
+        tokens=tokens,
+        usable=usable,
+        percent_of_usable=_percent(tokens, usable),
+        estimated=estimated,
+        compactions=state.compactions,
+        cached_share=None if usage is None else (cached or 0.0),
+    )
+
+
+async def read_turn_figures(store: LogStore, session_id: str) -> TurnFigures | None:
+    """``turn_figures`` of the session's log in ``store`` (closed after); None when the log
+    cannot be read (the figures are an extra, never the reason a command fails)."""
+    try:
+        return turn_figures(session_id, await _read(store, session_id))
+    except Exception:
+        return None
 
 
 def summarize(
@@ -108,8 +167,8 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable, tool_tokens = _usage(state, records)
-    percent = round(100 * tokens / usable, 1) if tokens is not None and usable else None
+    tokens, usable, tool_tokens, _ = _usage(state, records)
+    percent = _percent(tokens, usable)
     return SessionSummary(
         id=session_id,
         model=identity_from_records(records).model,
@@ -135,6 +194,17 @@ async def _summaries(store: LogStore) -> list[SessionSummary | tuple[str, str]]:
         except Exception as exc:  # one bad log must not hide the others
             rows.append((session_id, " ".join(str(exc).split())))
     return rows
+
+
+async def recent_sessions(store: LogStore) -> list[SessionSummary]:
+    """The readable sessions of ``store``, the most recently active first (``store`` is
+    closed after)."""
+    try:
+        rows = await _summaries(store)
+    finally:
+        await store.aclose()
+    found = [row for row in rows if isinstance(row, SessionSummary)]
+    return sorted(found, key=lambda row: row.last_activity, reverse=True)
 
 
 async def last_active_session(store: LogStore) -> str:
@@ -240,8 +310,17 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
             continue
         entry = next(history)
         part = _category(item, entry.seq, state, first_system=index == 0)
-        chars[part] = chars.get(part, 0) + item_chars(item)
-    parts = {name: math.ceil(n / ratio) for name, n in chars.items()}
+        size = item_chars(item)
+        if part == "system" and isinstance(item, SystemMessage):
+            # the instructions AGENTS.md gave the session when it was made: a part of its own
+            agents = len(split_agents(item.text)[1])
+            if agents:
+                chars["AGENTS.md"] = agents
+                size -= agents
+        chars[part] = chars.get(part, 0) + size
+    # AGENTS.md, when the session has it, right after the system message it is part of
+    order = sorted(chars, key=lambda name: (name != "system", name != "AGENTS.md"))
+    parts = {name: math.ceil(chars[name] / ratio) for name in order}
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
     usable = recorded.usable
     if budget is not None:

@@ -1,8 +1,11 @@
 """A live status line on stderr while a turn works: what the session is doing right now.
 
-Driven by the runtime's events, drawn with rich on the terminal only: when stderr is not a
-terminal (a pipe, a file, CI) nothing of it is written. Streamed answer text goes to stdout;
-the line is taken down before any of it is written, so the two never share a line.
+Driven by the runtime's events, drawn with rich's ``Live`` on the terminal only: when stderr is
+not a terminal (a pipe, a file, CI) nothing of it is written. It is one row, cut to the
+terminal's width, so taking it down erases that row and nothing else. Streamed answer text goes
+to stdout, which rich does not draw: the line is taken down before any of it is written, and
+drawn again only at the start of a line (``_chat_view.TurnView`` keeps that promise), so the
+two never share a row. stdout is never redirected through the live display (it may be a pipe).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
+from rich.text import Text
 from stowage.core import (
     AssistantDelta,
     CompactionDecided,
@@ -72,20 +76,33 @@ class StatusLine:
     def enabled(self) -> bool:
         return self.console.is_terminal
 
+    @property
+    def shown(self) -> bool:
+        """Whether the line is on the screen now."""
+        return self._live is not None
+
     def show(self, text: str | None = None) -> None:
         """Show (or change) the line; drawn at once, not at the next refresh."""
         if text is not None:
             self._text = text
         if not self.enabled:
             return
+        # one row, whatever the width: a wrapped status would leave its first rows behind
+        # (the spinner and a space take 2 cells; the last column is left free)
+        line = Text(self._text)
+        line.truncate(max(1, self.console.width - 3), overflow="ellipsis")
         if self._live is None or self._spinner is None:
-            self._spinner = Spinner("dots", text=self._text, style="green")
+            self._spinner = Spinner("dots", text=line, style="green")
             self._live = Live(
-                self._spinner, console=self.console, transient=True, refresh_per_second=8
+                self._spinner,
+                console=self.console,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
             )
             self._live.start(refresh=True)
         else:
-            self._spinner.update(text=self._text)
+            self._spinner.update(text=line)
             self._live.refresh()
 
     def hide(self) -> None:

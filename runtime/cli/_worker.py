@@ -185,6 +185,11 @@ def _send_options(send: argparse.ArgumentParser) -> None:
     )
     send.add_argument("--wait", action="store_true", help="print the answer once it is committed")
     send.add_argument(
+        "--json",
+        action="store_true",
+        help="with --wait: the turn as JSON lines on stdout (as 'stowage run --json' writes them)",
+    )
+    send.add_argument(
         "--timeout",
         type=_positive(float),
         default=None,
@@ -281,11 +286,21 @@ async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> 
 
 
 async def send_main(args: argparse.Namespace) -> int:
-    """Queue the message; with ``--wait`` print the answer. 1 when it failed or timed out."""
+    """Queue the message; with ``--wait`` print the answer (``--json``: the turn's lines). 1
+    when it failed or timed out. While it waits on a terminal, a status line says so; it is
+    down before anything is printed."""
     import anyio
+    from stowage.core import ConfigError
     from stowage.worker import Client, MessageFailed
 
+    from ._status import StatusLine
+
+    if args.json and not args.wait:
+        raise ConfigError("send --json takes --wait: the lines are those of the answered turn")
     client = Client(postgres_url(args.store), schema=args.schema)
+    status = StatusLine()
+    if args.wait:
+        status.show(f"waiting for a worker to answer in session {args.session}")
     try:
         with anyio.fail_after(args.timeout if args.wait else None):
             sent = await client.send(
@@ -297,22 +312,48 @@ async def send_main(args: argparse.Namespace) -> int:
                 message_id=args.message_id,
             )
     except MessageFailed as exc:
+        status.hide()
         print(f"stowage: {exc}", file=sys.stderr)
         return 1
     except TimeoutError:
+        status.hide()
         print(
             f"stowage: no answer within {args.timeout} s; the message stays queued",
             file=sys.stderr,
         )
         return 1
+    status.hide()
     if not sent.queued:
         print(f"note: message {sent.message_id} was queued before; not again", file=sys.stderr)
-    if args.wait:
+    if args.json:
+        await _turn_lines(args, sent.message_id)
+    elif args.wait:
         print(f"message: {sent.message_id}", file=sys.stderr)
         sys.stdout.write((sent.answer or "") + "\n")
     else:
         print(sent.message_id)
     return 0
+
+
+async def _turn_lines(args: argparse.Namespace, message_id: str) -> None:
+    """The JSON lines of the turn that answered ``message_id``, read from the session's log."""
+    import json
+
+    from stowage.core import lineage_store
+    from stowage.storage import PostgresStore
+
+    from ._json_stream import record_lines
+    from ._sessions import turn_figures
+
+    store = lineage_store(PostgresStore(postgres_url(args.store), schema=args.schema))
+    try:
+        records = (await store.read(args.session, repair=False)).records
+    finally:
+        await store.aclose()
+    figures = turn_figures(args.session, records)
+    for line in record_lines(args.session, records, message_id, figures):
+        sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

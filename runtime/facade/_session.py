@@ -179,7 +179,10 @@ class Session:
 
         def deliver(event: Event) -> None:
             if getattr(event, "session_id", None) == self.id:
-                events_in.send_nowait(event)
+                # the consumer may have stopped reading already (the turn failed, and what
+                # the session publishes as it stops comes after): those events are its to miss
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    events_in.send_nowait(event)
 
         reply: _StreamReply = _StreamReply(_done=events_in)
         interrupt = TurnInterrupt()

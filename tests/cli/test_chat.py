@@ -204,12 +204,27 @@ def test_chat_reads_piped_input_to_its_end(tmp_path: Path, cli_env: dict[str, st
     assert "\x1b[" not in done.stderr  # no status line drawn when stderr is not a terminal
 
 
-def test_chat_with_an_unknown_id_is_one_line_suggesting_list(
+def test_chat_with_an_id_that_has_no_log_starts_that_session(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
+    """Off a terminal ``chat NAME`` starts NAME (on a terminal it asks first); ``--session
+    NAME`` starts or continues it, never asking."""
     done = subprocess.run(
-        [*STOWAGE, "chat", "nope", "--store", "st"], stdin=subprocess.DEVNULL,
+        [*STOWAGE, "chat", "fresh", "--store", "st", "--tools", "none"], input="hello\n",
         cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "stowage list" in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "Answer to: hello" in done.stdout and (tmp_path / "st" / "fresh.jsonl").is_file()
+    again = subprocess.run(
+        [*STOWAGE, "chat", "--session", "fresh", "--store", "st"], input="more\n",
+        cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    log = (tmp_path / "st" / "fresh.jsonl").read_text()
+    assert '"hello"' in log and '"more"' in log  # one session, continued
+    missing = subprocess.run(
+        [*STOWAGE, "resume", "nope", "--store", "st"], stdin=subprocess.DEVNULL,
+        cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "stowage list" in missing.stderr

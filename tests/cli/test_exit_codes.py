@@ -26,6 +26,7 @@ from stowage.core import (
     SessionLeaseLost,
     SessionNotFound,
     StowageError,
+    TurnRecord,
 )
 from stowage.storage import JsonlStore, open_store
 from stowage.storage.contract import session_start
@@ -143,9 +144,11 @@ async def read_all(stream: ByteReceiveStream) -> bytes:
     return b"".join(chunks)
 
 
-async def test_130_on_ctrl_c_during_a_model_call_within_seconds_and_the_log_stays_clean(
+async def test_130_on_ctrl_c_during_a_model_call_within_seconds_and_the_turn_is_closed(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
+    """SIGINT during ``run`` records the turn as interrupted, as the chat's Ctrl-C does: the
+    next ``resume`` starts a turn of its own after a closed one."""
     with anyio.fail_after(90):
         async with FakeOpenAIServer(latency=60) as server, await anyio.open_process(
             [*STOWAGE, "run", "--session", "int", "hello", "--store", "st", "--model",
@@ -169,11 +172,19 @@ async def test_130_on_ctrl_c_during_a_model_call_within_seconds_and_the_log_stay
         records = (await store.read("int", repair=False)).records
     finally:
         await store.aclose()
-    assert len(records) == 3  # session, the user's message, turn started: no half round
+    # session, the user's message, turn started, turn interrupted: no half round
+    assert [type(r).__name__ for r in records] == [
+        "SessionRecord", "ItemRecord", "TurnRecord", "TurnRecord"
+    ]  # fmt: skip
+    assert isinstance(records[3], TurnRecord) and records[3].phase == "interrupted"
     checked = await anyio.run_process(
         [*STOWAGE, "check", "int", "--store", "st"], cwd=tmp_path, env=cli_env, check=False
     )
     assert checked.returncode == 0, checked.stdout
+    listed = await anyio.run_process(
+        [*STOWAGE, "list", "--json", "--store", "st"], cwd=tmp_path, env=cli_env, check=True
+    )
+    assert '"state": "idle"' in listed.stdout.decode()  # not "open": the turn is closed
 
 
 def test_a_reader_leaving_the_pipe_early_ends_show_silently(

@@ -1,0 +1,406 @@
+"""``--json`` of ``run``, ``resume`` and ``send --wait``: a turn as JSON lines on stdout.
+
+One JSON object per line, each flushed as it happens, so a script can follow a turn with
+``for line in proc.stdout``. The schema is stable and versioned: every object has ``"v": 1``
+and a ``"type"``; a field is never removed or changed in meaning within a version, new fields
+and new types may be added (a reader skips what it does not know). Figures are the runtime's
+own: the events of the turn (``run``, ``resume``) or the records of its log (``send --wait``,
+whose turn ran in a worker); the turn's closing figures are those ``stowage context`` prints.
+
+================  ==========================================================================
+type              fields (besides ``v``, ``type``, ``session``)
+================  ==========================================================================
+turn_started      ``turn`` (int)
+round             ``round`` (int); ``calls`` (int: tool calls it made); ``truncated`` (bool:
+                  the output limit cut the response); ``input_tokens``, ``output_tokens``,
+                  ``cached_tokens`` (int, or null when the endpoint reported no usage)
+tool_call         ``round``, ``call_id``, ``name``, ``arguments`` (the JSON text the model sent)
+tool_output       ``round``, ``call_id``, ``name``, ``is_error`` (bool), ``chars`` (int: the
+                  whole output), ``preview`` (its first ``PREVIEW_CHARS`` characters, or null
+                  when no longer in history), ``cut`` (bool: the preview is shorter)
+compaction        ``round``, ``kind`` (full, fallback), ``tokens_before``, ``tokens_after``
+                  (int or null), ``estimated`` (bool), ``removed``, ``retained`` (int: items),
+                  ``decided_tokens`` (int or null: the figure it was decided on), ``reason``
+microcompaction   ``stubbed`` (int: outputs made stubs), ``tokens_before``, ``tokens_after``,
+                  ``estimated``, ``reason``
+answer            ``turn``, ``text`` (the whole answer)
+turn_ended        ``turn``; ``stopped`` (answered, truncated, pending_approval, round_limit,
+                  interrupted, compaction_loop, cannot_fit, error); ``rounds`` (int or null);
+                  ``tokens_in_use``, ``usable`` (int or null), ``percent_of_usable`` (float or
+                  null), ``estimated`` (bool); ``compactions`` (int: in the session so far);
+                  ``exit_status`` (int: the command's, see ``stowage --help``); ``error``
+                  (the one-line error, or null)
+================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from stowage.core import (
+    AssistantMessage,
+    CompactionLoop,
+    CompactionRecord,
+    ContextLengthExceeded,
+    ErrorRecord,
+    Event,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryCompacted,
+    Item,
+    ItemRecord,
+    Microcompacted,
+    MicrocompactRecord,
+    Record,
+    RoundCommitted,
+    RoundCommittedRecord,
+    StowageError,
+    ToolFinished,
+    ToolStarted,
+    TurnRecord,
+    Usage,
+    UserMessage,
+)
+
+from ._sessions import TurnFigures
+
+__all__ = [
+    "PREVIEW_CHARS",
+    "SCHEMA_VERSION",
+    "JsonTurn",
+    "error_text",
+    "record_lines",
+    "stopped_reason",
+]
+
+SCHEMA_VERSION = 1
+#: characters of a tool's output a ``tool_output`` line carries
+PREVIEW_CHARS = 500
+
+
+def _line(line_type: str, session_id: str, /, **fields: Any) -> dict[str, Any]:
+    return {"v": SCHEMA_VERSION, "type": line_type, "session": session_id, **fields}
+
+
+def _usage(usage: Usage | None) -> dict[str, int | None]:
+    if usage is None:
+        return {"input_tokens": None, "output_tokens": None, "cached_tokens": None}
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cached_tokens": usage.cached_tokens,
+    }
+
+
+def _tool_output(
+    session_id: str, round_: int, name: str, output: FunctionCallOutput | None, chars: int
+) -> dict[str, Any]:
+    text = output.output if output is not None else None
+    return _line(
+        "tool_output",
+        session_id,
+        round=round_,
+        call_id=output.call_id if output is not None else None,
+        name=name,
+        is_error=bool(output.is_error) if output is not None else False,
+        chars=len(text) if text is not None else chars,
+        preview=text[:PREVIEW_CHARS] if text is not None else None,
+        cut=text is None or len(text) > PREVIEW_CHARS,
+    )
+
+
+def stopped_reason(error: BaseException | None, stopped: str | None) -> str:
+    """The ``stopped`` word of ``turn_ended``: the turn result's, or what the error that
+    ended the turn was. Raises nothing."""
+    if error is None:
+        return stopped or "answered"
+    if isinstance(error, CompactionLoop):
+        return "compaction_loop"
+    if isinstance(error, ContextLengthExceeded):
+        return "cannot_fit"
+    return "error"
+
+
+def _ended(
+    session_id: str,
+    turn: int,
+    *,
+    stopped: str,
+    rounds: int | None,
+    figures: TurnFigures | None,
+    exit_status: int,
+    error: str | None,
+) -> dict[str, Any]:
+    return _line(
+        "turn_ended",
+        session_id,
+        turn=turn,
+        stopped=stopped,
+        rounds=rounds,
+        tokens_in_use=figures.tokens if figures else None,
+        usable=figures.usable if figures else None,
+        percent_of_usable=figures.percent_of_usable if figures else None,
+        estimated=figures.estimated if figures else False,
+        compactions=figures.compactions if figures else 0,
+        exit_status=exit_status,
+        error=error,
+    )
+
+
+@dataclass(eq=False)
+class JsonTurn:
+    """A live turn's lines, from its events; ``history`` is the session's live history (the
+    arguments of a call, the output of a finished one)."""
+
+    out: TextIO
+    session_id: str
+    history: Callable[[], Sequence[Item]]
+    turn: int = 0
+    _finished: list[ToolFinished] = field(default_factory=list)
+
+    def emit(self, data: dict[str, Any]) -> None:
+        self.out.write(json.dumps(data, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+    def begin(self, turn: int) -> None:
+        self.turn = turn
+        self.emit(_line("turn_started", self.session_id, turn=turn))
+
+    def on_event(self, event: Event) -> None:
+        if getattr(event, "session_id", self.session_id) != self.session_id:
+            return
+        match event:
+            case ToolStarted(round=round_, call_id=call_id, name=name):
+                call = self._find(FunctionCall, call_id)
+                arguments = call.arguments if isinstance(call, FunctionCall) else None
+                self.emit(
+                    _line(
+                        "tool_call",
+                        self.session_id,
+                        round=round_,
+                        call_id=call_id,
+                        name=name,
+                        arguments=arguments,
+                    )
+                )
+            case ToolFinished():
+                self._finished.append(event)
+            case RoundCommitted(round=round_, usage=usage, calls=calls, truncated=truncated):
+                for done in self._finished:  # durable now: the outputs are in history
+                    output = self._find(FunctionCallOutput, done.call_id)
+                    self.emit(
+                        _tool_output(
+                            self.session_id,
+                            done.round,
+                            done.name,
+                            output if isinstance(output, FunctionCallOutput) else None,
+                            done.output_chars,
+                        )
+                    )
+                self._finished.clear()
+                self.emit(
+                    _line(
+                        "round",
+                        self.session_id,
+                        round=round_,
+                        calls=calls,
+                        truncated=truncated,
+                        **_usage(usage),
+                    )
+                )
+            case HistoryCompacted():
+                self.emit(
+                    _line(
+                        "compaction",
+                        self.session_id,
+                        round=event.round,
+                        kind=event.kind,
+                        tokens_before=event.tokens_before,
+                        tokens_after=event.tokens_after,
+                        estimated=event.estimated,
+                        removed=event.removed,
+                        retained=event.retained,
+                        decided_tokens=event.decided_tokens,
+                        reason=event.reason,
+                    )
+                )
+            case Microcompacted():
+                self.emit(
+                    _line(
+                        "microcompaction",
+                        self.session_id,
+                        stubbed=event.stubbed,
+                        tokens_before=event.tokens_before,
+                        tokens_after=event.tokens_after,
+                        estimated=event.estimated,
+                        reason=event.reason,
+                    )
+                )
+
+    def _find(self, kind: type, call_id: str) -> Item | None:
+        for item in reversed(self.history()):
+            if isinstance(item, kind) and getattr(item, "call_id", None) == call_id:
+                return item
+        return None
+
+    def finish(
+        self,
+        *,
+        text: str,
+        stopped: str,
+        rounds: int | None,
+        figures: TurnFigures | None,
+        exit_status: int,
+        error: str | None = None,
+    ) -> None:
+        """The turn's ``answer`` (when it has one) and ``turn_ended`` lines."""
+        if text:
+            self.emit(_line("answer", self.session_id, turn=self.turn, text=text))
+        self.emit(
+            _ended(
+                self.session_id,
+                self.turn,
+                stopped=stopped,
+                rounds=rounds,
+                figures=figures,
+                exit_status=exit_status,
+                error=error,
+            )
+        )
+
+
+#: the ``stopped`` word for the error record that stopped a turn, by its kind
+_STOP_WORDS = {"round_limit": "round_limit", "compaction_loop": "compaction_loop"}
+
+
+def _exit_for(phase: str) -> int:
+    # the statuses of ``_exits``: a turn stopped without an answer is 6, interrupted 130
+    return {"stopped": 6, "interrupted": 130}.get(phase, 0)
+
+
+def record_lines(
+    session_id: str,
+    records: Sequence[Record],
+    message_id: str,
+    figures: TurnFigures | None,
+) -> list[dict[str, Any]]:
+    """The lines of the turn that answered message ``message_id``, from the session's log
+    (``send --wait --json``: a worker ran the turn). Empty when the log has no such message.
+    Raises nothing."""
+    start = next(
+        (
+            index
+            for index, r in enumerate(records)
+            if isinstance(r, ItemRecord)
+            and isinstance(r.item, UserMessage)
+            and r.item.message_id == message_id
+        ),
+        None,
+    )
+    if start is None:
+        return []
+    lines: list[dict[str, Any]] = []
+    turn = 0
+    calls: dict[str, str] = {}
+    round_calls = 0
+    answer: list[str] = []
+    rounds = 0
+    error: ErrorRecord | None = None
+    for record in records[start + 1 :]:
+        match record:
+            case TurnRecord(phase="started", turn=number):
+                turn = number
+                lines.append(_line("turn_started", session_id, turn=turn))
+            case ItemRecord(item=FunctionCall() as call, round=round_):
+                calls[call.call_id] = call.name
+                round_calls += 1
+                lines.append(
+                    _line(
+                        "tool_call",
+                        session_id,
+                        round=round_,
+                        call_id=call.call_id,
+                        name=call.name,
+                        arguments=call.arguments,
+                    )
+                )
+            case ItemRecord(item=FunctionCallOutput() as output, round=round_):
+                name = calls.get(output.call_id, "")
+                lines.append(_tool_output(session_id, round_ or 0, name, output, 0))
+            case ItemRecord(item=AssistantMessage() as said):
+                answer.append(said.text)
+            case RoundCommittedRecord():
+                rounds += 1
+                lines.append(
+                    _line(
+                        "round",
+                        session_id,
+                        round=record.round,
+                        calls=round_calls,
+                        truncated=record.truncated,
+                        **_usage(record.usage),
+                    )
+                )
+                if round_calls:
+                    answer.clear()  # a round with calls: its text was not the answer
+                round_calls = 0
+            case CompactionRecord():
+                lines.append(
+                    _line(
+                        "compaction",
+                        session_id,
+                        round=record.round,
+                        kind=record.kind,
+                        tokens_before=record.tokens_before,
+                        tokens_after=record.tokens_after,
+                        estimated=record.estimated,
+                        removed=record.removed,
+                        retained=len(record.retained),
+                        decided_tokens=(
+                            record.figures.decided_tokens if record.figures is not None else None
+                        ),
+                        reason=record.reason,
+                    )
+                )
+            case MicrocompactRecord():
+                lines.append(
+                    _line(
+                        "microcompaction",
+                        session_id,
+                        stubbed=len(record.stubbed),
+                        tokens_before=record.tokens_before,
+                        tokens_after=record.tokens_after,
+                        estimated=record.estimated,
+                        reason=record.reason,
+                    )
+                )
+            case ErrorRecord():
+                error = record
+            case TurnRecord(phase=phase) if phase != "started":
+                text = "".join(answer) if phase == "finished" else ""
+                if text:
+                    lines.append(_line("answer", session_id, turn=turn, text=text))
+                stopped: str = "answered" if phase == "finished" else phase
+                if phase == "stopped":
+                    stopped = _STOP_WORDS.get(error.kind if error else "", "cannot_fit")
+                lines.append(
+                    _ended(
+                        session_id,
+                        turn,
+                        stopped=stopped,
+                        rounds=rounds,
+                        figures=figures,
+                        exit_status=_exit_for(phase),
+                        error=error_text(error.message) if phase == "stopped" and error else None,
+                    )
+                )
+                return lines
+    return lines
+
+
+def error_text(error: StowageError | str) -> str:
+    """The error as ``turn_ended`` carries it: its own words, on one line."""
+    return " ".join(str(error).split())

@@ -1,0 +1,490 @@
+"""``stowage run``, ``resume`` and ``chat``: the commands that run turns.
+
+``run`` always starts a session, ``resume`` continues one (its recorded model, endpoint and
+tools; typed options override them, recorded), ``chat`` does either and goes on reading lines.
+A turn of ``run``/``resume`` is drawn as the chat draws it (``_chat_view.TurnView``: the answer
+on stdout, the status line and notices on stderr, never over each other) or, with ``--json``,
+written as JSON lines (``_json_stream``); Ctrl-C interrupts it and logs it as interrupted
+(``_turn_drive``). ``resume`` without an id asks which session on a terminal
+(``_picker``) and is a usage error elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._store_args import (
+    open_cli_store,
+    reader_store,
+    settings_from,
+    store_fields,
+    store_label,
+)
+
+if TYPE_CHECKING:
+    from stowage.core import Event, LogStore, Settings
+    from stowage.facade import Runtime, Session, TurnResult
+
+    from ._chat_view import TurnView
+    from ._status import StatusLine
+
+__all__ = [
+    "chat_main",
+    "message_text",
+    "notice_line",
+    "resume_main",
+    "run_main",
+    "show_status",
+    "take_down_status",
+]
+
+
+def message_text(args: argparse.Namespace) -> str:
+    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``.
+
+    Raises ``ConfigError`` (nothing is opened or written) for both or neither given, an
+    unreadable file, or an empty message."""
+    from stowage.core import ConfigError
+
+    message, path = args.message, getattr(args, "file", None)
+    if path is not None and message is not None:
+        raise ConfigError("give the message as MESSAGE, '-' (stdin) or --file PATH, not two")
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--file {path}: cannot read it: {exc}") from None
+    elif message == "-":
+        text = sys.stdin.read()
+    else:
+        text = message or ""
+    if not text.strip():
+        raise ConfigError(
+            "empty message: nothing to send (give MESSAGE, '-' to read stdin, or --file PATH)"
+        )
+    return text
+
+
+#: the status line of the command (drawn only when stderr is a terminal) and the view that
+#: draws around it; made on first use, since they need rich
+_STATUS: StatusLine | None = None
+_VIEW: TurnView | None = None
+
+
+def _status_line() -> StatusLine:
+    global _STATUS
+    if _STATUS is None:
+        from ._status import StatusLine
+
+        _STATUS = StatusLine()
+    return _STATUS
+
+
+def show_status(text: str) -> None:
+    """Put ``text`` on the running turn's status line (a retry's wait), where it cannot cover
+    the answer; nothing when no turn is drawn."""
+    if _VIEW is not None:
+        _VIEW.show_status(text)
+
+
+def take_down_status() -> None:
+    """Take the status line down (the command ends)."""
+    if _STATUS is not None:
+        _STATUS.hide()
+
+
+def notice_line(event: Event) -> str | None:
+    """What a turn says on stderr besides its status line: compactions, repairs, overrides
+    (None for any other event)."""
+    from stowage.core import HistoryCompacted, LogRepaired, Microcompacted, SettingsChanged
+
+    from ._run_options import repair_notice, settings_notice
+
+    if isinstance(event, HistoryCompacted):
+        return (
+            f"[compacted ({event.kind}) at round {event.round}: tokens {event.tokens_before} -> "
+            f"{event.tokens_after}{' (estimated)' if event.estimated else ''}, removed "
+            f"{event.removed}, retained {event.retained}; {event.reason}]"
+        )
+    if isinstance(event, SettingsChanged):
+        return settings_notice(event)
+    if isinstance(event, Microcompacted):
+        return f"[microcompacted {event.stubbed} tool outputs: {event.reason}]"
+    if isinstance(event, LogRepaired):
+        return repair_notice(event)
+    return None
+
+
+def _say_notices(event: Event) -> None:
+    line = notice_line(event)
+    if line is not None:
+        take_down_status()
+        print(line, file=sys.stderr)
+
+
+def _say_pending(session_id: str, calls: Sequence[Any], store: str) -> None:
+    """Each call awaiting approval, with its tool, arguments and the exact commands."""
+    import shlex
+
+    where = f" --store {shlex.quote(store)}"
+    for call in calls:
+        args = call.arguments if len(call.arguments) <= 300 else call.arguments[:300] + "…"
+        print(f"[awaiting approval: call {call.call_id}: {call.name}({args})]", file=sys.stderr)
+        print(
+            f"  stowage approve {session_id} {call.call_id}{where}\n"
+            f"  stowage deny {session_id} {call.call_id}{where} --reason '…'",
+            file=sys.stderr,
+        )
+
+
+async def runtime_for(args: argparse.Namespace, store: LogStore, session_id: str | None) -> Runtime:
+    """The runtime a command runs a session with: a continued session (``session_id``) with
+    its recorded identity and tools (typed options override them, recorded), a new one with
+    the options and configuration (its tools source is then recorded). Closes ``store`` and
+    raises ``ConfigError`` (and what reading the session raises) when it cannot be built."""
+    from stowage.core import validate_session_id
+    from stowage.facade import Runtime
+    from stowage.model import probe_endpoint
+
+    from ._run_options import runtime_as_the_session, session_tools
+
+    if session_id is not None:
+        # the tools it recorded too (--tools-from, --mcp): typed, they are an override
+        return await runtime_as_the_session(
+            args, store, validate_session_id(session_id), **store_fields(args)
+        )
+    try:
+        settings = settings_from(args)
+        if settings.model != "scripted" and (settings.api_key or settings.base_url):
+            # a server that is down, refuses the key or is not at this URL: say so before a
+            # new session is written for it, so failed attempts leave no logs behind
+            await probe_endpoint(settings.base_url, settings.api_key, wire_api=settings.wire_api)
+        tools, servers = session_tools(settings)
+    except BaseException:
+        await store.aclose()
+        raise
+    return Runtime(settings, store=store, tools=tools, mcp=servers)
+
+
+async def _new_session(rt: Runtime, args: argparse.Namespace, session_id: str | None) -> Session:
+    """A new session with the options' objective and constraints, and the instructions of
+    AGENTS.md (or ``--agents FILE``) after its system message."""
+    from ._agents import system_with_agents
+
+    system = system_with_agents(rt.settings.system, getattr(args, "agents", None))
+    return await rt.create(
+        session_id,
+        system=system,
+        objective=getattr(args, "objective", None),
+        constraints=getattr(args, "constraint", None) or (),
+    )
+
+
+def turn_exit(stopped: str) -> int:
+    """The exit status of ``run``/``resume`` for a turn that ended ``stopped``: 6 when it
+    stopped without an answer, 130 when Ctrl-C interrupted it, else 0."""
+    from ._exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED
+
+    if stopped == "round_limit":
+        return EXIT_STOPPED
+    if stopped == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+async def run_main(args: argparse.Namespace) -> int:
+    """``run``: always a new session; an id that exists is refused (``resume`` continues it)."""
+    from stowage.core import SessionExists, validate_session_id
+
+    if args.session is not None:
+        session_id = validate_session_id(args.session)
+        store = open_cli_store(args)  # a new store is fine: run creates it
+        try:
+            exists = await store.exists(session_id)
+        finally:
+            await store.aclose()
+        if exists:
+            raise SessionExists(
+                f"session {session_id} already exists; continue it with "
+                f"'stowage resume {session_id} MESSAGE' (or pick a new id)"
+            )
+    return await _run(args, resume=False)
+
+
+async def _last_session(args: argparse.Namespace) -> str:
+    from ._sessions import last_active_session
+
+    store = reader_store(args)
+    try:
+        return await last_active_session(store)
+    finally:
+        await store.aclose()
+
+
+def _on_terminal() -> bool:
+    return os.isatty(0) and os.isatty(1)
+
+
+async def resume_main(args: argparse.Namespace) -> int:
+    """``resume ID MESSAGE`` or ``resume --last MESSAGE``; without MESSAGE on a terminal the
+    session goes on in the chat, and without ID too a picker asks which one first."""
+    from stowage.core import ConfigError
+
+    if args.last:
+        if args.message is not None:
+            raise ConfigError("resume --last takes MESSAGE only (not an ID too)")
+        args.message, args.session = args.session, await _last_session(args)
+        print(f"session: {args.session}", file=sys.stderr)
+    needs_message = args.message is None and getattr(args, "file", None) is None
+    if args.session is None or needs_message:
+        if not _on_terminal():
+            raise ConfigError(
+                "resume takes ID MESSAGE, or --last MESSAGE (or --file PATH for MESSAGE); "
+                "'stowage list' shows the sessions of this store"
+            )
+        if args.session is None:
+            from ._picker import pick_session
+
+            picked = await pick_session(reader_store(args))
+            if picked is None:
+                return 0
+            args.session = picked
+        args.last = False
+        return await chat_main(args, continuing=True)
+    return await _run(args, resume=True)
+
+
+async def _run(args: argparse.Namespace, *, resume: bool) -> int:
+    from stowage.core import validate_session_id
+
+    from ._run_options import refuse_oversized
+    from ._tracing import trace_if_configured
+
+    _status_line()  # rich: a missing [cli] extra is said before anything is opened
+    args.message = message_text(args)  # refused before anything is opened
+    store = open_cli_store(args)
+    try:
+        # continuing runs with the session's recorded identity; typed options override it
+        continuing = resume or (
+            args.session is not None and await store.exists(validate_session_id(args.session))
+        )
+    except BaseException:
+        await store.aclose()
+        raise
+    async with await runtime_for(args, store, args.session if continuing else None) as rt:
+        settings = rt.settings
+        unsubscribe = rt.subscribe(_say_notices)  # what opening says: repairs, overrides
+        trace_if_configured(rt, settings)
+        if not continuing:
+            # a message that cannot fit is refused before a new session's log exists
+            refuse_oversized(args.message, settings, rt.tools.specs())
+        if continuing:
+            session = await rt.resume(args.session)
+        else:
+            session = await _new_session(rt, args, args.session)
+            if args.session is None:  # the id was made here: say it, and where the log is
+                print(f"session: {session.id}", file=sys.stderr)
+                print(f"store: {store_label(args)}", file=sys.stderr)
+        unsubscribe()
+        # with the window the session runs with (recorded, or found when it was made)
+        refuse_oversized(args.message, rt.settings_of(session.id), rt.tools.specs())
+        if resume or args.session is not None:
+            # the user's word, logged before the turn; repeating an existing entry is a no-op
+            await session.protect(objective=args.objective, add_constraints=args.constraint)
+        if getattr(args, "json", False):
+            return await _json_turn(args, session)
+        result = await _drawn_turn(args, session, stream=settings.stream)
+        if result is None:
+            return turn_exit("interrupted")
+        if result.stopped == "pending_approval":
+            _say_pending(session.id, session.pending_approvals, store_label(args))
+    return turn_exit(result.stopped)
+
+
+class _Gone:
+    """Where the answer goes once stdout's reader left (``| head -1``): the turn goes on."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
+async def _drawn_turn(
+    args: argparse.Namespace, session: Session, *, stream: bool
+) -> TurnResult | None:
+    """One turn drawn on the terminal: the answer on stdout (streamed when ``stream``), the
+    status line, tool lines and notices on stderr. None when Ctrl-C interrupted it."""
+    global _VIEW
+    from stowage.core import AssistantDelta
+
+    from ._chat_view import TurnView
+    from ._turn_drive import drive_turn
+
+    status = _status_line()
+    view = TurnView(
+        out=sys.stdout,
+        err=sys.stderr,
+        status=status,
+        history=lambda: session.history,
+        tool_lines=status.enabled,
+    )
+    _VIEW = view
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, AssistantDelta) and not stream:
+            return
+        try:
+            line = notice_line(event)
+            if line is not None:
+                view.say(line)
+            view.on_event(event)
+        except BrokenPipeError:
+            view.out = _Gone()  # type: ignore[assignment]
+
+    view.begin()
+    try:
+        result = await drive_turn(
+            session,
+            args.message,
+            pin=args.pin,
+            on_event=on_event,
+            on_interrupt=lambda: view.say("[interrupting the turn: Ctrl-C again to quit now]"),
+        )
+    finally:
+        _VIEW = None
+        status.hide()
+    if result is None:
+        view.interrupted(on_out=False)
+    else:
+        view.finish(result)
+    return result
+
+
+async def _json_turn(args: argparse.Namespace, session: Session) -> int:
+    """One turn as JSON lines on stdout (``--json``); returns the exit status."""
+    from stowage.core import StowageError
+
+    from ._exits import exit_status
+    from ._json_stream import JsonTurn, error_text, stopped_reason
+    from ._sessions import read_turn_figures
+    from ._turn_drive import drive_turn
+
+    lines = JsonTurn(out=sys.stdout, session_id=session.id, history=lambda: session.history)
+    lines.begin(session.state.turn + 1)
+    try:
+        result = await drive_turn(
+            session, args.message, pin=args.pin, on_event=lines.on_event, on_interrupt=lambda: None
+        )
+    except StowageError as exc:
+        figures = await read_turn_figures(reader_store(args), session.id)
+        status = exit_status(exc)
+        reason = stopped_reason(exc, None)
+        lines.finish(
+            text="",
+            stopped=reason,
+            rounds=None,
+            figures=figures,
+            exit_status=status,
+            error=error_text(exc),
+        )
+        raise
+    stopped = "interrupted" if result is None else result.stopped
+    status = turn_exit(stopped)
+    figures = await read_turn_figures(reader_store(args), session.id)
+    lines.finish(
+        text=result.text if result is not None else "",
+        stopped=stopped,
+        rounds=result.rounds if result is not None else None,
+        figures=figures,
+        exit_status=status,
+    )
+    return status
+
+
+async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> int:
+    """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued
+    session; an ID with no log is a new session of that id (asked first on a terminal when
+    typed as ``chat ID``). ``continuing``: the session must exist (``resume`` goes on here).
+    Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
+    from stowage.core import ConfigError, SessionNotFound, validate_session_id
+
+    from ._chat import chat_loop, confirm_new
+    from ._tracing import trace_if_configured
+
+    _status_line()  # rich: a missing [cli] extra is said before anything is opened
+    named = getattr(args, "name", None)
+    if named is not None and args.session is not None and named != args.session:
+        raise ConfigError(f"chat {args.session} --session {named}: name the session once")
+    session_id = await _last_session(args) if args.last else (named or args.session)
+    store = open_cli_store(args)
+    try:
+        exists = session_id is not None and await store.exists(validate_session_id(session_id))
+    except BaseException:
+        await store.aclose()
+        raise
+    if session_id is not None and not exists and (continuing or named is None):
+        if continuing:
+            await store.aclose()
+            raise SessionNotFound(f"no session {session_id!r} in this store")
+        if _on_terminal() and not await confirm_new(session_id):
+            await store.aclose()
+            return 0
+    async with await runtime_for(args, store, session_id if exists else None) as rt:
+        settings = rt.settings
+        trace_if_configured(rt, settings)
+        # what opening says (a repaired log, an override) before the chat's own status line
+        # exists; the chat then says notices itself, with its status line down first
+        opening = rt.subscribe(_say_notices)
+        try:
+            if exists:
+                assert session_id is not None
+                session = await rt.resume(session_id)
+            else:
+                session = await _new_session(rt, args, session_id)
+        finally:
+            opening()
+        # /context and /export read the log through a store of their own, as the commands do
+        return await chat_loop(
+            session,
+            settings=rt.settings_of(session.id),
+            subscribe=rt.subscribe,
+            open_store=lambda: reader_store(args),
+            notices=notice_line,
+            sessions=_ChatSessions(rt, args),
+        )
+
+
+class _ChatSessions:
+    """The chat's ``/fork``, ``/rewind`` and ``/new`` on its runtime: the session it leaves
+    is closed (its lease given back), the one it goes on with is live."""
+
+    def __init__(self, rt: Runtime, args: argparse.Namespace) -> None:
+        self._rt = rt
+        self._args = args
+
+    async def fork(self, session: Session, at_round: int | None) -> Session:
+        child = await self._rt.fork(session.id, at_round=at_round)
+        await self._rt.close(session.id)
+        return child
+
+    async def rewind(self, session: Session, to_round: int) -> Session:
+        await self._rt.rewind(session.id, to_round=to_round)  # closes the live session first
+        return await self._rt.resume(session.id)
+
+    async def new(self, session: Session) -> Session:
+        fresh = await _new_session(self._rt, self._args, None)
+        await self._rt.close(session.id)
+        return fresh
+
+    def settings_of(self, session_id: str) -> Settings:
+        return self._rt.settings_of(session_id)
