@@ -160,8 +160,12 @@ async def approval_main(args: argparse.Namespace) -> int:
         else:
             result = await session.deny(args.call_id, reason=args.reason)
         if result.stopped == "pending_approval":
+            from ._store_args import store_label
+            from ._turns import say_pending
+
             waiting = ", ".join(c.call_id for c in session.pending_approvals)
             print(f"stowage: still awaiting approval: {waiting}", file=sys.stderr)
+            say_pending(session, store_label(args))
         else:
             sys.stdout.write(result.text + "\n")
     return 0

@@ -329,12 +329,12 @@ class _Chat:
         session, view = self.host.session, self.view
         if not self.terminal:
             for call in session.pending_approvals:
-                view.say(approval_line(call))
+                view.say(approval_line(call, session.approval_detail(call.call_id)))
                 view.say(f"  answer with: /approve {call.call_id}  or  /deny {call.call_id}")
             return
         while session.pending_approvals:
             call = session.pending_approvals[0]
-            view.say(approval_line(call))
+            view.say(approval_line(call, session.approval_detail(call.call_id)))
             answer = await self.reader.ask(_APPROVE)
             while answer is not None and answer not in ("y", "yes", "n", "no"):
                 answer = await self.reader.ask("please answer y or n: " + _APPROVE)

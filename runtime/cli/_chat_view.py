@@ -96,9 +96,11 @@ def tool_line(
     return f"  {'!!' if is_error else '->'} {what}: {result}"
 
 
-def approval_line(call: FunctionCall) -> str:
-    """The call that waits for a person: id, tool and arguments."""
-    return f"call {call.call_id} awaits approval: {call_text(call.name, call.arguments, 300)}"
+def approval_line(call: FunctionCall, detail: str | None = None) -> str:
+    """The call that waits for a person: id, tool and arguments, then what it will do (the
+    diff of an edit, the whole command line), indented."""
+    line = f"call {call.call_id} awaits approval: {call_text(call.name, call.arguments, 300)}"
+    return line + "".join(f"\n    {row}" for row in (detail or "").splitlines())
 
 
 def footer_line(figures: TurnFigures) -> str:

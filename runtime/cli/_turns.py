@@ -14,9 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._store_args import (
     open_cli_store,
@@ -127,14 +126,18 @@ def _say_notices(event: Event) -> None:
         print(line, file=sys.stderr)
 
 
-def _say_pending(session_id: str, calls: Sequence[Any], store: str) -> None:
-    """Each call awaiting approval, with its tool, arguments and the exact commands."""
+def say_pending(session: Session, store: str) -> None:
+    """Each call awaiting approval, with its tool, arguments, what it will do and the exact
+    commands."""
     import shlex
 
     where = f" --store {shlex.quote(store)}"
-    for call in calls:
+    session_id = session.id
+    for call in session.pending_approvals:
         args = call.arguments if len(call.arguments) <= 300 else call.arguments[:300] + "…"
         print(f"[awaiting approval: call {call.call_id}: {call.name}({args})]", file=sys.stderr)
+        for row in (session.approval_detail(call.call_id) or "").splitlines():
+            print(f"    {row}", file=sys.stderr)
         print(
             f"  stowage approve {session_id} {call.call_id}{where}\n"
             f"  stowage deny {session_id} {call.call_id}{where} --reason '…'",
@@ -302,7 +305,7 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
         if result is None:
             return turn_exit("interrupted")
         if result.stopped == "pending_approval":
-            _say_pending(session.id, session.pending_approvals, store_label(args))
+            say_pending(session, store_label(args))
     return turn_exit(result.stopped)
 
 

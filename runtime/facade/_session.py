@@ -226,6 +226,12 @@ class Session:
         them too."""
         return self.state.awaiting_approval
 
+    def approval_detail(self, call_id: str) -> str | None:
+        """What call ``call_id``, awaiting approval, will do, as recorded when it was
+        requested (the diff of an edit, the whole command line with its sandbox); None for a
+        tool that shows nothing."""
+        return self.state.approval_details.get(call_id)
+
     async def approve(self, call_id: str) -> TurnResult:
         """Approve call ``call_id``. Once no call of its round awaits approval, the round's
         calls run and the turn goes on: returns its result (``stopped="pending_approval"``
