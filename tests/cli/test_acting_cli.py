@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from .test_chat_pty import Terminal, env  # noqa: F401  (env: the fixture the chat tests use)
+from .test_chat_pty import Terminal
 
 STOWAGE = [sys.executable, "-m", "stowage.cli"]
 ASK = "write a note, edit it, then run a command"
 RUNS = "scripted-runs.log"
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap]
+
+
+@pytest.fixture
+def env(tmp_path: Path, cli_env: dict[str, str]) -> dict[str, str]:
+    return {**cli_env, "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm"}
 
 
 def stowage(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
