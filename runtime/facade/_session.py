@@ -373,7 +373,10 @@ class Session:
             lost.__cause__ = failure.__cause__
             return lost
         if failure is not None:
-            return SessionFailed(f"session {self.id} stopped: {_root_cause(failure)!r}")
+            root = _root_cause(failure)
+            failed = SessionFailed(f"session {self.id} stopped: {root!r}")
+            failed.__cause__ = root  # what ended it decides the command line's exit status
+            return failed
         return SessionClosed(f"session {self.id} closed")
 
     async def _ask(self, command: SamplerCommand) -> None:
@@ -385,9 +388,8 @@ class Session:
         if isinstance(self._failure, SessionLeaseLost):
             raise self._stopped_error()
         if self._failure is not None:
-            raise SessionFailed(
-                f"session {self.id} has failed: {self._failure!r}"
-            ) from self._failure
+            root = _root_cause(self._failure)
+            raise SessionFailed(f"session {self.id} has failed: {root!r}") from root
         try:
             await self._commands.send(command)
             self._input_changed()
@@ -396,7 +398,9 @@ class Session:
                 lost = self._stopped_error()
                 raise lost from lost.__cause__
             if self._failure is not None:
-                raise SessionFailed(f"session {self.id} has failed") from self._failure
+                raise SessionFailed(f"session {self.id} has failed") from _root_cause(
+                    self._failure
+                )
             raise SessionClosed(f"session {self.id} is closed") from exc
 
     async def _wait(self, reply: Reply[T]) -> T:
@@ -415,7 +419,7 @@ class Session:
                 # the actor that answered may only have been cancelled by the one that failed:
                 # say what stopped the session, not the cancellation
                 stopped = self._stopped_error()
-                raise stopped from self._failure
+                raise stopped from stopped.__cause__
             raise
         finally:
             self._waiting.discard(reply)
