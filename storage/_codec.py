@@ -326,12 +326,14 @@ def _kind(value: Any) -> CompactionKind:
     raise ValueError(f"field 'kind' must be 'full' or 'fallback', got {value!r}")
 
 
-def _source(value: Any) -> Literal["user", "summarizer"]:
+def _source(value: Any) -> Literal["user", "summarizer", "tools"]:
     if value == "user":
         return "user"
     if value == "summarizer":
         return "summarizer"
-    raise ValueError(f"field 'source' must be 'user' or 'summarizer', got {value!r}")
+    if value == "tools":
+        return "tools"
+    raise ValueError(f"field 'source' must be 'user', 'summarizer' or 'tools', got {value!r}")
 
 
 def _phase(value: Any) -> Literal["started", "finished", "interrupted", "stopped"]:

@@ -117,7 +117,16 @@ if TYPE_CHECKING:
         request_manifest,
     )
     from ._projection import PREVIEW_MIN_CHARS, StubCache, build_projection, default_stub
-    from ._protected import ProtectedEntry, ProtectedState, prepare_all, render, user_ops, verify
+    from ._protected import (
+        ProtectedEntry,
+        ProtectedState,
+        Touched,
+        prepare_all,
+        render,
+        render_touched,
+        user_ops,
+        verify,
+    )
     from ._protected_updates import (
         UPDATES_INSTRUCTIONS,
         UPDATES_KEY,
@@ -340,6 +349,8 @@ __all__ = [
     "parse_summary_updates",
     "prepare_all",
     "render",
+    "render_touched",
+    "Touched",
     "replay",
     "review_updates",
     "updates_block",
@@ -457,6 +468,8 @@ _EXPORTS = {
     "ProtectedState": "._protected",
     "prepare_all": "._protected",
     "render": "._protected",
+    "render_touched": "._protected",
+    "Touched": "._protected",
     "user_ops": "._protected",
     "verify": "._protected",
     "UPDATES_INSTRUCTIONS": "._protected_updates",

@@ -231,12 +231,13 @@ class MicrocompactRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProtectedRecord:
-    """A change to protected state; ``source`` is ``user`` or ``summarizer``."""
+    """A change to protected state; ``source`` is ``user``, ``summarizer``, or ``tools`` (the
+    trail of files touched, written by the runtime from a round's calls)."""
 
     seq: int
     ts: str = field(default_factory=now_ts, compare=False)
     ops: tuple[dict[str, Any], ...]
-    source: Literal["user", "summarizer"] = "user"
+    source: Literal["user", "summarizer", "tools"] = "user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -398,6 +398,15 @@ class Settings:
             "log, compacted or not, by their words"
         ),
     ] = False
+    files_touched: Annotated[
+        bool,
+        setting(
+            "keep a trail of the files the tool calls read, wrote or edited and the commands "
+            "they ran in the protected state, carried verbatim through every compaction",
+            cli="--no-files-touched",
+            cli_value=False,
+        ),
+    ] = True
     reground_every: Annotated[
         int,
         setting(
@@ -740,6 +749,7 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "reground_every",
     "milestone_tool",
     "search_history_tool",
+    "files_touched",
     "compact_prompt_file",
     "breaker_failures",
     # what its tools may change, the user's word: kept with the session, shown in `context`
