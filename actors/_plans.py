@@ -151,6 +151,7 @@ class PlanApplier:
             regrounded=plan.regrounded,
             focus=plan.focus,
             provider_item=plan.provider_item,
+            check=plan.check,
             figures=CompactionFigures(
                 decided_tokens=plan.tokens_before,
                 usable=usable,

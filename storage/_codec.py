@@ -34,6 +34,7 @@ from stowage.core import (
     SectionName,
     SessionRecord,
     SettingsChangedRecord,
+    SummaryCheck,
     TurnRecord,
     Usage,
     item_from_dict,
@@ -116,6 +117,12 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         out["figures"] = {
             "decided_tokens": f.decided_tokens, "usable": f.usable,
             "tool_tokens": f.tool_tokens, "hard": f.hard,
+        }  # fmt: skip
+    if r.check is not None:
+        c = r.check
+        out["check"] = {
+            "probes": list(c.probes), "missed_first": list(c.missed_first),
+            "asked_again": c.asked_again, "appended": list(c.appended),
         }  # fmt: skip
     return out
 
@@ -456,7 +463,28 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         focus=_str(d, "focus") if d.get("focus") is not None else None,
         provider_item=_opt_dict(d, "provider_item"),
         figures=_compaction_figures(d.get("figures")),
+        check=_summary_check(d.get("check")),
     )
+
+
+def _summary_check(value: Any) -> SummaryCheck | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'check' must be an object, got {value!r}")
+    return SummaryCheck(
+        probes=_strs(value, "probes"),
+        missed_first=_strs(value, "missed_first"),
+        asked_again=_bool(value, "asked_again"),
+        appended=_strs(value, "appended"),
+    )
+
+
+def _strs(d: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = d.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key!r} must be a list of strings, got {value!r}")
+    return tuple(value)
 
 
 def _compaction_figures(value: Any) -> CompactionFigures | None:

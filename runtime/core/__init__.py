@@ -73,7 +73,7 @@ if TYPE_CHECKING:
         TextDelta,
         ToolSpec,
     )
-    from ._history import apply_compaction
+    from ._history import absorbed, apply_compaction
     from ._hooks import (
         AfterCompaction,
         BeforeCompaction,
@@ -155,6 +155,7 @@ if TYPE_CHECKING:
         SectionName,
         SessionRecord,
         SettingsChangedRecord,
+        SummaryCheck,
         TurnRecord,
         Usage,
     )
@@ -232,6 +233,7 @@ __all__ = [
     "CompactionKind",
     "CompactionLoop",
     "CompactionFigures",
+    "SummaryCheck",
     "CompactionRecord",
     "CompactionSkipped",
     "CompactionSummary",
@@ -329,6 +331,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WriterLease",
+    "absorbed",
     "apply_compaction",
     "build_projection",
     "configure_logging",
@@ -427,6 +430,7 @@ _EXPORTS = {
     "StreamEvent": "._gateway",
     "TextDelta": "._gateway",
     "ToolSpec": "._gateway",
+    "absorbed": "._history",
     "apply_compaction": "._history",
     "AfterCompaction": "._hooks",
     "BeforeCompaction": "._hooks",
@@ -481,6 +485,7 @@ _EXPORTS = {
     "ApprovalRecord": "._records",
     "CompactionKind": "._records",
     "CompactionFigures": "._records",
+    "SummaryCheck": "._records",
     "CompactionRecord": "._records",
     "ErrorRecord": "._records",
     "ForkedFromRecord": "._records",

@@ -21,6 +21,7 @@ __all__ = [
     "RequestManifest",
     "SectionName",
     "CompactionFigures",
+    "SummaryCheck",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -166,6 +167,24 @@ class CompactionFigures:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryCheck:
+    """How a summary fared against its probes (``stowage.policy``'s checked summaries): the
+    probes it was checked against (carried to the next compaction), those the first summary
+    missed, whether it was asked for once more, and those appended as a section of their own
+    because the summary still missed them."""
+
+    probes: tuple[str, ...] = ()
+    missed_first: tuple[str, ...] = ()
+    asked_again: bool = False
+    appended: tuple[str, ...] = ()
+
+    @property
+    def kept_by_summary(self) -> int:
+        """Probes the summary (first or second) kept without the appended section."""
+        return len(self.probes) - len(self.appended)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionRecord:
     """History replaced: system + retained entries + summary, then every entry after
     ``covers_through``.
@@ -214,6 +233,8 @@ class CompactionRecord:
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
     #: the figures of its decision and application (None in logs written before them)
     figures: CompactionFigures | None = None
+    #: the summary's check against its probes (None: not checked, e.g. a fallback digest)
+    check: SummaryCheck | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

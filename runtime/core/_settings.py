@@ -407,6 +407,15 @@ class Settings:
             cli_value=False,
         ),
     ] = True
+    check_summaries: Annotated[
+        bool,
+        setting(
+            "check each summary against the user's instructions and corrections it absorbs; "
+            "ask once more naming what it missed, then append what it still misses",
+            cli="--no-check-summaries",
+            cli_value=False,
+        ),
+    ] = True
     reground_every: Annotated[
         int,
         setting(
@@ -750,6 +759,7 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "milestone_tool",
     "search_history_tool",
     "files_touched",
+    "check_summaries",
     "compact_prompt_file",
     "breaker_failures",
     # what its tools may change, the user's word: kept with the session, shown in `context`

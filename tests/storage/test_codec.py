@@ -29,6 +29,7 @@ from stowage.core._records import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SummaryCheck,
     TurnRecord,
     Usage,
 )
@@ -139,6 +140,14 @@ records: st.SearchStrategy[Record] = st.one_of(
             usable=st.none() | ints,
             tool_tokens=ints,
             hard=st.none() | st.floats(min_value=0.1, max_value=1, allow_nan=False),
+        ),
+        check=st.none()
+        | st.builds(
+            SummaryCheck,
+            probes=st.lists(text, max_size=3).map(tuple),
+            missed_first=st.lists(text, max_size=2).map(tuple),
+            asked_again=st.booleans(),
+            appended=st.lists(text, max_size=2).map(tuple),
         ),
     ),
     every_field(
@@ -286,6 +295,8 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
         fields.discard("turn_open")  # written only for a compaction inside a turn
     if isinstance(record, CompactionRecord) and record.figures is None:
         fields.discard("figures")  # not in logs written before them
+    if isinstance(record, CompactionRecord) and record.check is None:
+        fields.discard("check")  # written only for a checked summary
     assert set(data) - {"v", "type"} == fields
 
 
