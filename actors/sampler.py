@@ -63,6 +63,7 @@ from ._messages import (
     Verdict,
 )
 from ._plans import PlanApplier
+from ._provider_compaction import stranded
 from ._queue import MailboxReceive
 from ._requests import Requester
 from ._rounds import RoundWriter, commit_record
@@ -222,6 +223,8 @@ class Sampler:
         return interrupted_output(call.call_id)
 
     async def _serve(self, command: SamplerCommand) -> None:
+        if isinstance(command, UserTurn | ContinueTurn):
+            await self._move_provider_items()
         match command:
             case UserTurn():
                 turn = self._turns.start(
@@ -287,6 +290,22 @@ class Sampler:
         """Manual compaction, decided by the compactor on the last committed snapshot; True
         when history was compacted."""
         return await self._gate.compact_now(focus, reground=reground)
+
+    async def _move_provider_items(self) -> None:
+        """A history that holds a provider's compaction item this session's wire cannot
+        carry (moved to another wire or provider) is summarized locally before its next turn,
+        from the log's original records, which it still has; the record says why."""
+        wire = self.settings.wire_api
+        if not stranded(self.state.history, wire):
+            return
+        reason = (
+            f"the provider's compaction item cannot go to the {wire} wire: what it covers is "
+            "summarized locally from the log"
+        )
+        self._log.info("provider_item_moved", wire=wire)
+        if not await self._gate.compact_now(None, reground=True, reason=reason):
+            # nothing could be compacted: the wire sends the item's readable line meanwhile
+            self._log.warning("provider_item_not_moved", wire=wire)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
         await self._applier.protect(ops)

@@ -26,7 +26,6 @@ from stowage.core import (
     RoundCommittedRecord,
     SessionRecord,
     SettingsChangedRecord,
-    SummaryCheck,
     SystemMessage,
     TurnRecord,
     UserMessage,
@@ -138,7 +137,7 @@ def render_transcript(
                 if record.focus is not None:
                     lines.append(f"         focus: {record.focus}")
                 if record.check is not None:
-                    lines.append(f"         checked: {check_line(record.check)}")
+                    lines.append(f"         checked: {record.check.line}")
                 lines.extend(_applied_at(in_use_at.get(record.seq)))
                 if record.waited is not None:
                     held = (
@@ -200,14 +199,3 @@ def render_transcript(
     if cache.requests:
         lines.append(cache.line())
     return "\n".join(lines) + "\n"
-
-
-def check_line(check: SummaryCheck) -> str:
-    """How a summary fared against its probes, in one line (``show``, the console)."""
-    probes = len(check.probes)
-    if not check.missed_first:
-        return f"kept all {probes} probes (the user's instructions and corrections it absorbed)"
-    line = f"the summary missed {len(check.missed_first)} of {probes} probes; asked once more"
-    if check.appended:
-        return line + f"; {len(check.appended)} still missing, appended as their own section"
-    return line + "; the second summary kept them all"

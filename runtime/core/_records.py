@@ -179,9 +179,15 @@ class SummaryCheck:
     appended: tuple[str, ...] = ()
 
     @property
-    def kept_by_summary(self) -> int:
-        """Probes the summary (first or second) kept without the appended section."""
-        return len(self.probes) - len(self.appended)
+    def line(self) -> str:
+        """How the summary fared, in one line (``show``, the console)."""
+        probes = len(self.probes)
+        if not self.missed_first:
+            return f"kept all {probes} probes (the user's instructions and corrections it absorbed)"
+        line = f"the summary missed {len(self.missed_first)} of {probes} probes; asked once more"
+        if self.appended:
+            return line + f"; {len(self.appended)} still missing, appended as their own section"
+        return line + "; the second summary kept them all"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

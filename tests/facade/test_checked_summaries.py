@@ -6,12 +6,15 @@ summary fared."""
 
 from __future__ import annotations
 
+import html
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import httpx
 from stowage import AssistantMessage, ModelRequest, ModelResponse, Runtime, Settings
+from stowage.console import StoreReader, create_app
 from stowage.core import CompactionRecord
 from stowage.model._brain import ScriptedBrain, is_summary_request
 from stowage.model._scripted import ScriptedModel
@@ -97,8 +100,17 @@ async def test_without_the_check_a_lossy_summarizer_loses_instructions(tmp_path:
     assert all(c.check is None for c in compactions)
 
 
-async def test_show_says_how_each_summary_fared(tmp_path: Path) -> None:
-    await run(tmp_path, checked=True)
+async def test_show_and_the_console_say_how_each_summary_fared(tmp_path: Path) -> None:
+    _, compactions = await run(tmp_path, checked=True)
+    lines = {c.check.line for c in compactions if c.check is not None}
+    assert any("asked once more" in line for line in lines)
     show = [sys.executable, "-m", "stowage.cli", "show", "s", "--store", str(tmp_path / "checked")]
     shown = (await anyio.run_process(show, check=True)).stdout.decode()
-    assert "checked: kept all" in shown or "checked: the summary missed" in shown
+    for line in lines:
+        assert f"checked: {line}" in shown
+    app = create_app(StoreReader(JsonlStore(tmp_path / "checked")), store_label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        page = (await client.get("/s/s")).text
+    assert '<dt>checked</dt><dd class="checked">' in page
+    assert any(html.escape(line) in page for line in lines)
