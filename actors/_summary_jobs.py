@@ -36,6 +36,7 @@ from stowage.core import (
     Settings,
     SystemMessage,
     ToolSpec,
+    Usage,
     entry_chars,
     parse_summary_updates,
 )
@@ -196,6 +197,7 @@ class Summarizer:
                     regrounded=regrounded,
                     focus=focus,
                     provider_item=attempt.compaction.item,
+                    usage=attempt.compaction.usage,
                 )
             notices = attempt.notices
         outcome = await summarize(
@@ -232,6 +234,7 @@ class Summarizer:
             protected_ops=protected_ops,
             protected_problems=problems,
             notices=notices,
+            usage=outcome.usage,
         )
 
     def _plan(
@@ -247,6 +250,7 @@ class Summarizer:
         protected_problems: tuple[str, ...] = (),
         provider_item: dict[str, Any] | None = None,
         notices: tuple[tuple[str, str], ...] = (),
+        usage: Usage | None = None,
     ) -> Plan:
         """The plan of ``job`` with this summary (the provider's item, if it made it)."""
         snapshot = job.snapshot
@@ -266,6 +270,7 @@ class Summarizer:
             fraction=job.fraction,
             provider_item=provider_item,
             notices=notices,
+            usage=usage,
         )
 
     async def _originals(

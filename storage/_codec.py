@@ -89,6 +89,8 @@ def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
     }  # fmt: skip
     if r.manifest is not None:
         out["manifest"] = _manifest_out(r.manifest)
+    if r.resumed:  # only then: other rounds stay byte-identical
+        out["resumed"] = True
     return out
 
 
@@ -117,6 +119,8 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
             "decided_tokens": f.decided_tokens, "usable": f.usable,
             "tool_tokens": f.tool_tokens, "hard": f.hard,
         }  # fmt: skip
+    if r.usage is not None:
+        out["usage"] = _usage_out(r.usage)
     return out
 
 
@@ -378,6 +382,7 @@ def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
         truncated=_bool(d, "truncated"),
         reported_usage=_usage_in({"usage": d.get("reported_usage")}),
         manifest=_manifest_in(d.get("manifest")),
+        resumed=_bool(d, "resumed"),
     )
 
 
@@ -454,6 +459,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         focus=_str(d, "focus") if d.get("focus") is not None else None,
         provider_item=_opt_dict(d, "provider_item"),
         figures=_compaction_figures(d.get("figures")),
+        usage=_usage_in(d),
     )
 
 

@@ -224,6 +224,13 @@ def _show_command(show: argparse.ArgumentParser) -> None:
     _common(show)
 
 
+def _cost_command(cost: argparse.ArgumentParser) -> None:
+    from ._cost import add_cost_arguments
+
+    add_cost_arguments(cost)
+    _common(cost)
+
+
 def _protect_command(protect: argparse.ArgumentParser) -> None:
     from ._mcp_options import add_mcp_options
     from ._protected import add_protect_options
@@ -350,6 +357,7 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
     ),
     ("export", "write session ID as markdown, JSONL or OpenAI input", _export_command),
     ("show", "print the transcript and every compaction of session ID", _show_command),
+    ("cost", "what session ID cost: money, cache, each compaction and resume", _cost_command),
     (
         "protect",
         "change the objective or constraints of session ID and print its state",

@@ -49,6 +49,14 @@ if TYPE_CHECKING:
         decide_compaction,
         summary_view,
     )
+    from ._cost import (
+        CompactionCost,
+        CostReport,
+        RequestCost,
+        ResumeHit,
+        billed_usage,
+        session_cost,
+    )
     from ._fallback import digest, fallback_summary
     from ._forecast import Forecast
     from ._machine import (
@@ -73,6 +81,7 @@ if TYPE_CHECKING:
         SummaryReady,
         step,
     )
+    from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
     from ._requests_check import RequestsReport, check_requests
     from ._ruler import Ruler, View
     from ._snapshot import (
@@ -161,6 +170,17 @@ __all__ = [
     "RequestsReport",
     "check_requests",
     "Forecast",
+    "COST_EXTRA_HINT",
+    "Charge",
+    "CompactionCost",
+    "CostReport",
+    "CustomPrice",
+    "PriceBook",
+    "Prices",
+    "RequestCost",
+    "ResumeHit",
+    "billed_usage",
+    "session_cost",
     "irreducible_tokens",
     "loop_message",
     "reattach_seqs",
@@ -276,6 +296,17 @@ _EXPORTS = {
     "digest": "._fallback",
     "fallback_summary": "._fallback",
     "Forecast": "._forecast",
+    "CompactionCost": "._cost",
+    "CostReport": "._cost",
+    "RequestCost": "._cost",
+    "ResumeHit": "._cost",
+    "billed_usage": "._cost",
+    "session_cost": "._cost",
+    "COST_EXTRA_HINT": "._prices",
+    "Charge": "._prices",
+    "CustomPrice": "._prices",
+    "PriceBook": "._prices",
+    "Prices": "._prices",
     "TokenStatus": "._tokens",
     "answer_chars": "._tokens",
     "calibrated_ratio": "._tokens",
