@@ -19,7 +19,15 @@ from ._store_args import reader_store
 if TYPE_CHECKING:
     from stowage.policy import CompactionCost, CostReport, Prices
 
-__all__ = ["add_cost_arguments", "configured_prices", "cost_json", "cost_main", "money"]
+__all__ = [
+    "add_cost_arguments",
+    "configured_prices",
+    "cost_json",
+    "cost_lines",
+    "cost_main",
+    "exact_usd",
+    "money",
+]
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +57,7 @@ def money(usd: Decimal | None, *, unknown: str = "unknown") -> str:
     return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
-def _text(usd: Decimal | None) -> str | None:
+def exact_usd(usd: Decimal | None) -> str | None:
     """The exact decimal, without trailing zeros or an exponent."""
     return None if usd is None else format(usd.normalize(), "f")
 
@@ -59,13 +67,13 @@ def _compaction_json(c: CompactionCost) -> dict[str, Any]:
         "seq": c.seq,
         "round": c.round,
         "kind": c.kind,
-        "usd": _text(c.usd),
+        "usd": exact_usd(c.usd),
         "removed_tokens": c.removed_tokens,
         "rounds_after": c.rounds_after,
         "input_saved": c.input_saved,
         "uncached_saved": c.uncached_saved,
-        "usd_saved": _text(c.usd_saved),
-        "net_usd": _text(c.net_usd),
+        "usd_saved": exact_usd(c.usd_saved),
+        "net_usd": exact_usd(c.net_usd),
     }
 
 
@@ -73,9 +81,9 @@ def cost_json(session_id: str, report: CostReport) -> dict[str, Any]:
     """The ``--json`` object of ``report``."""
     return {
         "session": session_id,
-        "usd": _text(report.usd),
-        "rounds_usd": _text(report.usd_of("round")),
-        "summaries_usd": _text(report.usd_of("summary")),
+        "usd": exact_usd(report.usd),
+        "rounds_usd": exact_usd(report.usd_of("round")),
+        "summaries_usd": exact_usd(report.usd_of("summary")),
         "unknown": list(report.unknown),
         "requests": len(report.requests),
         "rounds_without_usage": report.rounds_without_usage,

@@ -183,6 +183,9 @@ def _chat_command(chat: argparse.ArgumentParser) -> None:
 
 def _list_command(listing: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument(
+        "--cost", action="store_true", help="what each session cost, as 'stowage cost' says"
+    )
     _common(listing)
 
 
