@@ -14,6 +14,8 @@ import sys
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from stowage.policy import money
+
 from ._store_args import reader_store
 
 if TYPE_CHECKING:
@@ -26,7 +28,6 @@ __all__ = [
     "cost_lines",
     "cost_main",
     "exact_usd",
-    "money",
 ]
 
 
@@ -45,16 +46,6 @@ def configured_prices() -> Prices:
     from ._config import load_config
 
     return Prices(custom=dict(load_config().prices))
-
-
-def money(usd: Decimal | None, *, unknown: str = "unknown") -> str:
-    """``$12.34``, ``$0.0123`` below a dollar, ``$4.2e-05`` below a hundredth of a cent, or
-    ``unknown``."""
-    if usd is None:
-        return unknown
-    if usd and abs(usd) < Decimal("0.0001"):
-        return f"${usd:.2g}"
-    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
 def exact_usd(usd: Decimal | None) -> str | None:

@@ -45,13 +45,14 @@ from stowage.policy import (
     Watermarks,
     calibrated_ratio,
     decide,
+    money,
     session_cost,
     token_status,
 )
 from stowage.storage import encode_record
 
 from ._agents import split_agents
-from ._cost import configured_prices, exact_usd, money
+from ._cost import configured_prices, exact_usd
 
 __all__ = [
     "EXPORT_FORMATS",

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         RequestCost,
         ResumeHit,
         billed_usage,
+        money,
         session_cost,
     )
     from ._fallback import digest, fallback_summary
@@ -180,6 +181,7 @@ __all__ = [
     "RequestCost",
     "ResumeHit",
     "billed_usage",
+    "money",
     "session_cost",
     "irreducible_tokens",
     "loop_message",
@@ -301,6 +303,7 @@ _EXPORTS = {
     "RequestCost": "._cost",
     "ResumeHit": "._cost",
     "billed_usage": "._cost",
+    "money": "._cost",
     "session_cost": "._cost",
     "COST_EXTRA_HINT": "._prices",
     "Charge": "._prices",

@@ -62,6 +62,7 @@ __all__ = [
     "RequestCost",
     "ResumeHit",
     "billed_usage",
+    "money",
     "session_cost",
 ]
 
@@ -158,6 +159,17 @@ class CostReport:
 
 
 _NO_USAGE = Usage(input_tokens=0, output_tokens=0, total_tokens=0)
+
+
+def money(usd: Decimal | None, *, unknown: str = "unknown") -> str:
+    """``$12.34``, ``$0.0123`` below a dollar, ``$0.000042`` below a hundredth of a cent,
+    ``-$0.0012`` below zero, or ``unknown``. Raises nothing."""
+    if usd is None:
+        return unknown
+    sign, size = ("-" if usd < 0 else ""), abs(usd)
+    if size and size < Decimal("0.0001"):
+        return f"{sign}${size:.2g}"
+    return f"{sign}${size:.4f}" if size < 1 else f"{sign}${size:,.2f}"
 
 
 def _total(values: Iterable[Decimal | None]) -> Decimal | None:

@@ -19,7 +19,7 @@ from stowage.core import (
     SettingsChangedRecord,
     Usage,
 )
-from stowage.policy import CustomPrice, Prices, session_cost
+from stowage.policy import CustomPrice, Prices, money, session_cost
 
 MODEL = "house-model"
 PRICE = CustomPrice(
@@ -314,3 +314,19 @@ def test_the_table_says_unknown_for_a_model_it_does_not_know() -> None:
     report = session_cost(Log("scripted").round_(usage(1000)).records, Prices())
     assert report.usd is None
     assert "not in genai-prices' table" in report.unknown[0]
+
+
+@pytest.mark.parametrize(
+    ("usd", "shown"),
+    [
+        (None, "unknown"),
+        (Decimal("12.346"), "$12.35"),
+        (Decimal("1234.5"), "$1,234.50"),
+        (Decimal("0.01234"), "$0.0123"),
+        (Decimal("0.0000421"), "$0.000042"),
+        (Decimal("-0.0012"), "-$0.0012"),
+        (Decimal(0), "$0.0000"),
+    ],
+)
+def test_money_is_shown_in_dollars(usd: Decimal | None, shown: str) -> None:
+    assert money(usd) == shown
