@@ -35,6 +35,7 @@ from stowage.core import (
     build_projection,
     identity_from_records,
     item_chars,
+    lineage_store,
     render,
     replay,
     validate_session_id,
@@ -172,10 +173,10 @@ def summarize(
     session_id: str,
     records: Sequence[Record],
     holder: LeaseHolder | None = None,
-    prices: PriceBook | None = None,
+    usd: str | None = None,
 ) -> SessionSummary:
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
-    free), with its cost at ``prices`` when given. Raises ``CorruptLogError``."""
+    free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
     tokens, usable, tool_tokens, _ = _usage(state, records)
     percent = _percent(tokens, usable)
@@ -192,7 +193,7 @@ def summarize(
         state=_state_word(state, records, holder),
         holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
         tool_schemas=tool_tokens,
-        usd=None if prices is None else exact_usd(session_cost(records, prices).usd),
+        usd=usd,
     )
 
 
@@ -202,9 +203,17 @@ async def _summaries(
     rows: list[SessionSummary | tuple[str, str]] = []
     for session_id in await store.list_sessions():
         try:
-            records = (await store.read(session_id, repair=False)).records
+            usd = None
+            if prices is None:
+                records = (await store.read(session_id, repair=False)).records
+            else:
+                # a fork's parents paid for theirs; a discarded branch's requests were paid
+                lineage = await lineage_store(store).lineage(session_id)
+                records = tuple(lineage.effective)
+                cost = session_cost(lineage.records, prices, own_from=lineage.own_from)
+                usd = exact_usd(cost.usd)
             holder = await store.lease_holder(session_id)
-            rows.append(summarize(session_id, records, holder, prices))
+            rows.append(summarize(session_id, records, holder, usd))
         except Exception as exc:  # one bad log must not hide the others
             rows.append((session_id, " ".join(str(exc).split())))
     return rows

@@ -156,11 +156,17 @@ def create_app(
             made_at = (await fingerprint(), await reader.holder(session_id))
             kept = views.get(session_id, made_at)
             if kept is None:
-                read = await reader.read(session_id)
+                # the lineage: the view leaves a rewind's discarded branch out, the cost not
+                lineage = await reader.lineage(session_id)
                 view = session_view(
-                    session_id, read.records, holder=made_at[1], query=query, prices=prices
+                    session_id,
+                    lineage.records,
+                    holder=made_at[1],
+                    query=query,
+                    prices=prices,
+                    own_from=lineage.own_from,
                 )
-                torn = read.torn_tail
+                torn = lineage.read.torn_tail
                 views.put(session_id, made_at, view, torn)
             else:
                 view, torn = paged(kept[0], query), kept[1]

@@ -335,13 +335,14 @@ def session_view(
     holder: str = "",
     query: PageQuery | None = None,
     prices: PriceBook | None = None,
+    own_from: int = 1,
 ) -> SessionView:
     """The session page of one log: the chart and tiles of the whole session, the page of
     rounds and compaction cards ``query`` asks for (every one of them without a query), and
-    its cost at ``prices`` when given. Raises nothing: records that do not fold are listed
-    in ``errors``."""
+    its cost at ``prices`` when given (of the records from ``own_from`` on: a fork's parents
+    paid for theirs). Raises nothing: records that do not fold are listed in ``errors``."""
     # a discarded branch's requests were paid for too: the cost reads every record
-    cost = session_cost(records, prices) if prices is not None else None
+    cost = session_cost(records, prices, own_from=own_from) if prices is not None else None
     records = effective_records(records)  # a rewind's discarded branch is not the session's
     stubbed: set[int] = set()
     for record in records:

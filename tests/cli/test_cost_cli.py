@@ -132,6 +132,14 @@ def test_a_model_without_a_price_costs_unknown_and_says_what_to_set(
     priced = cli("cost", log.stem, "--json", "--store", "st", cwd=tmp_path)
     tokens = report["input_tokens"] + report["output_tokens"]
     assert Decimal(json.loads(priced.stdout)["usd"]) == tokens / M
+    # a fork has spent nothing yet: its parent's requests are the parent's
+    fork = cli("fork", log.stem, "--as", "forked", "--store", "st", cwd=tmp_path)
+    assert fork.returncode == 0, fork.stderr
+    forked = json.loads(cli("cost", "forked", "--json", "--store", "st", cwd=tmp_path).stdout)
+    assert (forked["usd"], forked["requests"], forked["compactions"]) == ("0", 0, [])
+    listed = cli("list", "--cost", "--json", "--store", "st", cwd=tmp_path).stdout
+    rows = {row["id"]: row["usd"] for row in map(json.loads, listed.splitlines())}
+    assert rows == {log.stem: json.loads(priced.stdout)["usd"], "forked": "0"}
 
 
 def test_cost_of_an_unknown_session_is_a_usage_error(tmp_path: Path, cli: Cli) -> None:
