@@ -16,11 +16,13 @@ from stowage.core import (
     ItemRecord,
     ModelResponse,
     ProgressRecord,
+    ProtectedRecord,
     Record,
     RequestManifest,
     RoundCommitted,
     RoundCommittedRecord,
 )
+from stowage.tools import trail_ops
 
 from ._context import SessionContext
 from ._interrupt import TurnInterrupt
@@ -110,11 +112,19 @@ class RoundWriter:
         manifest: RequestManifest | None = None,
         resumed: bool = False,
     ) -> None:
-        """Write the round's outputs, in call order, and its ``round_committed`` record."""
-        first = self.journal.state.last_seq + 1
+        """Write the round's outputs, in call order, the trail of the files they touched
+        (a ``protected`` record from the tools, when the session keeps one), and its
+        ``round_committed`` record: one batch."""
+        state = self.journal.state
+        first = state.last_seq + 1
         committed: list[Record] = [
             ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
+        if self.ctx.settings.files_touched:
+            touched = trail_ops(self.ctx.tools, state.open_calls.values(), outputs)
+            if touched:
+                seq = first + len(committed)
+                committed.append(ProtectedRecord(seq=seq, ops=tuple(touched), source="tools"))
         committed.append(
             commit_record(
                 round_,

@@ -34,6 +34,7 @@ from stowage.core import (
     FunctionCallOutput,
     ItemRecord,
     ModelError,
+    ProtectedRecord,
     ProtectedStateViolation,
     Record,
     SessionFailed,
@@ -41,7 +42,7 @@ from stowage.core import (
     Settings,
 )
 from stowage.policy import Accounting
-from stowage.tools import after_crash
+from stowage.tools import after_crash, trail_ops
 
 from ._approvals import Approvals
 from ._checks import ResponseChecks
@@ -191,12 +192,20 @@ class Sampler:
             return
         round_ = self.state.open_round or self.state.round + 1
         first = self.state.last_seq + 1
+        calls = tuple(self.state.open_calls.values())
+        outputs = [self._after_crash(call) for call in calls]
         records: list[Record] = [
-            ItemRecord(seq=first + i, item=self._after_crash(call), round=round_)
-            for i, call in enumerate(self.state.open_calls.values())
+            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
+        touched = (
+            trail_ops(self.ctx.tools, calls, outputs) if self.ctx.settings.files_touched else []
+        )
+        if touched:  # a write found applied touched its file
+            records.append(
+                ProtectedRecord(seq=first + len(records), ops=tuple(touched), source="tools")
+            )
         records.append(commit_record(round_, None, first, interrupted=True, offset=len(records)))
-        self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
+        self._log.warning("round_recovered", round=round_, calls=len(calls))
         await self._journal.write(records, boundary="recovered")
 
     def _after_crash(self, call: FunctionCall) -> FunctionCallOutput:

@@ -37,6 +37,7 @@ from stowage.core import (
     item_chars,
     lineage_store,
     render,
+    render_touched,
     replay,
     validate_session_id,
 )
@@ -317,7 +318,16 @@ def _category(item: Any, seq: int, state: SessionState, first_system: bool) -> s
     return "other"
 
 
-_ORDER = ("system", "protected", "summary", "user", "assistant", "tool outputs", "stubs")
+_ORDER = (
+    "system",
+    "protected",
+    "files touched",
+    "summary",
+    "user",
+    "assistant",
+    "tool outputs",
+    "stubs",
+)
 
 
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
@@ -337,7 +347,9 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     protected_at = 1 if state.history and isinstance(state.history[0].item, SystemMessage) else 0
     for index, item in enumerate(projection):
         if render(state.protected) and index == protected_at:
-            chars["protected"] += item_chars(item)
+            trail = len(render_touched(state.protected))
+            chars["files touched"] += trail
+            chars["protected"] += item_chars(item) - trail
             continue
         entry = next(history)
         part = _category(item, entry.seq, state, first_system=index == 0)
@@ -403,6 +415,12 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
             },
         },
         "next_action": next_action,
+        # the trail a compaction carries, and what the calls since the last one touched
+        "files_touched": {
+            "carried": [t.line for t in state.protected.touched],
+            "earlier": state.protected.earlier,
+            "since_last_compaction": [t.line for t in state.protected.fresh],
+        },
         "tools": {
             "sandbox": settings.sandbox,
             "approval": settings.approval,
@@ -448,9 +466,32 @@ async def context_main(args: argparse.Namespace, store: LogStore) -> int:
             shown = f"{pct:5.1f}%" if pct is not None else "     -"
         lines.append(f"  {name:<14} {part['tokens']:>9,}  {shown}")
     lines.append(f"next: {report['next_action']}")
+    lines.extend(_trail_lines(report["files_touched"]))
     lines.append(_tools_line(report["tools"]))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+#: the trail's lines ``context`` prints of each kind; ``--json`` has them all
+_TRAIL_SHOWN = 8
+
+
+def _trail_lines(trail: dict[str, Any]) -> list[str]:
+    """The files touched, newest first: what compactions carry, then what comes next."""
+    lines: list[str] = []
+    for key, title in (
+        ("since_last_compaction", "files touched since the last compaction (carried at the next)"),
+        ("carried", "files touched, carried through compactions"),
+    ):
+        shown = trail[key]
+        if not shown:
+            continue
+        more = len(shown) - _TRAIL_SHOWN + (trail["earlier"] if key == "carried" else 0)
+        lines.append(f"{title}:")
+        lines += [f"  {line}" for line in shown[:_TRAIL_SHOWN]]
+        if more > 0:
+            lines.append(f"  and {more:,} more")
+    return lines
 
 
 def _tools_line(tools: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from stowage.core import (
     RoundCommittedRecord,
     SessionRecord,
     SettingsChangedRecord,
+    SummaryCheck,
     SystemMessage,
     TurnRecord,
     UserMessage,
@@ -136,6 +137,8 @@ def render_transcript(
                 lines.append(f"         reason: {record.reason}")
                 if record.focus is not None:
                     lines.append(f"         focus: {record.focus}")
+                if record.check is not None:
+                    lines.append(f"         checked: {check_line(record.check)}")
                 lines.extend(_applied_at(in_use_at.get(record.seq)))
                 if record.waited is not None:
                     held = (
@@ -197,3 +200,14 @@ def render_transcript(
     if cache.requests:
         lines.append(cache.line())
     return "\n".join(lines) + "\n"
+
+
+def check_line(check: SummaryCheck) -> str:
+    """How a summary fared against its probes, in one line (``show``, the console)."""
+    probes = len(check.probes)
+    if not check.missed_first:
+        return f"kept all {probes} probes (the user's instructions and corrections it absorbed)"
+    line = f"the summary missed {len(check.missed_first)} of {probes} probes; asked once more"
+    if check.appended:
+        return line + f"; {len(check.appended)} still missing, appended as their own section"
+    return line + "; the second summary kept them all"

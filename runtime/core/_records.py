@@ -21,6 +21,7 @@ __all__ = [
     "RequestManifest",
     "SectionName",
     "CompactionFigures",
+    "SummaryCheck",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -180,6 +181,24 @@ class CompactionFigures:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryCheck:
+    """How a summary fared against its probes (``stowage.policy``'s checked summaries): the
+    probes it was checked against (carried to the next compaction), those the first summary
+    missed, whether it was asked for once more, and those appended as a section of their own
+    because the summary still missed them."""
+
+    probes: tuple[str, ...] = ()
+    missed_first: tuple[str, ...] = ()
+    asked_again: bool = False
+    appended: tuple[str, ...] = ()
+
+    @property
+    def kept_by_summary(self) -> int:
+        """Probes the summary (first or second) kept without the appended section."""
+        return len(self.probes) - len(self.appended)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionRecord:
     """History replaced: system + retained entries + summary, then every entry after
     ``covers_through``.
@@ -231,6 +250,8 @@ class CompactionRecord:
     #: what the summary request reported, summed over the requests that made this summary
     #: (None: no model call, as a fallback digest, no usage reported, or an older log)
     usage: Usage | None = None
+    #: the summary's check against its probes (None: not checked, e.g. a fallback digest)
+    check: SummaryCheck | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,12 +269,13 @@ class MicrocompactRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProtectedRecord:
-    """A change to protected state; ``source`` is ``user`` or ``summarizer``."""
+    """A change to protected state; ``source`` is ``user``, ``summarizer``, or ``tools`` (the
+    trail of files touched, written by the runtime from a round's calls)."""
 
     seq: int
     ts: str = field(default_factory=now_ts, compare=False)
     ops: tuple[dict[str, Any], ...]
-    source: Literal["user", "summarizer"] = "user"
+    source: Literal["user", "summarizer", "tools"] = "user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

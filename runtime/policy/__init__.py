@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         step,
     )
     from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
+    from ._probes import draw_probes, kept_section, missed_probes, probe_focus
     from ._requests_check import RequestsReport, check_requests
     from ._ruler import Ruler, View
     from ._snapshot import (
@@ -215,6 +216,10 @@ __all__ = [
     "drop_oldest_rounds",
     "effective_threshold",
     "fallback_summary",
+    "draw_probes",
+    "kept_section",
+    "missed_probes",
+    "probe_focus",
     "fixed_request_tokens",
     "implausible_usage",
     "oversized_answer",
@@ -297,6 +302,10 @@ _EXPORTS = {
     "summary_view": "._compaction",
     "digest": "._fallback",
     "fallback_summary": "._fallback",
+    "draw_probes": "._probes",
+    "kept_section": "._probes",
+    "missed_probes": "._probes",
+    "probe_focus": "._probes",
     "Forecast": "._forecast",
     "CompactionCost": "._cost",
     "CostReport": "._cost",

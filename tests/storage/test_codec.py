@@ -29,6 +29,7 @@ from stowage.core._records import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SummaryCheck,
     TurnRecord,
     Usage,
 )
@@ -149,6 +150,14 @@ records: st.SearchStrategy[Record] = st.one_of(
             hard=st.none() | st.floats(min_value=0.1, max_value=1, allow_nan=False),
         ),
         usage=usages,
+        check=st.none()
+        | st.builds(
+            SummaryCheck,
+            probes=st.lists(text, max_size=3).map(tuple),
+            missed_first=st.lists(text, max_size=2).map(tuple),
+            asked_again=st.booleans(),
+            appended=st.lists(text, max_size=2).map(tuple),
+        ),
     ),
     every_field(
         MicrocompactRecord,
@@ -299,6 +308,8 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
         fields.discard("usage")  # written only when a summary request reported usage
     if isinstance(record, RoundCommittedRecord) and not record.resumed:
         fields.discard("resumed")  # written only for a resumed session's first request
+    if isinstance(record, CompactionRecord) and record.check is None:
+        fields.discard("check")  # written only for a checked summary
     assert set(data) - {"v", "type"} == fields
 
 
