@@ -325,19 +325,32 @@ def _compaction_cost(
         if record.tokens_before is not None and record.tokens_after is not None
         else None
     )
-    if removed is None:
-        return CompactionCost(
-            seq=record.seq,
-            round=record.round,
-            kind=record.kind,
-            usd=usd,
-            removed_tokens=None,
-            rounds_after=len(after),
-            input_saved=None,
-            uncached_saved=None,
-            usd_saved=None,
-        )
-    previous = before[-1] if before else None
+    saved = (
+        _savings(after, removed, before[-1] if before else None, book)
+        if removed is not None
+        else (None, None)
+    )
+    return CompactionCost(
+        seq=record.seq,
+        round=record.round,
+        kind=record.kind,
+        usd=usd,
+        removed_tokens=removed,
+        rounds_after=len(after),
+        input_saved=None if removed is None else removed * len(after),
+        uncached_saved=saved[0],
+        usd_saved=saved[1],
+    )
+
+
+def _savings(
+    after: Sequence[tuple[RoundCommittedRecord, Usage, str]],
+    removed: int,
+    previous: Usage | None,
+    book: PriceBook,
+) -> tuple[int, Decimal | None]:
+    """Uncached tokens and money the rounds ``after`` a compaction saved (module docstring);
+    ``previous``: the usage of the round before it."""
     uncached_saved = 0
     usd_saved: Decimal | None = Decimal(0)
     for k, (r, actual, model) in enumerate(after):
@@ -349,17 +362,7 @@ def _compaction_cost(
             then = book.charge(model, without, at=r.ts).usd
             now = book.charge(model, actual, at=r.ts).usd
             usd_saved = None if then is None or now is None else usd_saved + then - now
-    return CompactionCost(
-        seq=record.seq,
-        round=record.round,
-        kind=record.kind,
-        usd=usd,
-        removed_tokens=removed,
-        rounds_after=len(after),
-        input_saved=removed * len(after),
-        uncached_saved=uncached_saved,
-        usd_saved=usd_saved,
-    )
+    return uncached_saved, usd_saved
 
 
 def _without(actual: Usage, removed: int, previous: Usage | None, *, first: bool) -> Usage:
