@@ -158,6 +158,7 @@ class PlanApplier:
                 tool_tokens=accounting.tool_tokens,
                 hard=accounting.marks.hard if usable is not None else None,
             ),
+            usage=plan.usage,
         )
         await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)

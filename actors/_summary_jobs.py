@@ -38,6 +38,7 @@ from stowage.core import (
     SummaryCheck,
     SystemMessage,
     ToolSpec,
+    Usage,
     absorbed,
     entry_chars,
     parse_summary_updates,
@@ -204,6 +205,7 @@ class Summarizer:
                     regrounded=regrounded,
                     focus=focus,
                     provider_item=attempt.compaction.item,
+                    usage=attempt.compaction.usage,
                 )
             notices = attempt.notices
 
@@ -234,6 +236,7 @@ class Summarizer:
             else (outcome.text, (), ())  # a digest proposes no protected updates
         )
         check = None
+        spent = outcome.usage
         probes = self._probes(job, accounting) if outcome.kind == "full" else ()
         if probes:
             missed = missed_probes(summary, probes)
@@ -241,6 +244,8 @@ class Summarizer:
             if missed:
                 log.info("summary_missed_probes", missed=len(missed), probes=len(probes))
                 again = await ask(lambda items: build(items, probe_focus(missed)))
+                if again.usage is not None:  # the second ask is paid for too
+                    spent = again.usage if spent is None else spent + again.usage
                 if again.kind == "full":
                     second = parse_summary_updates(again.text)
                     if len(missed_probes(second[0], probes)) <= len(missed):
@@ -260,6 +265,7 @@ class Summarizer:
             protected_ops=protected_ops,
             protected_problems=problems,
             notices=notices,
+            usage=spent,
             check=check,
         )
 
@@ -292,6 +298,7 @@ class Summarizer:
         protected_problems: tuple[str, ...] = (),
         provider_item: dict[str, Any] | None = None,
         notices: tuple[tuple[str, str], ...] = (),
+        usage: Usage | None = None,
         check: SummaryCheck | None = None,
     ) -> Plan:
         """The plan of ``job`` with this summary (the provider's item, if it made it)."""
@@ -312,6 +319,7 @@ class Summarizer:
             fraction=job.fraction,
             provider_item=provider_item,
             notices=notices,
+            usage=usage,
             check=check,
         )
 

@@ -135,6 +135,7 @@ class Sampler:
             approvals=self._approvals,
             log=self._log,
             tools=lambda: self.tools,
+            reopened=self.state.round > 0,
         )
 
     @property

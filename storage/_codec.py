@@ -90,6 +90,8 @@ def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
     }  # fmt: skip
     if r.manifest is not None:
         out["manifest"] = _manifest_out(r.manifest)
+    if r.resumed:  # only then: other rounds stay byte-identical
+        out["resumed"] = True
     return out
 
 
@@ -118,6 +120,8 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
             "decided_tokens": f.decided_tokens, "usable": f.usable,
             "tool_tokens": f.tool_tokens, "hard": f.hard,
         }  # fmt: skip
+    if r.usage is not None:
+        out["usage"] = _usage_out(r.usage)
     if r.check is not None:
         c = r.check
         out["check"] = {
@@ -387,6 +391,7 @@ def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
         truncated=_bool(d, "truncated"),
         reported_usage=_usage_in({"usage": d.get("reported_usage")}),
         manifest=_manifest_in(d.get("manifest")),
+        resumed=_bool(d, "resumed"),
     )
 
 
@@ -463,6 +468,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         focus=_str(d, "focus") if d.get("focus") is not None else None,
         provider_item=_opt_dict(d, "provider_item"),
         figures=_compaction_figures(d.get("figures")),
+        usage=_usage_in(d),
         check=_summary_check(d.get("check")),
     )
 

@@ -14,6 +14,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -34,6 +35,7 @@ from stowage.core import (
     build_projection,
     identity_from_records,
     item_chars,
+    lineage_store,
     render,
     render_touched,
     replay,
@@ -41,14 +43,18 @@ from stowage.core import (
 )
 from stowage.facade import recorded_budget
 from stowage.policy import (
+    PriceBook,
     Watermarks,
     calibrated_ratio,
     decide,
+    money,
+    session_cost,
     token_status,
 )
 from stowage.storage import encode_record
 
 from ._agents import split_agents
+from ._cost import configured_prices, exact_usd
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -87,6 +93,8 @@ class SessionSummary:
     holder: str | None = None
     #: tokens of the tool schemas every request carries, outside ``usable`` (0 when unknown)
     tool_schemas: int = 0
+    #: US dollars its requests cost, an exact decimal (None: unknown, or not asked)
+    usd: str | None = None
 
 
 def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHolder | None) -> str:
@@ -163,10 +171,13 @@ async def read_turn_figures(store: LogStore, session_id: str) -> TurnFigures | N
 
 
 def summarize(
-    session_id: str, records: Sequence[Record], holder: LeaseHolder | None = None
+    session_id: str,
+    records: Sequence[Record],
+    holder: LeaseHolder | None = None,
+    usd: str | None = None,
 ) -> SessionSummary:
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
-    free). Raises ``CorruptLogError``."""
+    free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
     tokens, usable, tool_tokens, _ = _usage(state, records)
     percent = _percent(tokens, usable)
@@ -183,15 +194,27 @@ def summarize(
         state=_state_word(state, records, holder),
         holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
         tool_schemas=tool_tokens,
+        usd=usd,
     )
 
 
-async def _summaries(store: LogStore) -> list[SessionSummary | tuple[str, str]]:
+async def _summaries(
+    store: LogStore, prices: PriceBook | None = None
+) -> list[SessionSummary | tuple[str, str]]:
     rows: list[SessionSummary | tuple[str, str]] = []
     for session_id in await store.list_sessions():
         try:
-            records = (await store.read(session_id, repair=False)).records
-            rows.append(summarize(session_id, records, await store.lease_holder(session_id)))
+            usd = None
+            if prices is None:
+                records = (await store.read(session_id, repair=False)).records
+            else:
+                # a fork's parents paid for theirs; a discarded branch's requests were paid
+                lineage = await lineage_store(store).lineage(session_id)
+                records = tuple(lineage.effective)
+                cost = session_cost(lineage.records, prices, own_from=lineage.own_from)
+                usd = exact_usd(cost.usd)
+            holder = await store.lease_holder(session_id)
+            rows.append(summarize(session_id, records, holder, usd))
         except Exception as exc:  # one bad log must not hide the others
             rows.append((session_id, " ".join(str(exc).split())))
     return rows
@@ -229,9 +252,12 @@ def _when(ts: str) -> str:
 
 
 async def list_main(args: argparse.Namespace, store: LogStore) -> int:
-    """Print every session of ``store`` (a table, or JSON lines with ``--json``)."""
+    """Print every session of ``store`` (a table, or JSON lines with ``--json``); with
+    ``--cost``, what each cost (``stowage cost``'s prices: the configuration and the price
+    table are read only then, so a plain ``list`` stays quick)."""
+    prices = configured_prices() if args.cost else None
     try:
-        rows = await _summaries(store)
+        rows = await _summaries(store, prices)
     finally:
         await store.aclose()
     if args.json:
@@ -239,6 +265,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
             data = (
                 asdict(row) if isinstance(row, SessionSummary) else {"id": row[0], "error": row[1]}
             )
+            if not args.cost:
+                data.pop("usd", None)  # not asked: null would read as "unknown"
             sys.stdout.write(json.dumps(data) + "\n")
         return 0
     if not rows:
@@ -246,7 +274,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         return 0
     header = f"{'ID':<24} {'MODEL':<18} {'CREATED':<19}  {'LAST ACTIVITY':<19} {'TURNS':>5}  "
     # TOKENS: history against usable; SCHEMAS: the tool schemas, outside usable
-    header += f"{'TOKENS':>15} {'SCHEMAS':>8} {'COMPACT':>7}  STATE"
+    header += f"{'TOKENS':>15} {'SCHEMAS':>8} {'COMPACT':>7}  " + (f"{'COST':>9}  " * args.cost)
+    header += "STATE"
     lines = [header]
     for row in rows:
         if isinstance(row, tuple):
@@ -256,10 +285,12 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         if row.percent_of_usable is not None:
             used += f" {row.percent_of_usable:.0f}%"
         state = f"{row.state} ({row.holder})" if row.holder else row.state
+        cost = money(None if row.usd is None else Decimal(row.usd), unknown="?")
+        cost = f"{cost:>9}  " if args.cost else ""
         lines.append(
             f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
             f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.tool_schemas:>8,} "
-            f"{row.compactions:>7}  "
+            f"{row.compactions:>7}  {cost}"
             f"{state}"
         )
     sys.stdout.write("\n".join(lines) + "\n")

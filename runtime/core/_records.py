@@ -70,6 +70,16 @@ class Usage:
     #: ``cache_creation_input_tokens``; 0 when it did not say, or it caches on its own)
     cache_write_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        """Both calls' usage together (a summary that took more than one request)."""
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRecord:
@@ -143,6 +153,10 @@ class RoundCommittedRecord:
     #: what the request the round sent was built from (None: a round no request made, as a
     #: recovered one, or a log older than manifests)
     manifest: RequestManifest | None = None
+    #: the round's request was the first one sent after the session was opened from a log
+    #: that held rounds already (a resume, or a rehydration after hibernating): its cached
+    #: tokens say whether the provider's prompt cache outlived the pause
+    resumed: bool = False
 
 
 CompactionKind: TypeAlias = Literal["full", "fallback"]
@@ -239,6 +253,9 @@ class CompactionRecord:
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
     #: the figures of its decision and application (None in logs written before them)
     figures: CompactionFigures | None = None
+    #: what the summary request reported, summed over the requests that made this summary
+    #: (None: no model call, as a fallback digest, no usage reported, or an older log)
+    usage: Usage | None = None
     #: the summary's check against its probes (None: not checked, e.g. a fallback digest)
     check: SummaryCheck | None = None
 

@@ -49,6 +49,15 @@ if TYPE_CHECKING:
         decide_compaction,
         summary_view,
     )
+    from ._cost import (
+        CompactionCost,
+        CostReport,
+        RequestCost,
+        ResumeHit,
+        billed_usage,
+        money,
+        session_cost,
+    )
     from ._fallback import digest, fallback_summary
     from ._forecast import Forecast
     from ._machine import (
@@ -73,6 +82,7 @@ if TYPE_CHECKING:
         SummaryReady,
         step,
     )
+    from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
     from ._probes import draw_probes, kept_section, missed_probes, probe_focus
     from ._requests_check import RequestsReport, check_requests
     from ._ruler import Ruler, View
@@ -162,6 +172,18 @@ __all__ = [
     "RequestsReport",
     "check_requests",
     "Forecast",
+    "COST_EXTRA_HINT",
+    "Charge",
+    "CompactionCost",
+    "CostReport",
+    "CustomPrice",
+    "PriceBook",
+    "Prices",
+    "RequestCost",
+    "ResumeHit",
+    "billed_usage",
+    "money",
+    "session_cost",
     "irreducible_tokens",
     "loop_message",
     "reattach_seqs",
@@ -285,6 +307,18 @@ _EXPORTS = {
     "missed_probes": "._probes",
     "probe_focus": "._probes",
     "Forecast": "._forecast",
+    "CompactionCost": "._cost",
+    "CostReport": "._cost",
+    "RequestCost": "._cost",
+    "ResumeHit": "._cost",
+    "billed_usage": "._cost",
+    "money": "._cost",
+    "session_cost": "._cost",
+    "COST_EXTRA_HINT": "._prices",
+    "Charge": "._prices",
+    "CustomPrice": "._prices",
+    "PriceBook": "._prices",
+    "Prices": "._prices",
     "TokenStatus": "._tokens",
     "answer_chars": "._tokens",
     "calibrated_ratio": "._tokens",

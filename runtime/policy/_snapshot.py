@@ -121,6 +121,8 @@ class Plan:
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
     #: (kind, message) notes written as error records with the compaction (said once)
     notices: tuple[tuple[str, str], ...] = ()
+    #: what the summary request(s) reported (None: no model call, or none reported)
+    usage: Usage | None = None
     #: how the summary fared against its probes (None: not checked)
     check: SummaryCheck | None = None
 
