@@ -24,6 +24,7 @@ from stowage.core import (
     ProtectedChanged,
     ProtectedRecord,
     ProtectedRefused,
+    ProtectedState,
     Record,
     UpdatesReview,
     apply_compaction,
@@ -96,14 +97,21 @@ class PlanApplier:
             # the session: it is logged and not applied, the history stays as it is
             self._log.error("compaction_invalid", round=plan.round, error=str(exc))
             return await self._drop(plan, "compaction_invalid", str(exc))
-        # what the compaction carries: the lines touched since the last one join the trail
-        carried = review.state.carried()
+        # what the compaction carries: the lines touched since the last one join the trail,
+        # shown in the room the compacted history leaves
+        history_after = history_chars(result.history, state.stubbed)
+        # a turn compacted again is short of room: the trail gives its room up to it
+        again = state.ledger is not None and state.ledger.compactions > 0
+        shown = (
+            0 if again else _trail_room(accounting, review.state, history_after, chars_per_token)
+        )
+        carried = review.state.carried(shown)
         protected_text = render_protected(carried) or None
         projection = build_projection(
             result.history, stubbed=state.stubbed, protected_text=protected_text
         )
         # the check the design promises: no compaction may lose a protected entry
-        lost = (*verify(state.protected.carried(), projection), *verify(carried, projection))
+        lost = (*verify(state.protected.carried(shown), projection), *verify(carried, projection))
         if lost:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
@@ -117,7 +125,6 @@ class PlanApplier:
         if chars_per_token != status.chars_per_token:  # a provider's count, after a refusal
             chars = state.projected_chars + len(protected_before or "")
             tokens_before, estimated = math.ceil(chars / chars_per_token), True
-        history_after = history_chars(result.history, state.stubbed)
         tokens_after = math.ceil((history_after + len(protected_text or "")) / chars_per_token)
         # every compaction frees something, whoever asked for it (protected state the
         # summarizer added is the point of it: it is not counted)
@@ -295,3 +302,25 @@ class PlanApplier:
                     plan_refused=True,
                 )
             )
+
+
+#: the most of usable the trail of files touched may take, however much room there is
+TRAIL_SHARE = 0.05
+
+
+def _trail_room(
+    accounting: Accounting, state: ProtectedState, history_chars: int, chars_per_token: float
+) -> int | None:
+    """Characters the trail of files touched may take in the protected message after a
+    compaction: what is left under ``target_after`` of usable (or of the fixed threshold)
+    once the compacted history and the rest of the protected state are counted, at most
+    ``TRAIL_SHARE`` of it; None when no window or threshold is known. A turn that fits its
+    window is never pushed over it by the trail: in a full window, or in a turn that needed
+    a compaction already, it is not shown (its lines are kept, and shown by a later
+    compaction with room)."""
+    ceiling = accounting.usable if accounting.budget is not None else accounting.threshold
+    if not ceiling:
+        return None
+    others = len(render_protected(state.carried(0)))
+    room = accounting.settings.target_after * ceiling * chars_per_token - history_chars - others
+    return max(0, int(min(room, TRAIL_SHARE * ceiling * chars_per_token)))

@@ -208,6 +208,10 @@ class ProtectedState:
     #: request, stays the same between compactions and the provider's prompt cache holds;
     #: a compaction folds them in (``carried``)
     fresh: tuple[Touched, ...] = ()
+    #: characters the rendered trail may take (None: all of it): set by the compaction that
+    #: carried it from the room its window left, so the trail never costs a turn that fits
+    #: its window; the lines past it are kept, and shown again when a compaction has room
+    shown: int | None = None
 
     @property
     def entries(self) -> tuple[ProtectedEntry, ...]:
@@ -278,23 +282,26 @@ class ProtectedState:
             self, fresh=_merged(self.fresh, Touched(target=target, kinds=(kind,), status=status))
         )
 
-    def carried(self) -> ProtectedState:
+    def carried(self, shown: int | None = None) -> ProtectedState:
         """The state a compaction carries: the lines touched since the last one folded into
-        the trail (newest first, the oldest past ``TOUCHED_KEPT`` into one line). Raises
-        nothing."""
+        the trail (newest first, the oldest past ``TOUCHED_KEPT`` into one line), rendered
+        in at most ``shown`` characters (None: all). Raises nothing."""
         if not self.fresh:
-            return self
+            if not self.touched or self.shown == shown:
+                return self  # no trail: nothing to show, the state stays as it is
+            return replace(self, shown=shown)
         trail = self.touched
         for line in reversed(self.fresh):  # oldest first, so the newest ends in front
             trail = _merged(trail, line)
         if len(trail) <= TOUCHED_KEPT:
-            return replace(self, touched=trail, fresh=())
+            return replace(self, touched=trail, fresh=(), shown=shown)
         folded = trail[TOUCHED_KEPT:]
         named = tuple(dict.fromkeys((*(t.target for t in folded), *self.earlier_named)))
         return replace(
             self,
             touched=trail[:TOUCHED_KEPT],
             fresh=(),
+            shown=shown,
             earlier=self.earlier + len(folded),
             earlier_named=named[:_EARLIER_NAMED],
         )
@@ -318,7 +325,7 @@ class ProtectedState:
         """The state as a JSON object, for ``CompactionRecord.protected``: what ``carried``
         gives, so a snapshot never holds ``fresh`` lines. Raises nothing."""
         if self.fresh:
-            return self.carried().snapshot()
+            return self.carried(self.shown).snapshot()
         out: dict[str, Any] = {
             "v": 1,
             "entries": [e.to_json() for e in self.entries],
@@ -328,6 +335,8 @@ class ProtectedState:
             out["touched"] = [t.to_json() for t in self.touched]
         if self.earlier:
             out["earlier"] = {"count": self.earlier, "named": list(self.earlier_named)}
+        if self.shown is not None:
+            out["shown"] = self.shown
         return out
 
     @classmethod
@@ -365,7 +374,14 @@ class ProtectedState:
             touched=touched,
             earlier=earlier,
             earlier_named=named,
+            shown=_shown(data.get("shown")),
         )
+
+
+def _shown(value: Any) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise ProtectedStateViolation(f"bad trail size in protected snapshot: {value!r}")
 
 
 def _merged(trail: tuple[Touched, ...], line: Touched) -> tuple[Touched, ...]:
@@ -479,10 +495,11 @@ def user_ops(
 def render(state: ProtectedState) -> str:
     """The protected message: every entry's ``line``, by section, deterministic.
 
-    Empty string for an empty state. The trail's ``fresh`` lines are not rendered (see
-    ``ProtectedState.fresh``). Raises nothing.
+    Empty string for an empty state, or one whose trail is all it has and is not shown. The
+    trail's ``fresh`` lines are not rendered (see ``ProtectedState.fresh``). Raises nothing.
     """
-    if not (state.entries or state.touched):
+    trail = render_touched(state)
+    if not (state.entries or trail):
         return ""
     parts = [_HEADER]
     entries = state.entries
@@ -490,21 +507,37 @@ def render(state: ProtectedState) -> str:
         lines = [f"- {e.line}" for e in entries if e.kind == kind]
         if lines:
             parts.append(f"{title}:\n" + "\n".join(lines))
-    trail = render_touched(state)
     if trail:
         parts.append(trail)
     return "\n\n".join(parts)
 
 
+_TRAIL_HEADING = "Files touched (from the tool calls, newest first):"
+
+
 def render_touched(state: ProtectedState) -> str:
-    """The trail's section of the protected message (empty without one). Raises nothing."""
+    """The trail's section of the protected message, in at most ``state.shown`` characters:
+    its newest lines that fit, then how many more there are (empty without a trail, or
+    without room for one line). Raises nothing."""
     if not state.touched:
         return ""
     lines = [f"- {t.line}" for t in state.touched]
     if state.earlier:
         more = "…" if state.earlier > len(state.earlier_named) else ""
         lines.append(f"- and {state.earlier} earlier: {', '.join(state.earlier_named)}{more}")
-    return "Files touched (from the tool calls, newest first):\n" + "\n".join(lines)
+    whole = "\n".join((_TRAIL_HEADING, *lines))
+    if state.shown is None or len(whole) <= state.shown:
+        return whole
+    kept = [_TRAIL_HEADING]
+    for index, line in enumerate(lines):
+        rest = len(state.touched) - index + state.earlier
+        tail = f"- and {rest} more (stowage context lists them)"
+        if len("\n".join((*kept, line, tail))) > state.shown:
+            if len(kept) == 1:
+                return ""
+            return "\n".join((*kept, tail))
+        kept.append(line)
+    return "\n".join(kept)  # pragma: no cover - the whole trail fitted above
 
 
 def verify(state: ProtectedState, items: Sequence[Item]) -> tuple[ProtectedEntry, ...]:

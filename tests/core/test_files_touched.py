@@ -152,3 +152,19 @@ def test_the_tool_calls_write_nothing_but_the_trail() -> None:
         prepare(ProtectedState(), {"op": "add_decision", "text": "x"}, "tools")
     with pytest.raises(ProtectedStateViolation, match="kind 'delete'"):
         prepare(ProtectedState(), touch("delete", "a.py"), "tools")
+
+
+@given(steps, st.integers(min_value=0, max_value=2_000))
+def test_the_trail_shown_never_takes_more_than_its_room(
+    ops: list[dict[str, Any] | None], room: int
+) -> None:
+    state, _ = play(ops)
+    carried = state.carried(room)
+    shown = render_touched(carried)
+    assert len(shown) <= room
+    # the lines not shown are kept, and a compaction with room shows them again
+    assert carried.touched == state.carried().touched
+    assert render_touched(carried.carried(None)) == render_touched(state.carried())
+    if not shown:  # a trail with no room adds nothing to the request, not even a heading
+        assert render(carried) == ""
+    assert ProtectedState.from_snapshot(carried.snapshot()) == carried
