@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from ._events import (
         AssistantDelta,
+        AttemptAbandoned,
         CompactionDecided,
         CompactionFailed,
         CompactionLanded,
@@ -217,6 +218,7 @@ __all__ = [
     "redact_url",
     "AssistantDelta",
     "AssistantMessage",
+    "AttemptAbandoned",
     "CompactionDecided",
     "CompactionError",
     "CompactionFailed",
@@ -384,6 +386,7 @@ _EXPORTS = {
     "StoreError": "._errors",
     "StowageError": "._errors",
     "AssistantDelta": "._events",
+    "AttemptAbandoned": "._events",
     "CompactionDecided": "._events",
     "CompactionFailed": "._events",
     "CompactionLanded": "._events",
