@@ -211,6 +211,36 @@ def test_a_piped_stdout_holds_the_answer_the_log_holds_once_after_a_cut_stream(
 
 
 @pytest.mark.slow
+def test_resume_and_the_chat_pipe_the_committed_answer_once_too(
+    tmp_path: Path, cli_env: dict[str, str], fake_server: str
+) -> None:
+    first = subprocess.run(
+        _run_args(fake_server), cwd=tmp_path, env=cli_env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    endpoint = ["--store", "st", "--model", "fake-model", "--base-url", fake_server,
+                "--api-key", "sk-test", "--context-window", "64000"]  # fmt: skip
+    _cut_next_round(fake_server)
+    resumed = subprocess.run(
+        [*STOWAGE, "resume", "a1", "now say goodbye", *endpoint], cwd=tmp_path, env=cli_env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    _cut_next_round(fake_server)
+    chatted = subprocess.run(
+        [*STOWAGE, "chat", "--session", "a1", *endpoint], cwd=tmp_path, env=cli_env,
+        input="and once more\n", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert chatted.returncode == 0, chatted.stderr
+    assert _faults(fake_server) == {"cut_stream": 2}
+    answers = _logged_answers(tmp_path, cli_env)
+    assert len(answers) == 3
+    assert resumed.stdout == answers[1] + "\n"
+    assert chatted.stdout == answers[2] + "\n"
+
+
+@pytest.mark.slow
 def test_json_says_which_attempt_was_abandoned_and_why(
     tmp_path: Path, cli_env: dict[str, str], fake_server: str
 ) -> None:
