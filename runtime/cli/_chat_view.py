@@ -49,6 +49,7 @@ from stowage.core import (
 )
 from stowage.facade import TurnResult
 
+from ._answer_stream import AnswerStream
 from ._sessions import TurnFigures
 from ._status import StatusLine, describe
 
@@ -177,11 +178,6 @@ class TurnView:
     tool_lines: bool = True
     answer_cap: int | None = None
     _at_line_start: bool = True
-    #: the newest attempt's text as shown on ``out``, and whether the cap held some back
-    _attempt_shown: list[str] = field(default_factory=list)
-    _attempt_clipped: bool = False
-    #: characters of text the turn may still stream (``answer_cap`` when it begins)
-    _stream_left: int | None = None
     #: the status line stays down until the next turn: the answer went to a pipe's reader
     _held: bool = False
     _finished: list[ToolFinished] = field(default_factory=list)
@@ -191,11 +187,11 @@ class TurnView:
         self._races = reaches_screen_later(self.out)
         # a pipe or a file gets the committed answer only, written when the turn ends
         self._live = _isatty(self.out)
+        self._answer = AnswerStream(self.answer_cap)
 
     def begin(self, doing: str = "calling the model") -> None:
         """A turn (or a command) starts: the status line says ``doing``."""
-        self._new_attempt()
-        self._stream_left = self.answer_cap
+        self._answer.begin()
         self._held = False
         self._finished.clear()
         self._before_err()
@@ -240,34 +236,20 @@ class TurnView:
         self._before_err()  # the status line must not start after answer text
         self.status.show(text)
 
-    def _new_attempt(self) -> None:
-        self._attempt_shown.clear()
-        self._attempt_clipped = False
-
-    def _stream(self, text: str) -> None:
-        """Streamed answer text: on a terminal, as much as the turn's cap leaves."""
-        if not self._live:
-            return
-        shown = text if self._stream_left is None else text[: self._stream_left]
-        if self._stream_left is not None:
-            self._stream_left -= len(shown)
-        self._attempt_clipped = self._attempt_clipped or len(shown) < len(text)
-        if shown:
-            self._attempt_shown.append(shown)
-            self.write(shown)
-
     def on_event(self, event: Event) -> None:
         """A subscriber for the turn's events."""
         if isinstance(event, AssistantDelta):
-            self._stream(event.text)
+            shown = self._answer.take(event.text) if self._live else ""
+            if shown:  # on a terminal, as much as the turn's cap leaves
+                self.write(shown)
             return
         if isinstance(event, RoundStarted):
-            self._new_attempt()
+            self._answer.new_attempt()
         elif isinstance(event, AttemptAbandoned):
-            if self._attempt_shown:
+            if self._answer.showing:
                 self.end_line()  # the answer that commits starts a row of its own
                 self.say(abandoned_line(event))
-            self._new_attempt()
+            self._answer.new_attempt()
         elif isinstance(event, ToolFinished):
             if self.tool_lines:
                 self._finished.append(event)
@@ -312,24 +294,14 @@ class TurnView:
         self.status.hide()
         if self._finished:
             self._tool_lines()
-        if result.text:
-            self._write_rest(result.text)
+        rest, own_row = self._answer.rest(result.text)
+        if own_row:
+            self.end_line()
+        if rest:
+            self.write(rest)
         self.end_line()
         if result.stopped != "answered":
             self.say(f"[turn stopped: {result.stopped} after {result.rounds} rounds]")
-
-    def _write_rest(self, answer: str) -> None:
-        """``answer`` (the committed one) on ``out``, save what its attempt already showed
-        there: the whole of it when nothing was streamed, what the cap held back if it cut
-        the stream."""
-        if self._attempt_shown and not self._attempt_clipped:
-            return  # streamed whole
-        shown = "".join(self._attempt_shown)
-        if answer.startswith(shown):
-            self.write(answer[len(shown) :])
-        else:  # the stream showed something else: the answer stands whole after it
-            self.end_line()
-            self.write(answer)
 
     def interrupted(self, *, on_out: bool = True) -> None:
         """Ctrl-C stopped the turn: ``[interrupted]`` on a line of its own (on ``out`` in the
