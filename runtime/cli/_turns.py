@@ -329,9 +329,9 @@ class _Gone:
 async def _drawn_turn(
     args: argparse.Namespace, session: Session, *, stream: bool, answer_cap: int
 ) -> TurnResult | None:
-    """One turn drawn on the terminal: the answer on stdout (streamed when ``stream``, at most
-    ``answer_cap`` characters of it), the status line, tool lines and notices on stderr. None
-    when Ctrl-C interrupted it."""
+    """One turn drawn on the terminal: the answer on stdout (streamed to a terminal when
+    ``stream``, at most ``answer_cap`` characters of it; else written once, when committed),
+    the status line, tool lines and notices on stderr. None when Ctrl-C interrupted it."""
     global _VIEW
     from stowage.core import AssistantDelta
 
