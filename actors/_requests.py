@@ -6,25 +6,34 @@ and the request built again (only the input changes), so the request sent is nev
 than the history. A request the provider refused as too long is handed to the gate (the
 compaction machine decides how far to go, or stops the turn) and sent again from what is
 left; nothing of the round is written until a whole response is back.
+
+Each request sent that fails is announced as ``AttemptAbandoned`` (with the text it had
+streamed, and what follows), before the wait of a retry or the compaction of a refusal: a
+reader that showed the streamed deltas knows they are not the round's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import anyio
 import structlog
 from stowage.core import (
     AssistantDelta,
+    AttemptAbandoned,
     ContextLengthExceeded,
     IncompleteResponse,
     Item,
     LineCache,
+    ModelAuthError,
+    ModelConnectionError,
     ModelError,
     ModelRequest,
     ModelResponse,
+    ModelResponseError,
     ModelRetrying,
+    RateLimitError,
     RequestManifest,
     ResponseDone,
     ResponseTooLarge,
@@ -44,7 +53,7 @@ from ._journal import Journal
 from ._responses import answer_too_large
 from ._retry import call_with_retries
 
-__all__ = ["Requester", "TurnInterrupted"]
+__all__ = ["Requester", "TurnInterrupted", "abandon_reason"]
 
 #: the ratio of the round's announced estimate (``estimate_tokens``' default)
 _ESTIMATE_CHARS_PER_TOKEN = 4.0
@@ -52,6 +61,35 @@ _ESTIMATE_CHARS_PER_TOKEN = 4.0
 
 class TurnInterrupted(Exception):
     """The turn's interrupt stopped the model stream (nothing of the round is written)."""
+
+
+@dataclass(eq=False)
+class _Attempts:
+    """The requests sent for one round: how many so far, and the text the newest streamed."""
+
+    sent: int = 0
+    streamed_chars: int = 0
+
+    def start(self) -> None:
+        self.sent += 1
+        self.streamed_chars = 0
+
+
+#: the words ``AttemptAbandoned.reason`` has for a failure, the first class that matches
+_REASONS: tuple[tuple[type[ModelError], str], ...] = (
+    (ResponseTooLarge, "answer past max_answer_chars"),
+    (IncompleteResponse, "stream cut"),
+    (RateLimitError, "rate limited"),
+    (ContextLengthExceeded, "refused as too long"),
+    (ModelConnectionError, "connection failed or server error"),
+    (ModelAuthError, "refused the key"),
+    (ModelResponseError, "unusable response"),
+)
+
+
+def abandon_reason(error: ModelError) -> str:
+    """``error`` in the few words an abandoned attempt is announced with. Raises nothing."""
+    return next((words for kind, words in _REASONS if isinstance(error, kind)), "model error")
 
 
 class Requester:
@@ -75,6 +113,8 @@ class Requester:
         self._parallel = capabilities_for(ctx.settings).parallel_tool_calls
         # the round's request as it is sent (rebuilt if a plan lands while it waits)
         self._sending: ModelRequest | None = None
+        # the requests sent for the round, for what ``AttemptAbandoned`` says of each
+        self._attempts = _Attempts()
         # the serialized items of the last request, for the next one's manifest
         self._lines = LineCache()
         self._specs: tuple[ToolSpec, ...] = ()
@@ -136,6 +176,7 @@ class Requester:
         the request cannot be brought under the hard mark, ``ModelError`` when the model
         failed every attempt.
         """
+        self._attempts = _Attempts()
         try:
             while True:
                 try:
@@ -144,6 +185,7 @@ class Requester:
                     )
                     break
                 except ContextLengthExceeded as exc:
+                    self._abandoned(round_, exc, then="compact")
                     # a refusal is the machine's event like any other: it brings the request
                     # under what the provider takes, or stops the turn (its strikes bound this)
                     await self.gate.refused(exc, self._sending or request)
@@ -186,11 +228,13 @@ class Requester:
         async def attempt() -> ModelResponse:
             request = self._sending
             assert request is not None
+            self._attempts.start()
             if not settings.stream:
                 return self._whole(await self.ctx.gateway.create(request))
             done: ModelResponse | None = None
             async for event in self.ctx.gateway.stream(request):
                 if isinstance(event, TextDelta):
+                    self._attempts.streamed_chars += len(event.text)
                     self.ctx.publish(
                         AssistantDelta(
                             session_id=self.ctx.session_id, round=round_, text=event.text
@@ -215,6 +259,7 @@ class Requester:
                 limiter.release()
 
         def waiting(attempt: int, delay: float, rate_limited: bool, error: ModelError) -> None:
+            self._abandoned(round_, error, then="retry")
             self.ctx.publish(
                 ModelRetrying(
                     session_id=self.ctx.session_id,
@@ -226,17 +271,37 @@ class Requester:
                 )
             )
 
-        response = await call_with_retries(
-            limited,
-            attempts=settings.max_retries + 1,
-            log=self._log,
-            what="model_call",
-            max_wait=settings.max_retry_wait,
-            on_wait=waiting,
-        )
+        try:
+            response = await call_with_retries(
+                limited,
+                attempts=settings.max_retries + 1,
+                log=self._log,
+                what="model_call",
+                max_wait=settings.max_retry_wait,
+                on_wait=waiting,
+            )
+        except ModelError as exc:
+            if not isinstance(exc, ContextLengthExceeded):  # ``send`` says what follows it
+                self._abandoned(round_, exc, then="none")
+            raise
         sent = self._sending
         assert sent is not None
         return sent, response
+
+    def _abandoned(self, round_: int, error: ModelError, *, then: str) -> None:
+        """Announce that the round's newest request failed with ``error``; ``then`` is what
+        follows (``retry``, ``compact``, ``none``)."""
+        self.ctx.publish(
+            AttemptAbandoned(
+                session_id=self.ctx.session_id,
+                round=round_,
+                attempt=self._attempts.sent,
+                error=type(error).__name__,
+                reason=abandon_reason(error),
+                streamed_chars=self._attempts.streamed_chars,
+                next=then,
+            )
+        )
 
     async def _apply_plan_while_placed(self) -> None:
         """Apply a plan that came back while the round waited for its place, and build the

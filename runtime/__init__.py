@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from stowage.core import (
         AssistantDelta,
         AssistantMessage,
+        AttemptAbandoned,
         CompactionAbout,
         CompactionDecided,
         CompactionError,
@@ -102,6 +103,7 @@ __all__ = [
     "__version__",
     "AssistantDelta",
     "AssistantMessage",
+    "AttemptAbandoned",
     "Client",
     "CompactionError",
     "CompactionAbout",
@@ -193,6 +195,7 @@ __all__ = [
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
     "AssistantDelta": "stowage.core",
+    "AttemptAbandoned": "stowage.core",
     "AssistantMessage": "stowage.core",
     "CompactionAbout": "stowage.core",
     "CompactionDecided": "stowage.core",

@@ -17,7 +17,7 @@ import pytest
 
 SURFACE = {
     "stowage": [
-        "AssistantDelta", "AssistantMessage", "Client", "CompactionDecided", "CompactionError",
+        "AssistantDelta", "AssistantMessage", "AttemptAbandoned", "Client", "CompactionDecided", "CompactionError",
         "CompactionFailed", "CompactionLanded", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
         "CompactionWaited", "IncompleteResponse", "CompactionAbout", "CompactionHooks",
         "CompactionVetoed", "ModelRetrying",

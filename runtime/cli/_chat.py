@@ -112,7 +112,11 @@ async def chat_loop(
     )
     current = [host]  # the chat's host, replaced when /fork, /rewind or /new move it
     view = TurnView(
-        out=out, err=err, status=StatusLine(), history=lambda: current[0].session.history
+        out=out,
+        err=err,
+        status=StatusLine(),
+        history=lambda: current[0].session.history,
+        answer_cap=settings.max_answer_chars if settings is not None else None,
     )
     if notices is not None and subscribe is not None:
         said = notices

@@ -13,6 +13,18 @@ line from ever erasing the answer depends on where the two go:
   down for the rest of the turn (stderr's lines are whole lines, and stdout is never given a
   newline for stderr's sake);
 - stdout a file: the two never meet.
+
+What stdout holds is the committed answer, once. When stdout is not a terminal (a pipe, a file)
+nothing is streamed to it: the answer is written whole when the round that gives it is durable
+(the turn's result), so a reader of stdout gets exactly the answer the log holds, and nothing
+of an attempt the runtime abandoned (a cut stream, an answer refused as too large, a refusal
+as too long). We buffer rather than stream from the attempt that will commit, because which
+attempt commits is only known at its end. On a terminal the answer streams as it comes; an
+attempt that is abandoned after some of its text was shown is marked on stderr with one line
+(``[attempt abandoned: stream cut; retrying]``), and the answer that commits is written whole
+after it. At most ``answer_cap`` characters (``max_answer_chars``) are streamed in a turn: an
+answer refused as too large does not flood the terminal, and what the cap held back of the
+committed answer is written when the turn ends.
 """
 
 from __future__ import annotations
@@ -26,20 +38,24 @@ from typing import TextIO
 
 from stowage.core import (
     AssistantDelta,
+    AttemptAbandoned,
     Event,
     FunctionCall,
     FunctionCallOutput,
     Item,
     RoundCommitted,
+    RoundStarted,
     ToolFinished,
 )
 from stowage.facade import TurnResult
 
+from ._answer_stream import AnswerStream
 from ._sessions import TurnFigures
 from ._status import StatusLine, describe
 
 __all__ = [
     "TurnView",
+    "abandoned_line",
     "approval_line",
     "call_text",
     "first_line",
@@ -103,6 +119,17 @@ def approval_line(call: FunctionCall, detail: str | None = None) -> str:
     return line + "".join(f"\n    {row}" for row in (detail or "").splitlines())
 
 
+#: what follows an abandoned attempt, in the words of its line
+_NEXT_WORDS = {"retry": "retrying", "compact": "compacting, then asking again", "none": "giving up"}
+
+
+def abandoned_line(event: AttemptAbandoned) -> str:
+    """The line that marks an attempt whose streamed text is not the answer: why it was
+    abandoned and what follows."""
+    then = _NEXT_WORDS.get(event.next, event.next)
+    return f"[attempt abandoned: {event.reason}; {then}]"
+
+
 def footer_line(figures: TurnFigures) -> str:
     """The line under a chat's turn: tokens in use against usable, the share of the last
     request the provider served from its cache, and the compactions so far."""
@@ -140,15 +167,17 @@ def reaches_screen_later(stream: TextIO) -> bool:
 class TurnView:
     """Draws one session's turns; ``history`` is the session's live history, read for the
     arguments and results of the calls that ``ToolFinished`` names. ``tool_lines``: a line
-    for each finished call (the chat's; ``run`` shows them on a terminal only)."""
+    for each finished call (the chat's; ``run`` shows them on a terminal only).
+    ``answer_cap``: the most characters of answer text streamed to ``out`` in a turn (None:
+    no cap); text is streamed only when ``out`` is a terminal."""
 
     out: TextIO
     err: TextIO
     status: StatusLine
     history: Callable[[], Sequence[Item]]
     tool_lines: bool = True
+    answer_cap: int | None = None
     _at_line_start: bool = True
-    _streamed: bool = False
     #: the status line stays down until the next turn: the answer went to a pipe's reader
     _held: bool = False
     _finished: list[ToolFinished] = field(default_factory=list)
@@ -156,10 +185,13 @@ class TurnView:
     def __post_init__(self) -> None:
         self._shared = self.out is self.err or (_isatty(self.out) and _isatty(self.err))
         self._races = reaches_screen_later(self.out)
+        # a pipe or a file gets the committed answer only, written when the turn ends
+        self._live = _isatty(self.out)
+        self._answer = AnswerStream(self.answer_cap)
 
     def begin(self, doing: str = "calling the model") -> None:
         """A turn (or a command) starts: the status line says ``doing``."""
-        self._streamed = False
+        self._answer.begin()
         self._held = False
         self._finished.clear()
         self._before_err()
@@ -207,10 +239,18 @@ class TurnView:
     def on_event(self, event: Event) -> None:
         """A subscriber for the turn's events."""
         if isinstance(event, AssistantDelta):
-            self._streamed = True
-            self.write(event.text)
+            shown = self._answer.take(event.text) if self._live else ""
+            if shown:  # on a terminal, as much as the turn's cap leaves
+                self.write(shown)
             return
-        if isinstance(event, ToolFinished):
+        if isinstance(event, RoundStarted):
+            self._answer.new_attempt()
+        elif isinstance(event, AttemptAbandoned):
+            if self._answer.showing:
+                self.end_line()  # the answer that commits starts a row of its own
+                self.say(abandoned_line(event))
+            self._answer.new_attempt()
+        elif isinstance(event, ToolFinished):
             if self.tool_lines:
                 self._finished.append(event)
         elif isinstance(event, RoundCommitted) and self._finished:
@@ -254,8 +294,11 @@ class TurnView:
         self.status.hide()
         if self._finished:
             self._tool_lines()
-        if result.text and not self._streamed:
-            self.write(result.text)
+        rest, own_row = self._answer.rest(result.text)
+        if own_row:
+            self.end_line()
+        if rest:
+            self.write(rest)
         self.end_line()
         if result.stopped != "answered":
             self.say(f"[turn stopped: {result.stopped} after {result.rounds} rounds]")

@@ -11,6 +11,12 @@ whose turn ran in a worker); the turn's closing figures are those ``stowage cont
 type              fields (besides ``v``, ``type``, ``session``)
 ================  ==========================================================================
 turn_started      ``turn`` (int)
+attempt_abandoned a model request of ``round`` failed after it was sent (the status line's
+                  retry): ``attempt`` (int: 1 for the round's first request), ``error`` (its
+                  type: ``IncompleteResponse``, ``ResponseTooLarge``, ...), ``reason`` (the
+                  same in words: "stream cut"), ``streamed_chars`` (int: text it had streamed,
+                  none of it the answer), ``next`` (retry; compact: sent again after
+                  compaction; none: the turn fails)
 round             ``round`` (int); ``calls`` (int: tool calls it made); ``truncated`` (bool:
                   the output limit cut the response); ``input_tokens``, ``output_tokens``,
                   ``cached_tokens`` (int, or null when the endpoint reported no usage)
@@ -42,6 +48,7 @@ from typing import Any, TextIO
 
 from stowage.core import (
     AssistantMessage,
+    AttemptAbandoned,
     CompactionLoop,
     CompactionRecord,
     ContextLengthExceeded,
@@ -173,6 +180,19 @@ class JsonTurn:
         if getattr(event, "session_id", self.session_id) != self.session_id:
             return
         match event:
+            case AttemptAbandoned():
+                self.emit(
+                    _line(
+                        "attempt_abandoned",
+                        self.session_id,
+                        round=event.round,
+                        attempt=event.attempt,
+                        error=event.error,
+                        reason=event.reason,
+                        streamed_chars=event.streamed_chars,
+                        next=event.next,
+                    )
+                )
             case ToolStarted(round=round_, call_id=call_id, name=name):
                 call = self._find(FunctionCall, call_id)
                 arguments = call.arguments if isinstance(call, FunctionCall) else None

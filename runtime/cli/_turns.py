@@ -3,7 +3,8 @@
 ``run`` always starts a session, ``resume`` continues one (its recorded model, endpoint and
 tools; typed options override them, recorded), ``chat`` does either and goes on reading lines.
 A turn of ``run``/``resume`` is drawn as the chat draws it (``_chat_view.TurnView``: the answer
-on stdout, the status line and notices on stderr, never over each other) or, with ``--json``,
+on stdout, the status line and notices on stderr, never over each other; stdout that is not a
+terminal gets the committed answer once, when the turn ends, see there) or, with ``--json``,
 written as JSON lines (``_json_stream``); Ctrl-C interrupts it and logs it as interrupted
 (``_turn_drive``). ``resume`` without an id asks which session on a terminal
 (``_picker``) and is a usage error elsewhere.
@@ -301,7 +302,10 @@ async def _run(args: argparse.Namespace, *, resume: bool) -> int:
             await session.protect(objective=args.objective, add_constraints=args.constraint)
         if getattr(args, "json", False):
             return await _json_turn(args, session)
-        result = await _drawn_turn(args, session, stream=settings.stream)
+        runs_with = rt.settings_of(session.id)
+        result = await _drawn_turn(
+            args, session, stream=runs_with.stream, answer_cap=runs_with.max_answer_chars
+        )
         if result is None:
             return turn_exit("interrupted")
         if result.stopped == "pending_approval":
@@ -323,10 +327,11 @@ class _Gone:
 
 
 async def _drawn_turn(
-    args: argparse.Namespace, session: Session, *, stream: bool
+    args: argparse.Namespace, session: Session, *, stream: bool, answer_cap: int
 ) -> TurnResult | None:
-    """One turn drawn on the terminal: the answer on stdout (streamed when ``stream``), the
-    status line, tool lines and notices on stderr. None when Ctrl-C interrupted it."""
+    """One turn drawn on the terminal: the answer on stdout (streamed to a terminal when
+    ``stream``, at most ``answer_cap`` characters of it; else written once, when committed),
+    the status line, tool lines and notices on stderr. None when Ctrl-C interrupted it."""
     global _VIEW
     from stowage.core import AssistantDelta
 
@@ -340,6 +345,7 @@ async def _drawn_turn(
         status=status,
         history=lambda: session.history,
         tool_lines=status.enabled,
+        answer_cap=answer_cap,
     )
     _VIEW = view
 
@@ -366,10 +372,13 @@ async def _drawn_turn(
     finally:
         _VIEW = None
         status.hide()
-    if result is None:
-        view.interrupted(on_out=False)
-    else:
-        view.finish(result)
+    try:
+        if result is None:
+            view.interrupted(on_out=False)
+        else:
+            view.finish(result)
+    except BrokenPipeError:
+        view.out = _Gone()  # type: ignore[assignment]
     return result
 
 

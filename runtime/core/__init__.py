@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from ._events import (
         AssistantDelta,
+        AttemptAbandoned,
         CompactionDecided,
         CompactionFailed,
         CompactionLanded,
@@ -227,6 +228,7 @@ __all__ = [
     "redact_url",
     "AssistantDelta",
     "AssistantMessage",
+    "AttemptAbandoned",
     "CompactionDecided",
     "CompactionError",
     "CompactionFailed",
@@ -398,6 +400,7 @@ _EXPORTS = {
     "StoreError": "._errors",
     "StowageError": "._errors",
     "AssistantDelta": "._events",
+    "AttemptAbandoned": "._events",
     "CompactionDecided": "._events",
     "CompactionFailed": "._events",
     "CompactionLanded": "._events",

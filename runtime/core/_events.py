@@ -18,6 +18,7 @@ __all__ = [
     "CompactionLanded",
     "SettingsChanged",
     "AssistantDelta",
+    "AttemptAbandoned",
     "CompactionDecided",
     "CompactionFailed",
     "CompactionSkipped",
@@ -70,6 +71,26 @@ class AssistantDelta:
     session_id: str
     round: int
     text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptAbandoned:
+    """A model request of ``round`` failed after it was sent: what it streamed is not the
+    round's. ``attempt`` counts the requests sent for the round (1 for the first);
+    ``streamed_chars`` is the text already published of it as ``AssistantDelta`` (a reader
+    that showed it drops it: the round's text starts again with the next attempt); ``error``
+    is the failure's type (``IncompleteResponse`` for a cut stream, ``ResponseTooLarge``...)
+    and ``reason`` the same in a few words (``stream cut``); ``next`` what follows: ``retry`` (the same request again), ``compact`` (the provider
+    refused it as too long: sent again after compaction, or the turn stops) or ``none`` (the
+    turn fails with that error)."""
+
+    session_id: str
+    round: int
+    attempt: int
+    error: str
+    reason: str
+    streamed_chars: int
+    next: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,6 +335,7 @@ Event: TypeAlias = (
     MilestoneReached
     | RoundStarted
     | AssistantDelta
+    | AttemptAbandoned
     | ToolStarted
     | ToolFinished
     | RoundCommitted
