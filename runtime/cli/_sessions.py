@@ -48,6 +48,7 @@ from stowage.policy import (
 from stowage.storage import encode_record
 
 from ._agents import split_agents
+from ._wire_export import WIRE_FORMATS, wire_export
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -63,7 +64,7 @@ __all__ = [
     "turn_figures",
 ]
 
-EXPORT_FORMATS = ("markdown", "jsonl", "openai-chat", "openai-responses")
+EXPORT_FORMATS = ("markdown", "jsonl", *WIRE_FORMATS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -444,15 +445,7 @@ def export_text(
         from ._markdown import markdown_export
 
         return markdown_export(session_id, records, current=current)
-    state = replay(session_id, records)
-    projection = build_projection(
-        state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
-    )
-    # the model's wire formats only for this export: ``list`` and ``context`` never load them
-    from stowage.model import chat_messages, responses_input
-
-    wire = chat_messages(projection) if fmt == "openai-chat" else responses_input(projection)
-    return json.dumps(wire, indent=2, ensure_ascii=False) + "\n"
+    return wire_export(session_id, records, fmt).text
 
 
 async def export_main(args: argparse.Namespace, store: LogStore) -> int:
@@ -465,10 +458,18 @@ async def export_main(args: argparse.Namespace, store: LogStore) -> int:
             f"--current applies to --format markdown (the openai formats are always what the "
             f"model sees now, jsonl always the whole log), not to --format {args.format}"
         )
-    text = export_text(args.session, await _read(store, args.session), args.format, current=current)
+    records = await _read(store, args.session)
+    if args.format in WIRE_FORMATS:
+        # a valid request: calls without an output are left out, and said so
+        wired = wire_export(args.session, records, args.format)
+        text, notice = wired.text, wired.notice(args.session)
+    else:
+        text, notice = export_text(args.session, records, args.format, current=current), None
     if args.output:
         await anyio.Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     return 0
