@@ -38,8 +38,9 @@ from stowage.core import (
     replay,
     validate_session_id,
 )
-from stowage.facade import recorded_budget
+from stowage.facade import RecordedBudget, recorded_budget
 from stowage.policy import (
+    TokenStatus,
     Watermarks,
     calibrated_ratio,
     decide,
@@ -106,11 +107,21 @@ def _usage(
     """Tokens of history in the next request, the usable budget (the threshold in threshold
     mode), the tool schema tokens, which are outside both, and whether the tokens are an
     estimate."""
+    recorded, tool_tokens, status = _status_now(state, records)
+    return status.tokens, recorded.usable, tool_tokens, status.estimated
+
+
+def _status_now(
+    state: SessionState, records: Sequence[Record]
+) -> tuple[RecordedBudget, int, TokenStatus]:
+    """How full the next request of ``state`` (folded from ``records``) is: the recorded
+    budget, the tool schema tokens (outside usable) and the token status. The one computation
+    behind ``list``, ``context``, ``show``'s closing line and the chat's footer."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    return status.tokens, recorded.usable, tool_tokens, status.estimated
+    return recorded, tool_tokens, status
 
 
 def _percent(tokens: int | None, usable: int | None) -> float | None:
@@ -293,9 +304,8 @@ _ORDER = ("system", "protected", "summary", "user", "assistant", "tool outputs",
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
     """What fills the next request of a session, by part, and what the policy would do."""
     state = replay(session_id, records)
-    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
+    recorded, tool_tokens, status = _status_now(state, records)
     settings, budget = recorded.settings, recorded.budget
-    tool_tokens = budget.tool_tokens if budget is not None else 0
     ratio = calibrated_ratio(state, tool_tokens)
     chars = dict.fromkeys(_ORDER, 0)
     projection = build_projection(
@@ -322,7 +332,6 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     # AGENTS.md, when the session has it, right after the system message it is part of
     order = sorted(chars, key=lambda name: (name != "system", name != "AGENTS.md"))
     parts = {name: math.ceil(chars[name] / ratio) for name in order}
-    status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
     usable = recorded.usable
     if budget is not None:
         decision = decide(status, budget.usable, Watermarks.from_settings(settings))

@@ -20,8 +20,6 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from ._parsing import fill_later
 
 if TYPE_CHECKING:
@@ -130,6 +128,7 @@ def _migrate_options(migrate: argparse.ArgumentParser) -> None:
 async def _open_sql_store(args: argparse.Namespace, command: str) -> Any:
     """The SQLite or PostgreSQL store ``--store`` names (PostgreSQL only for ``migrate``);
     ``ConfigError`` for another, and for one that does not exist (see ``refuse_missing``)."""
+    import anyio  # the parser imports this module: ``stowage --version`` loads no runtime
     from stowage.core import ConfigError
     from stowage.storage import PostgresStore, SqliteStore
 
