@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,6 +110,15 @@ def _one_line_per_failure(runs: list[subprocess.CompletedProcess[str]], fix: str
                 assert line.startswith("stowage: warning: session s: its writer lease was not")
 
 
+def _run(
+    argv: list[str], tmp_path: Path, env: dict[str, str], **extra: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        **extra,
+    )  # fmt: skip
+
+
 def test_a_full_disk_under_a_sqlite_store_is_said_once(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -128,27 +138,8 @@ def test_a_full_disk_under_a_sqlite_store_is_said_once(
             f"head -c $(( (avail - {free_kib}) * 1024 )) /dev/zero > {disk}/filler; "
             f'exec "$0" -m stowage.cli resume s --store {store} --tools none "$1"'
         )
-        runs.append(
-            subprocess.run(
-                [
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "sh",
-                    "-c",
-                    script,
-                    sys.executable,
-                    MESSAGE,
-                ],
-                cwd=tmp_path,
-                env=cli_env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-        )
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+        runs.append(_run([*unshare, sys.executable, MESSAGE], tmp_path, cli_env))
     _one_line_per_failure(runs, "the disk is full: free space there")
 
 
@@ -157,40 +148,16 @@ def test_a_refused_write_to_a_sqlite_store_is_said_once(
 ) -> None:
     """As above with a file-size limit, which needs no privilege."""
     runs = []
+    stowage = [sys.executable, "-m", "stowage.cli"]
     for limit in (28_672, 32_768, 40_960, 49_152):
-        store = f"sqlite:///{tmp_path}/s{limit}.db"
-        made = subprocess.run(
-            [sys.executable, "-m", "stowage.cli", "run", "--session", "s", "--store", store,
-             "--tools", "none", "hi"],
-            cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        store = ["--store", f"sqlite:///{tmp_path}/s{limit}.db", "--tools", "none"]
+        made = _run([*stowage, "run", "--session", "s", *store, "hi"], tmp_path, cli_env)
         assert made.returncode == 0, made.stderr
 
         def limited(limit: int = limit) -> None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-        runs.append(
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "stowage.cli",
-                    "resume",
-                    "s",
-                    "--store",
-                    store,
-                    "--tools",
-                    "none",
-                    MESSAGE,
-                ],
-                cwd=tmp_path,
-                env=cli_env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-                preexec_fn=limited,
-            )
-        )
+        resume = [*stowage, "resume", "s", *store, MESSAGE]
+        runs.append(_run(resume, tmp_path, cli_env, preexec_fn=limited))
     _one_line_per_failure(runs, "the session store failed: sqlite store")
