@@ -42,11 +42,14 @@ class WireExport:
     #: ids of the calls that wait for a person's approval (their round's other calls run
     #: once they are answered)
     awaiting_approval: frozenset[str] = frozenset()
+    #: ids of the open round's calls (waiting for approval, or left open by a stop)
+    open_round: frozenset[str] = frozenset()
 
     def notice(self, session_id: str) -> str | None:
         """One line for stderr saying what was left out and why; None when nothing was."""
         parts = []
-        calls = [c.call_id for c in self.calls_left_out]
+        calls = [c.call_id for c in self.calls_left_out if c.call_id in self.open_round]
+        unanswered = [c.call_id for c in self.calls_left_out if c.call_id not in self.open_round]
         if calls and self.awaiting_approval:
             waiting = sorted(self.awaiting_approval)
             call_id = waiting[0] if len(waiting) == 1 else "CALL_ID"
@@ -59,6 +62,11 @@ class WireExport:
             parts.append(
                 f"{_calls(calls)} of a round a stop left open (a resume gives "
                 f"{'them' if len(calls) > 1 else 'it'} an 'interrupted' output)"
+            )
+        if unanswered:
+            parts.append(
+                f"{_calls(unanswered)} whose output is not in the history ('stowage check "
+                f"{session_id}' says more)"
             )
         if self.outputs_left_out:
             parts.append(
@@ -122,4 +130,5 @@ def wire_export(session_id: str, records: Sequence[Record], fmt: str) -> WireExp
         calls_left_out=tuple(calls_left),
         outputs_left_out=tuple(outputs_left),
         awaiting_approval=frozenset(c.call_id for c in state.awaiting_approval),
+        open_round=frozenset(state.open_calls),
     )
