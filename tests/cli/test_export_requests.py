@@ -30,10 +30,8 @@ from stowage.cli._wire_export import paired_items, wire_export
 from stowage.core import (
     ApprovalRecord,
     AssistantMessage,
-    CompactionRecord,
     FunctionCall,
     FunctionCallOutput,
-    HistoryEntry,
     Item,
     ItemRecord,
     Record,
@@ -55,6 +53,8 @@ from stowage.testing import (
     zoo_member,
     zoo_settings,
 )
+
+from tests.policy.test_check_pairing import log_with_a_compaction_over_an_open_call
 
 WINDOW = 6000
 MAX_OUTPUT = 500
@@ -208,40 +208,16 @@ async def test_hand_made_logs_export_as_valid_requests(tmp_path: Path, shape: st
         assert wire[-1] == {"role": "assistant", "content": "deploying"}
 
 
-def compaction_over_a_waiting_call() -> list[Record]:
-    """A log an old compaction broke: it absorbed a call awaiting approval, whose output came
-    after (``stowage check`` calls it a problem); the export still sends a valid request."""
-    user = UserMessage(text="deploy it")
-    return [
-        SessionRecord(seq=1, model="m"),
-        ItemRecord(seq=2, item=user),
-        ItemRecord(seq=3, item=_call("gone1"), round=1),
-        ApprovalRecord(seq=4, call_id="gone1", decision="requested"),
-        CompactionRecord(
-            seq=5,
-            summary="s",
-            covers_through=4,
-            retained=(HistoryEntry(seq=2, item=user),),
-            reason="manual",
-            tokens_before=None,
-            tokens_after=None,
-            removed=1,
-            round=0,
-        ),
-        ApprovalRecord(seq=6, call_id="gone1", decision="approved"),
-        ItemRecord(seq=7, item=FunctionCallOutput(call_id="gone1", output="ok"), round=1),
-        RoundCommittedRecord(seq=8, round=1, usage=None, first_seq=7, last_seq=8),
-    ]
-
-
 async def test_an_output_without_its_call_is_left_out_and_named(tmp_path: Path) -> None:
-    records = await _effective(tmp_path, "b", compaction_over_a_waiting_call())
+    """A log an old compaction broke (``stowage check`` calls it a problem): it absorbed a
+    call awaiting approval, whose output came after; the export still is a valid request."""
+    records = await _effective(tmp_path, "b", log_with_a_compaction_over_an_open_call())
     for fmt in ("openai-chat", "openai-responses"):
         wired = wire_export("b", records, fmt)
         assert_valid_request(fmt, wired.text)
-        assert wired.outputs_left_out == ("gone1",) and wired.calls_left_out == ()
+        assert wired.outputs_left_out == ("deploy",) and wired.calls_left_out == ()
         notice = wired.notice("b")
-        assert notice is not None and "the output of call gone1 whose call is not" in notice
+        assert notice is not None and "the output of call deploy whose call is not" in notice
 
 
 # -- the zoo ---------------------------------------------------------------------------------
