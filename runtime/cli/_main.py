@@ -91,9 +91,16 @@ async def _load(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    from ._sessions import list_main
+    from stowage.storage import PostgresStore
 
-    return await list_main(args, reader_store(args))
+    from ._sessions import list_main
+    from ._store_admin import refuse_missing
+
+    store = reader_store(args)
+    inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
+    if isinstance(inner, PostgresStore):
+        await refuse_missing(inner, store_spec(args), "list")
+    return await list_main(args, store)
 
 
 async def _context(args: argparse.Namespace) -> int:

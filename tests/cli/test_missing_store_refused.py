@@ -1,6 +1,7 @@
 """``archive``, ``migrate`` and ``workers`` keep a store that exists: one that does not (a
 JSONL directory, a SQLite file, a PostgreSQL database or schema) is refused with exit 2 in one
-line that names it and says which commands create stores, and nothing is created."""
+line that names it and says which commands create stores, and nothing is created. ``list``
+refuses a PostgreSQL database or schema that does not exist as it refuses a directory."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ async def test_a_missing_postgresql_schema_or_database_is_refused_and_not_create
     database = f"stowage_missing_{secrets.token_hex(4)}"
     base = PG_DSN.rsplit("/", 1)[0]
     with anyio.fail_after(90):
-        for command, argv in COMMANDS.items():
+        for command, argv in {**COMMANDS, "list": ["list"]}.items():
             code, out, err = await _cli(
                 *argv, "--store", f"{PG_DSN}?schema={pg_schema}", env=cli_env
             )
