@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(PIP_QUIET) $(BIN)/python -m pip install --quiet -e '.[dev,mcp]'
+	$(PIP_QUIET) $(BIN)/python -m pip install --quiet -e '.[dev,mcp,cost]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -158,14 +158,16 @@ class Gate:
             return math.ceil(chars / self.refusals.ratio)
         return self.accounting.status(self.journal.state, protected).guard
 
-    async def compact_now(self, focus: str | None, *, reground: bool = False) -> bool:
+    async def compact_now(
+        self, focus: str | None, *, reground: bool = False, reason: str | None = None
+    ) -> bool:
         """A manual compaction, decided by the machine on the newest boundary
-        (``reground``: its summary made from the original records); True when history was
-        compacted."""
+        (``reground``: its summary made from the original records; ``reason``: why the
+        runtime asks, for the record); True when history was compacted."""
         await self.apply_ready()
         self._asks += 1
         ask_id = self._asks
-        self.inbox.ask(Manual(ask_id, focus, reground, anyio.current_time()))
+        self.inbox.ask(Manual(ask_id, focus, reground, anyio.current_time(), reason))
         verdict = await self.verdicts.get_when(lambda v: v.answers >= ask_id)
         compacted = False
         while True:

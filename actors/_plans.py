@@ -96,12 +96,14 @@ class PlanApplier:
             # the session: it is logged and not applied, the history stays as it is
             self._log.error("compaction_invalid", round=plan.round, error=str(exc))
             return await self._drop(plan, "compaction_invalid", str(exc))
-        protected_text = render_protected(review.state) or None
+        # what the compaction carries: the lines touched since the last one join the trail
+        carried = review.state.carried()
+        protected_text = render_protected(carried) or None
         projection = build_projection(
             result.history, stubbed=state.stubbed, protected_text=protected_text
         )
         # the check the design promises: no compaction may lose a protected entry
-        lost = (*verify(state.protected, projection), *verify(review.state, projection))
+        lost = (*verify(state.protected.carried(), projection), *verify(carried, projection))
         if lost:
             await self._refuse_plan(plan, review, protected_records, tuple({e.id: 0 for e in lost}))
             return False
@@ -141,7 +143,7 @@ class PlanApplier:
             turn=state.turn,
             turn_open=state.turn_open,
             user_budget_chars=user_budget_chars,
-            protected=review.state.snapshot(),
+            protected=carried.snapshot(),
             estimated=estimated,
             chars_per_token=chars_per_token,
             waited=waited,
@@ -149,12 +151,14 @@ class PlanApplier:
             regrounded=plan.regrounded,
             focus=plan.focus,
             provider_item=plan.provider_item,
+            check=plan.check,
             figures=CompactionFigures(
                 decided_tokens=plan.tokens_before,
                 usable=usable,
                 tool_tokens=accounting.tool_tokens,
                 hard=accounting.marks.hard if usable is not None else None,
             ),
+            usage=plan.usage,
         )
         await self.journal.write([*protected_records, record], boundary="applied")
         self._publish_protected(plan, review, applied=True)

@@ -22,7 +22,9 @@ import structlog
 from stowage.core import (
     CallLimiter,
     CompactingGateway,
+    CompactionSummary,
     ContextLengthExceeded,
+    HistoryEntry,
     Item,
     ModelError,
     ModelGateway,
@@ -37,6 +39,7 @@ __all__ = [
     "ProviderCompactions",
     "ProviderState",
     "compact_with_provider",
+    "stranded",
 ]
 
 #: the ``kind`` of the error record that says the provider could not compact
@@ -44,6 +47,14 @@ UNAVAILABLE_KIND = "provider_compaction_unavailable"
 
 #: ``untried``: not asked yet; ``working``: it compacted; ``unavailable``: it failed (final)
 ProviderState: TypeAlias = Literal["untried", "working", "unavailable"]
+
+
+def stranded(history: Sequence[HistoryEntry], wire_api: str) -> bool:
+    """Whether ``history`` holds a provider's compaction item that ``wire_api`` cannot carry
+    (only the Responses wire sends it back). Raises nothing."""
+    return wire_api != "responses" and any(
+        isinstance(e.item, CompactionSummary) and e.item.provider is not None for e in history
+    )
 
 
 @dataclass(eq=False)

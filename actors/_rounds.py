@@ -16,11 +16,13 @@ from stowage.core import (
     ItemRecord,
     ModelResponse,
     ProgressRecord,
+    ProtectedRecord,
     Record,
     RequestManifest,
     RoundCommitted,
     RoundCommittedRecord,
 )
+from stowage.tools import trail_ops
 
 from ._context import SessionContext
 from ._interrupt import TurnInterrupt
@@ -43,10 +45,12 @@ def commit_record(
     interrupted: bool = False,
     usage: VettedUsage | None = None,
     manifest: RequestManifest | None = None,
+    resumed: bool = False,
 ) -> RoundCommittedRecord:
     """The record that commits a round whose first record is ``first_seq`` and that has
     ``offset`` records before this one. ``usage``: what the vetting of the response's usage
-    left (default: as reported); ``manifest``: what the round's request was built from."""
+    left (default: as reported); ``manifest``: what the round's request was built from;
+    ``resumed``: it was the first request after the session was opened from its log."""
     seq = first_seq + offset
     if usage is None:
         usage = VettedUsage(usage=response.usage if response is not None else None)
@@ -60,6 +64,7 @@ def commit_record(
         truncated=response.truncated if response is not None else False,
         reported_usage=usage.rejected,
         manifest=manifest,
+        resumed=resumed,
     )
 
 
@@ -105,15 +110,30 @@ class RoundWriter:
         *,
         usage: VettedUsage | None = None,
         manifest: RequestManifest | None = None,
+        resumed: bool = False,
     ) -> None:
-        """Write the round's outputs, in call order, and its ``round_committed`` record."""
-        first = self.journal.state.last_seq + 1
+        """Write the round's outputs, in call order, the trail of the files they touched
+        (a ``protected`` record from the tools, when the session keeps one), and its
+        ``round_committed`` record: one batch."""
+        state = self.journal.state
+        first = state.last_seq + 1
         committed: list[Record] = [
             ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
+        if self.ctx.settings.files_touched:
+            touched = trail_ops(self.ctx.tools, state.open_calls.values(), outputs)
+            if touched:
+                seq = first + len(committed)
+                committed.append(ProtectedRecord(seq=seq, ops=tuple(touched), source="tools"))
         committed.append(
             commit_record(
-                round_, response, first, offset=len(committed), usage=usage, manifest=manifest
+                round_,
+                response,
+                first,
+                offset=len(committed),
+                usage=usage,
+                manifest=manifest,
+                resumed=resumed,
             )
         )
         await self.commit(

@@ -35,6 +35,7 @@ from stowage.core import (
     ModelResponse,
     ModelRetrying,
     SystemMessage,
+    Usage,
     UserMessage,
     estimate_tokens,
     tool_schema_tokens,
@@ -95,6 +96,8 @@ class SummaryOutcome:
     text: str
     note: str = ""
     dropped_rounds: int = 0
+    #: what the summary requests that got an answer reported, summed (None: none did)
+    usage: Usage | None = None
 
 
 def _trimmed_items(history: Sequence[HistoryEntry], rounds: int) -> tuple[list[Item], int]:
@@ -183,6 +186,8 @@ async def summarize(
     trim = 0
     # the tools left out: the server called one although the request said tool_choice="none"
     bare = False
+    # every answered request is paid for, the one that called a tool too
+    spent: Usage | None = None
     while True:
         trimmed, dropped = _trimmed_items(history, dropped)
         request = with_search_note(build(trimmed))
@@ -241,6 +246,8 @@ async def summarize(
         except ModelError as exc:
             error = f"{type(exc).__name__}: {exc}"
             break
+        if response.usage is not None:
+            spent = response.usage if spent is None else spent + response.usage
         text = response.text.strip()
         if not text and response.calls and request.tools:
             # Some OpenAI-compatible servers ignore tool_choice="none" and, seeing tools and a
@@ -262,7 +269,9 @@ async def summarize(
             break
         breaker.failures = 0
         note = f"; summary input trimmed: {dropped} oldest rounds dropped" if dropped else ""
-        return SummaryOutcome(kind="full", text=text, note=note, dropped_rounds=dropped)
+        return SummaryOutcome(
+            kind="full", text=text, note=note, dropped_rounds=dropped, usage=spent
+        )
     breaker.failures += 1
     fall_back = urgent or breaker.open
     log.warning(
@@ -281,4 +290,6 @@ async def summarize(
         return SummaryOutcome(kind="failed", text="", note=error)
     why = "summarizer breaker open" if breaker.open else "summary failed while blocked"
     reason = f"{why}: {error}"
-    return SummaryOutcome(kind="fallback", text=fallback_summary(items, reason=reason), note=reason)
+    return SummaryOutcome(
+        kind="fallback", text=fallback_summary(items, reason=reason), note=reason, usage=spent
+    )

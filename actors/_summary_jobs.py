@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -21,6 +21,7 @@ from stowage.core import (
     BeforeCompaction,
     CallLimiter,
     CompactionAbout,
+    CompactionError,
     CompactionRecord,
     CompactionSkipped,
     CompactionSummary,
@@ -34,8 +35,11 @@ from stowage.core import (
     ModelRequest,
     Record,
     Settings,
+    SummaryCheck,
     SystemMessage,
     ToolSpec,
+    Usage,
+    absorbed,
     entry_chars,
     parse_summary_updates,
 )
@@ -45,12 +49,16 @@ from stowage.policy import (
     Plan,
     build_summary_request,
     cache_key_for,
+    draw_probes,
+    kept_section,
+    missed_probes,
+    probe_focus,
     summary_input_budget,
     summary_view,
 )
 
 from ._provider_compaction import ProviderCompactions, compact_with_provider
-from ._summarizer import Breaker, summarize
+from ._summarizer import Breaker, SummaryOutcome, summarize
 
 __all__ = ["ReadLog", "SummaryFailure", "Summarizer", "compact_prompt"]
 
@@ -149,8 +157,9 @@ class Summarizer:
         settings = self.settings
         specs = self.specs
 
-        def build(items: list[Item]) -> ModelRequest:
+        def build(items: list[Item], missed: str | None = None) -> ModelRequest:
             # the round request's own shape, so that the provider's prefix cache serves it
+            # (``missed``: what a second ask is told the first summary left out)
             projection = list(items)
             if snapshot.protected_text:
                 at = 1 if projection and isinstance(projection[0], SystemMessage) else 0
@@ -160,7 +169,7 @@ class Summarizer:
                 model=settings.compact_model or settings.model,
                 tools=specs,
                 cache_key=cache_key_for(settings, self.session_id),
-                focus=focus,
+                focus="\n\n".join(t for t in (focus, missed) if t) or None,
                 protected_updates=True,
                 refs=refs,
                 instructions=self.instructions,
@@ -196,23 +205,28 @@ class Summarizer:
                     regrounded=regrounded,
                     focus=focus,
                     provider_item=attempt.compaction.item,
+                    usage=attempt.compaction.usage,
                 )
             notices = attempt.notices
-        outcome = await summarize(
-            view,
-            build=build,
-            gateway=self.gateway,
-            breaker=self.breaker,
-            urgent=job.urgent,
-            attempts=settings.max_retries + 1,
-            input_budget=self._input_budget(accounting),
-            chars_per_token=snapshot.status.chars_per_token,
-            publish=self.publish,
-            session_id=self.session_id,
-            log=log,
-            limiter=self.limiter,
-            call_limiter=self.call_limiter,
-        )
+
+        async def ask(builder: Callable[[list[Item]], ModelRequest]) -> SummaryOutcome:
+            return await summarize(
+                view,
+                build=builder,
+                gateway=self.gateway,
+                breaker=self.breaker,
+                urgent=job.urgent,
+                attempts=settings.max_retries + 1,
+                input_budget=self._input_budget(accounting),
+                chars_per_token=snapshot.status.chars_per_token,
+                publish=self.publish,
+                session_id=self.session_id,
+                log=log,
+                limiter=self.limiter,
+                call_limiter=self.call_limiter,
+            )
+
+        outcome = await ask(build)
         if outcome.kind == "failed":
             return SummaryFailure(outcome.note)
         # the updates block is cut out here; whether its ops may apply is the sampler's call
@@ -221,6 +235,25 @@ class Summarizer:
             if outcome.kind == "full"
             else (outcome.text, (), ())  # a digest proposes no protected updates
         )
+        check = None
+        spent = outcome.usage
+        probes = self._probes(job, accounting) if outcome.kind == "full" else ()
+        if probes:
+            missed = missed_probes(summary, probes)
+            check = SummaryCheck(probes=probes, missed_first=missed)
+            if missed:
+                log.info("summary_missed_probes", missed=len(missed), probes=len(probes))
+                again = await ask(lambda items: build(items, probe_focus(missed)))
+                if again.usage is not None:  # the second ask is paid for too
+                    spent = again.usage if spent is None else spent + again.usage
+                if again.kind == "full":
+                    second = parse_summary_updates(again.text)
+                    if len(missed_probes(second[0], probes)) <= len(missed):
+                        summary, protected_ops, problems = second
+                still = missed_probes(summary, probes)
+                if still:  # never dropped: appended as a section of their own
+                    summary = f"{summary}\n\n{kept_section(still)}"
+                check = replace(check, asked_again=True, appended=still)
         local = "; compacted locally: provider compaction unavailable" if notices else ""
         return self._plan(
             job,
@@ -232,7 +265,25 @@ class Summarizer:
             protected_ops=protected_ops,
             protected_problems=problems,
             notices=notices,
+            usage=spent,
+            check=check,
         )
+
+    def _probes(self, job: Job, accounting: Accounting) -> tuple[str, ...]:
+        """What the summary of ``job`` must keep (``stowage.policy.draw_probes``): the user's
+        instructions and corrections it absorbs, and the probes of the compaction before."""
+        snapshot = job.snapshot
+        if not self.settings.check_summaries:
+            return ()
+        try:
+            gone = absorbed(
+                snapshot.history,
+                covers_through=job.covers_through,
+                user_budget_chars=accounting.user_budget(snapshot.status.chars_per_token),
+            )
+        except CompactionError:
+            return ()  # a plan that does not fit its history: the sampler drops it anyway
+        return draw_probes(gone, snapshot.probes)
 
     def _plan(
         self,
@@ -247,6 +298,8 @@ class Summarizer:
         protected_problems: tuple[str, ...] = (),
         provider_item: dict[str, Any] | None = None,
         notices: tuple[tuple[str, str], ...] = (),
+        usage: Usage | None = None,
+        check: SummaryCheck | None = None,
     ) -> Plan:
         """The plan of ``job`` with this summary (the provider's item, if it made it)."""
         snapshot = job.snapshot
@@ -266,6 +319,8 @@ class Summarizer:
             fraction=job.fraction,
             provider_item=provider_item,
             notices=notices,
+            usage=usage,
+            check=check,
         )
 
     async def _originals(

@@ -62,6 +62,9 @@ class TurnRunner:
     tools: Callable[[], ExecutorInbox | None]
     #: the running turn's interrupt, if its asker can stop it
     interrupt: TurnInterrupt | None = None
+    #: the session was opened from a log that held rounds and no request has gone since:
+    #: the next round is marked ``resumed`` (its cache hit is the resume's)
+    reopened: bool = False
 
     @property
     def state(self) -> SessionState:
@@ -160,6 +163,7 @@ class TurnRunner:
         await self.gate.before_request()
         request = self.requests.build(round_)
         request, response, manifest = await self.requests.send(request, round_, self.interrupt)
+        resumed, self.reopened = self.reopened, False
         # the history is the one the request was sent from until this round writes
         input_chars = self.requests.input_chars()
         seq = self.state.last_seq
@@ -175,7 +179,13 @@ class TurnRunner:
         calls = response.calls
         if not calls:
             commit = commit_record(
-                round_, response, seq + 1, offset=len(sampled), usage=usage, manifest=manifest
+                round_,
+                response,
+                seq + 1,
+                offset=len(sampled),
+                usage=usage,
+                manifest=manifest,
+                resumed=resumed,
             )
             finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
             await self.writer.commit(round_, [*sampled, commit, finished], response, calls=0)
@@ -190,7 +200,9 @@ class TurnRunner:
         outputs = await self.writer.run_tools(
             round_, response, self.tools(), self.interrupt, refused=refused
         )
-        await self.writer.commit_outputs(round_, outputs, response, usage=usage, manifest=manifest)
+        await self.writer.commit_outputs(
+            round_, outputs, response, usage=usage, manifest=manifest, resumed=resumed
+        )
         await self._milestones_called(calls, outputs)
         return None
 

@@ -34,6 +34,7 @@ from stowage.core import (
     FunctionCallOutput,
     ItemRecord,
     ModelError,
+    ProtectedRecord,
     ProtectedStateViolation,
     Record,
     SessionFailed,
@@ -41,7 +42,7 @@ from stowage.core import (
     Settings,
 )
 from stowage.policy import Accounting
-from stowage.tools import after_crash
+from stowage.tools import after_crash, trail_ops
 
 from ._approvals import Approvals
 from ._checks import ResponseChecks
@@ -62,6 +63,7 @@ from ._messages import (
     Verdict,
 )
 from ._plans import PlanApplier
+from ._provider_compaction import stranded
 from ._queue import MailboxReceive
 from ._requests import Requester
 from ._rounds import RoundWriter, commit_record
@@ -133,6 +135,7 @@ class Sampler:
             approvals=self._approvals,
             log=self._log,
             tools=lambda: self.tools,
+            reopened=self.state.round > 0,
         )
 
     @property
@@ -190,12 +193,20 @@ class Sampler:
             return
         round_ = self.state.open_round or self.state.round + 1
         first = self.state.last_seq + 1
+        calls = tuple(self.state.open_calls.values())
+        outputs = [self._after_crash(call) for call in calls]
         records: list[Record] = [
-            ItemRecord(seq=first + i, item=self._after_crash(call), round=round_)
-            for i, call in enumerate(self.state.open_calls.values())
+            ItemRecord(seq=first + i, item=output, round=round_) for i, output in enumerate(outputs)
         ]
+        touched = (
+            trail_ops(self.ctx.tools, calls, outputs) if self.ctx.settings.files_touched else []
+        )
+        if touched:  # a write found applied touched its file
+            records.append(
+                ProtectedRecord(seq=first + len(records), ops=tuple(touched), source="tools")
+            )
         records.append(commit_record(round_, None, first, interrupted=True, offset=len(records)))
-        self._log.warning("round_recovered", round=round_, calls=len(records) - 1)
+        self._log.warning("round_recovered", round=round_, calls=len(calls))
         await self._journal.write(records, boundary="recovered")
 
     def _after_crash(self, call: FunctionCall) -> FunctionCallOutput:
@@ -213,6 +224,8 @@ class Sampler:
         return interrupted_output(call.call_id)
 
     async def _serve(self, command: SamplerCommand) -> None:
+        if isinstance(command, UserTurn | ContinueTurn):
+            await self._move_provider_items()
         match command:
             case UserTurn():
                 turn = self._turns.start(
@@ -278,6 +291,22 @@ class Sampler:
         """Manual compaction, decided by the compactor on the last committed snapshot; True
         when history was compacted."""
         return await self._gate.compact_now(focus, reground=reground)
+
+    async def _move_provider_items(self) -> None:
+        """A history that holds a provider's compaction item this session's wire cannot
+        carry (moved to another wire or provider) is summarized locally before its next turn,
+        from the log's original records, which it still has; the record says why."""
+        wire = self.settings.wire_api
+        if not stranded(self.state.history, wire):
+            return
+        reason = (
+            f"the provider's compaction item cannot go to the {wire} wire: what it covers is "
+            "summarized locally from the log"
+        )
+        self._log.info("provider_item_moved", wire=wire)
+        if not await self._gate.compact_now(None, reground=True, reason=reason):
+            # nothing could be compacted: the wire sends the item's readable line meanwhile
+            self._log.warning("provider_item_not_moved", wire=wire)
 
     async def _protect(self, ops: Sequence[dict[str, object]]) -> None:
         await self._applier.protect(ops)

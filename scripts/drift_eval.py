@@ -12,6 +12,10 @@ receives is checked for each fact, verbatim. Four strategies run the same script
   it (``Session.compact(reground=True)``; ``reground_every`` does it on its own);
 * ``protected``: the constraints are given as protected state at session start, and the
   summarizer's updates block feeds failed attempts, decisions and artifacts into it;
+* ``checked``: ``plain``, but each summary is checked against the user's instructions and
+  corrections it absorbs (``check_summaries``, on by default; off in the others): asked for once
+  more naming what it missed, then what it still misses appended. The summary tokens column
+  is what every strategy's summary requests cost, the second asks included;
 * ``searched``: ``plain``, but the session is offered ``search_history`` (the runtime offers
   it with ``recall_artifact`` when ``search_history_tool`` is on): at the start of each filler turn the scripted agent searches
   the log for each fact its request does not show, by the fact's topic words (its anchor: it
@@ -71,8 +75,8 @@ from stowage.model._brain import ScriptedBrain, is_summary_request, scripted_usa
 from stowage.model._scripted import ScriptedModel
 from stowage.tools import SEARCH_TOOL
 
-Strategy = Literal["plain", "regrounded", "protected", "searched"]
-STRATEGIES: tuple[Strategy, ...] = ("plain", "regrounded", "protected", "searched")
+Strategy = Literal["plain", "checked", "regrounded", "protected", "searched"]
+STRATEGIES: tuple[Strategy, ...] = ("plain", "checked", "regrounded", "protected", "searched")
 RECALL_TOOL = "recall_artifact"
 FACT_KINDS = ("constraint", "negative", "parameter")
 
@@ -164,6 +168,8 @@ class Recorder:
     inner: ModelGateway
     plain: bool
     rounds: list[ModelRequest] = field(default_factory=list)
+    #: tokens of the summary requests and their answers, as reported
+    summary_tokens: int = 0
 
     async def create(self, request: ModelRequest) -> ModelResponse:
         if not is_summary_request(request):
@@ -182,6 +188,8 @@ class Recorder:
         await self.inner.aclose()
 
     def _filter(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
+        if is_summary_request(request) and response.usage is not None:
+            self.summary_tokens += response.usage.total_tokens
         if not (self.plain and is_summary_request(request)):
             return response
         summary = parse_summary_updates(response.text)[0]
@@ -327,14 +335,16 @@ async def run_session(
     session_no: int,
     compactions: int,
     reground_every: int = 0,
-) -> list[Observation]:
+) -> tuple[list[Observation], int]:
     """Plant, then ``compactions`` times: a filler turn, a compaction; observe the request
-    after each (index 0 is the request before the first compaction)."""
+    after each (index 0 is the request before the first compaction). Also returns the
+    tokens its summary requests cost."""
     facts = facts_for(session_no)
     recorder = Recorder(inner=gateway, plain=strategy != "protected")
     observations: list[Observation] = []
     searched = strategy == "searched"
     tools = note_tools() if searched else None
+    settings = settings.with_(check_summaries=strategy == "checked")
     if searched:  # recall and search are offered to a session that may compact on its own
         window = settings.context_window if settings.base_url else 1_000_000
         settings = settings.with_(
@@ -365,14 +375,17 @@ async def run_session(
             if step < compactions and not await session.compact(reground=reground):
                 raise RuntimeError(f"compaction {step + 1} of {session.id} did not happen")
     await gateway.aclose()
-    return observations
+    return observations, recorder.summary_tokens
 
 
 # -- the report -------------------------------------------------------------------------
 
 
 def summarize(
-    facts: Sequence[Fact], runs: Sequence[Sequence[Observation]], compactions: int
+    facts: Sequence[Fact],
+    runs: Sequence[Sequence[Observation]],
+    compactions: int,
+    summary_tokens: int = 0,
 ) -> dict[str, Any]:
     """The figures of one strategy over its sessions."""
     total = len(facts)
@@ -412,6 +425,7 @@ def summarize(
         "drift_per_compaction": (lost + changed) / pairs if pairs else 0.0,
         "failed_approach_repeats": repeats,
         "failed_approach_chances": pairs * len(negatives),
+        "summary_tokens": summary_tokens,
     }
 
 
@@ -431,6 +445,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     table.add_column("constraint\npreservation", justify="right")
     table.add_column("drift per\ncompaction", justify="right")
     table.add_column("failed approach\nrepeated", justify="right")
+    table.add_column("summary\ntokens", justify="right")
     for strategy, figures in report["strategies"].items():
         kinds = figures["recall_by_kind"]
         table.add_row(
@@ -442,6 +457,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             pct(figures["constraint_preservation"]),
             f"{figures['drift_per_compaction']:.3f}",
             f"{figures['failed_approach_repeats']} of {figures['failed_approach_chances']}",
+            f"{figures.get('summary_tokens', 0):,}",
         )
     console.print(table)
     curve = Table(title="critical-fact recall after each compaction")
@@ -530,7 +546,7 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
     )
     strategies: dict[str, Any] = {}
     for strategy in STRATEGIES:
-        runs = [
+        done = [
             await run_session(
                 settings,
                 gateway_for(args, settings, strategy, n),
@@ -541,7 +557,9 @@ async def evaluate(args: argparse.Namespace, store: Path) -> dict[str, Any]:
             )
             for n in range(args.sessions)
         ]
-        strategies[strategy] = summarize(facts_for(0), runs, args.compactions)
+        runs = [observations for observations, _ in done]
+        tokens = sum(spent for _, spent in done)
+        strategies[strategy] = summarize(facts_for(0), runs, args.compactions, tokens)
     return {
         "config": {
             "sessions": args.sessions,

@@ -34,6 +34,7 @@ from stowage.core import (
     SectionName,
     SessionRecord,
     SettingsChangedRecord,
+    SummaryCheck,
     TurnRecord,
     Usage,
     item_from_dict,
@@ -89,6 +90,8 @@ def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
     }  # fmt: skip
     if r.manifest is not None:
         out["manifest"] = _manifest_out(r.manifest)
+    if r.resumed:  # only then: other rounds stay byte-identical
+        out["resumed"] = True
     return out
 
 
@@ -116,6 +119,14 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
         out["figures"] = {
             "decided_tokens": f.decided_tokens, "usable": f.usable,
             "tool_tokens": f.tool_tokens, "hard": f.hard,
+        }  # fmt: skip
+    if r.usage is not None:
+        out["usage"] = _usage_out(r.usage)
+    if r.check is not None:
+        c = r.check
+        out["check"] = {
+            "probes": list(c.probes), "missed_first": list(c.missed_first),
+            "asked_again": c.asked_again, "appended": list(c.appended),
         }  # fmt: skip
     return out
 
@@ -326,12 +337,14 @@ def _kind(value: Any) -> CompactionKind:
     raise ValueError(f"field 'kind' must be 'full' or 'fallback', got {value!r}")
 
 
-def _source(value: Any) -> Literal["user", "summarizer"]:
+def _source(value: Any) -> Literal["user", "summarizer", "tools"]:
     if value == "user":
         return "user"
     if value == "summarizer":
         return "summarizer"
-    raise ValueError(f"field 'source' must be 'user' or 'summarizer', got {value!r}")
+    if value == "tools":
+        return "tools"
+    raise ValueError(f"field 'source' must be 'user', 'summarizer' or 'tools', got {value!r}")
 
 
 def _phase(value: Any) -> Literal["started", "finished", "interrupted", "stopped"]:
@@ -378,6 +391,7 @@ def _dec_round_committed(d: dict[str, Any]) -> RoundCommittedRecord:
         truncated=_bool(d, "truncated"),
         reported_usage=_usage_in({"usage": d.get("reported_usage")}),
         manifest=_manifest_in(d.get("manifest")),
+        resumed=_bool(d, "resumed"),
     )
 
 
@@ -454,7 +468,29 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
         focus=_str(d, "focus") if d.get("focus") is not None else None,
         provider_item=_opt_dict(d, "provider_item"),
         figures=_compaction_figures(d.get("figures")),
+        usage=_usage_in(d),
+        check=_summary_check(d.get("check")),
     )
+
+
+def _summary_check(value: Any) -> SummaryCheck | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'check' must be an object, got {value!r}")
+    return SummaryCheck(
+        probes=_strs(value, "probes"),
+        missed_first=_strs(value, "missed_first"),
+        asked_again=_bool(value, "asked_again"),
+        appended=_strs(value, "appended"),
+    )
+
+
+def _strs(d: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = d.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key!r} must be a list of strings, got {value!r}")
+    return tuple(value)
 
 
 def _compaction_figures(value: Any) -> CompactionFigures | None:

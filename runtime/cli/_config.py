@@ -24,6 +24,7 @@ from typing import Annotated, Any, cast
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from stowage.core import ConfigError, SettingInfo, setting_infos
+from stowage.policy import CustomPrice
 
 __all__ = [
     "CONFIG_NAME",
@@ -68,6 +69,9 @@ class ConfigBase(BaseSettings):
     mcp_url: list[str] | None = None
     #: trace turns, rounds, tools and compactions with OpenTelemetry (the ``otel`` extra)
     otel: bool | None = None
+    #: model prices in US dollars per million tokens by model name, over genai-prices' table
+    #: (``stowage cost``, ``list``): ``[prices."NAME"]`` with input, output, cached_input...
+    prices: dict[str, CustomPrice] = {}
     models: dict[str, ProfileBase] = {}
 
     @classmethod

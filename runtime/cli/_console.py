@@ -55,6 +55,8 @@ async def console_main(args: argparse.Namespace) -> int:
     ``[server]`` extra or a bad store spec."""
     from stowage.core import ConfigError
 
+    from ._cost import configured_prices
+
     try:
         from stowage.console import serve_console
     except ModuleNotFoundError as exc:
@@ -74,4 +76,5 @@ async def console_main(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         schema=args.schema,
         allowed_hosts=tuple(args.allowed_host),
+        prices=configured_prices(),
     )

@@ -31,6 +31,12 @@ async def _show(args: argparse.Namespace) -> int:
     return await show_main(args)
 
 
+async def _cost(args: argparse.Namespace) -> int:
+    from ._cost import cost_main
+
+    return await cost_main(args)
+
+
 async def _check(args: argparse.Namespace) -> int:
     from ._inspect import check_main
 
@@ -199,6 +205,7 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "context": _context,
     "export": _export,
     "show": _show,
+    "cost": _cost,
     "check": _check,
     "fork": _fork,
     "rewind": _rewind,

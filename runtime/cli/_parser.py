@@ -183,6 +183,9 @@ def _chat_command(chat: argparse.ArgumentParser) -> None:
 
 def _list_command(listing: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument(
+        "--cost", action="store_true", help="what each session cost, as 'stowage cost' says"
+    )
     _common(listing)
 
 
@@ -223,6 +226,13 @@ def _show_command(show: argparse.ArgumentParser) -> None:
         help="under each round, what its request was built from (sections, seqs, tokens)",
     )
     _common(show)
+
+
+def _cost_command(cost: argparse.ArgumentParser) -> None:
+    from ._cost import add_cost_arguments
+
+    add_cost_arguments(cost)
+    _common(cost)
 
 
 def _protect_command(protect: argparse.ArgumentParser) -> None:
@@ -351,6 +361,7 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
     ),
     ("export", "write session ID as markdown, JSONL or OpenAI input", _export_command),
     ("show", "print the transcript and every compaction of session ID", _show_command),
+    ("cost", "what session ID cost: money, cache, each compaction and resume", _cost_command),
     (
         "protect",
         "change the objective or constraints of session ID and print its state",

@@ -14,6 +14,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -34,21 +35,27 @@ from stowage.core import (
     build_projection,
     identity_from_records,
     item_chars,
+    lineage_store,
     render,
+    render_touched,
     replay,
     validate_session_id,
 )
 from stowage.facade import RecordedBudget, recorded_budget
 from stowage.policy import (
+    PriceBook,
     TokenStatus,
     Watermarks,
     calibrated_ratio,
     decide,
+    money,
+    session_cost,
     token_status,
 )
 from stowage.storage import encode_record
 
 from ._agents import split_agents
+from ._cost import configured_prices, exact_usd
 from ._wire_export import WIRE_FORMATS, wire_export
 
 __all__ = [
@@ -88,6 +95,8 @@ class SessionSummary:
     holder: str | None = None
     #: tokens of the tool schemas every request carries, outside ``usable`` (0 when unknown)
     tool_schemas: int = 0
+    #: US dollars its requests cost, an exact decimal (None: unknown, or not asked)
+    usd: str | None = None
 
 
 def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHolder | None) -> str:
@@ -174,10 +183,13 @@ async def read_turn_figures(store: LogStore, session_id: str) -> TurnFigures | N
 
 
 def summarize(
-    session_id: str, records: Sequence[Record], holder: LeaseHolder | None = None
+    session_id: str,
+    records: Sequence[Record],
+    holder: LeaseHolder | None = None,
+    usd: str | None = None,
 ) -> SessionSummary:
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
-    free). Raises ``CorruptLogError``."""
+    free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
     tokens, usable, tool_tokens, _ = _usage(state, records)
     percent = _percent(tokens, usable)
@@ -194,15 +206,27 @@ def summarize(
         state=_state_word(state, records, holder),
         holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
         tool_schemas=tool_tokens,
+        usd=usd,
     )
 
 
-async def _summaries(store: LogStore) -> list[SessionSummary | tuple[str, str]]:
+async def _summaries(
+    store: LogStore, prices: PriceBook | None = None
+) -> list[SessionSummary | tuple[str, str]]:
     rows: list[SessionSummary | tuple[str, str]] = []
     for session_id in await store.list_sessions():
         try:
-            records = (await store.read(session_id, repair=False)).records
-            rows.append(summarize(session_id, records, await store.lease_holder(session_id)))
+            usd = None
+            if prices is None:
+                records = (await store.read(session_id, repair=False)).records
+            else:
+                # a fork's parents paid for theirs; a discarded branch's requests were paid
+                lineage = await lineage_store(store).lineage(session_id)
+                records = tuple(lineage.effective)
+                cost = session_cost(lineage.records, prices, own_from=lineage.own_from)
+                usd = exact_usd(cost.usd)
+            holder = await store.lease_holder(session_id)
+            rows.append(summarize(session_id, records, holder, usd))
         except Exception as exc:  # one bad log must not hide the others
             rows.append((session_id, " ".join(str(exc).split())))
     return rows
@@ -240,9 +264,12 @@ def _when(ts: str) -> str:
 
 
 async def list_main(args: argparse.Namespace, store: LogStore) -> int:
-    """Print every session of ``store`` (a table, or JSON lines with ``--json``)."""
+    """Print every session of ``store`` (a table, or JSON lines with ``--json``); with
+    ``--cost``, what each cost (``stowage cost``'s prices: the configuration and the price
+    table are read only then, so a plain ``list`` stays quick)."""
+    prices = configured_prices() if args.cost else None
     try:
-        rows = await _summaries(store)
+        rows = await _summaries(store, prices)
     finally:
         await store.aclose()
     if args.json:
@@ -250,6 +277,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
             data = (
                 asdict(row) if isinstance(row, SessionSummary) else {"id": row[0], "error": row[1]}
             )
+            if not args.cost:
+                data.pop("usd", None)  # not asked: null would read as "unknown"
             sys.stdout.write(json.dumps(data) + "\n")
         return 0
     if not rows:
@@ -257,7 +286,8 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         return 0
     header = f"{'ID':<24} {'MODEL':<18} {'CREATED':<19}  {'LAST ACTIVITY':<19} {'TURNS':>5}  "
     # TOKENS: history against usable; SCHEMAS: the tool schemas, outside usable
-    header += f"{'TOKENS':>15} {'SCHEMAS':>8} {'COMPACT':>7}  STATE"
+    header += f"{'TOKENS':>15} {'SCHEMAS':>8} {'COMPACT':>7}  " + (f"{'COST':>9}  " * args.cost)
+    header += "STATE"
     lines = [header]
     for row in rows:
         if isinstance(row, tuple):
@@ -267,10 +297,12 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         if row.percent_of_usable is not None:
             used += f" {row.percent_of_usable:.0f}%"
         state = f"{row.state} ({row.holder})" if row.holder else row.state
+        cost = money(None if row.usd is None else Decimal(row.usd), unknown="?")
+        cost = f"{cost:>9}  " if args.cost else ""
         lines.append(
             f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
             f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.tool_schemas:>8,} "
-            f"{row.compactions:>7}  "
+            f"{row.compactions:>7}  {cost}"
             f"{state}"
         )
     sys.stdout.write("\n".join(lines) + "\n")
@@ -298,7 +330,16 @@ def _category(item: Any, seq: int, state: SessionState, first_system: bool) -> s
     return "other"
 
 
-_ORDER = ("system", "protected", "summary", "user", "assistant", "tool outputs", "stubs")
+_ORDER = (
+    "system",
+    "protected",
+    "files touched",
+    "summary",
+    "user",
+    "assistant",
+    "tool outputs",
+    "stubs",
+)
 
 
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
@@ -317,7 +358,9 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     protected_at = 1 if state.history and isinstance(state.history[0].item, SystemMessage) else 0
     for index, item in enumerate(projection):
         if render(state.protected) and index == protected_at:
-            chars["protected"] += item_chars(item)
+            trail = len(render_touched(state.protected))
+            chars["files touched"] += trail
+            chars["protected"] += item_chars(item) - trail
             continue
         entry = next(history)
         part = _category(item, entry.seq, state, first_system=index == 0)
@@ -382,6 +425,12 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
             },
         },
         "next_action": next_action,
+        # the trail a compaction carries, and what the calls since the last one touched
+        "files_touched": {
+            "carried": [t.line for t in state.protected.touched],
+            "earlier": state.protected.earlier,
+            "since_last_compaction": [t.line for t in state.protected.fresh],
+        },
         "tools": {
             "sandbox": settings.sandbox,
             "approval": settings.approval,
@@ -427,9 +476,32 @@ async def context_main(args: argparse.Namespace, store: LogStore) -> int:
             shown = f"{pct:5.1f}%" if pct is not None else "     -"
         lines.append(f"  {name:<14} {part['tokens']:>9,}  {shown}")
     lines.append(f"next: {report['next_action']}")
+    lines.extend(_trail_lines(report["files_touched"]))
     lines.append(_tools_line(report["tools"]))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+#: the trail's lines ``context`` prints of each kind; ``--json`` has them all
+_TRAIL_SHOWN = 8
+
+
+def _trail_lines(trail: dict[str, Any]) -> list[str]:
+    """The files touched, newest first: what compactions carry, then what comes next."""
+    lines: list[str] = []
+    for key, title in (
+        ("since_last_compaction", "files touched since the last compaction (carried at the next)"),
+        ("carried", "files touched, carried through compactions"),
+    ):
+        shown = trail[key]
+        if not shown:
+            continue
+        more = len(shown) - _TRAIL_SHOWN + (trail["earlier"] if key == "carried" else 0)
+        lines.append(f"{title}:")
+        lines += [f"  {line}" for line in shown[:_TRAIL_SHOWN]]
+        if more > 0:
+            lines.append(f"  and {more:,} more")
+    return lines
 
 
 def _tools_line(tools: dict[str, Any]) -> str:

@@ -145,6 +145,8 @@ def render_transcript(
                 lines.append(f"         reason: {record.reason}")
                 if record.focus is not None:
                     lines.append(f"         focus: {record.focus}")
+                if record.check is not None:
+                    lines.append(f"         checked: {record.check.line}")
                 lines.extend(_applied_at(in_use_at.get(record.seq)))
                 if record.waited is not None:
                     held = (

@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from stowage.core import StowageError, validate_session_id
+from stowage.policy import PriceBook, money
 
 from ._cache import ViewCache
 from ._chart import chart_geometry
@@ -61,6 +62,7 @@ def _environment() -> Environment:
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.0f}%"
     env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
     env.filters["ago"] = ago
+    env.filters["usd"] = money
     return env
 
 
@@ -88,9 +90,10 @@ def create_app(
     store_label: str,
     poll: float = 0.25,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    prices: PriceBook | None = None,
 ) -> Starlette:
     """The console app over ``reader``; ``store_label`` is shown in the header (no secrets:
-    pass a redacted URL). ``poll`` is how often, in seconds, the live feed looks for changes.
+    pass a redacted URL); ``prices``: a session page shows what it cost (none without). ``poll`` is how often, in seconds, the live feed looks for changes.
     ``allowed_hosts`` are the ``Host`` headers answered (``"*"``: any); the loopback names by
     default, so a web page elsewhere cannot read the console through DNS rebinding."""
     env = _environment()
@@ -153,9 +156,17 @@ def create_app(
             made_at = (await fingerprint(), await reader.holder(session_id))
             kept = views.get(session_id, made_at)
             if kept is None:
-                read = await reader.read(session_id)
-                view = session_view(session_id, read.records, holder=made_at[1], query=query)
-                torn = read.torn_tail
+                # the lineage: the view leaves a rewind's discarded branch out, the cost not
+                lineage = await reader.lineage(session_id)
+                view = session_view(
+                    session_id,
+                    lineage.records,
+                    holder=made_at[1],
+                    query=query,
+                    prices=prices,
+                    own_from=lineage.own_from,
+                )
+                torn = lineage.read.torn_tail
                 views.put(session_id, made_at, view, torn)
             else:
                 view, torn = paged(kept[0], query), kept[1]

@@ -48,6 +48,8 @@ class CompactionCard:
     decided_tokens: int | None = None
     #: the usable budget it was applied against
     usable: int | None = None
+    #: how its summary fared against its probes (None: not checked)
+    checked: str | None = None
 
     @property
     def freed(self) -> int | None:
@@ -147,4 +149,5 @@ def compaction_card(
         summary=record.summary,
         protected=_snapshot_text(record.protected),
         decided_tokens=figures.decided_tokens if figures is not None else None,
+        checked=record.check.line if record.check is not None else None,
     )

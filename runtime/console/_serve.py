@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import uvicorn
 from stowage.core import ConfigError, redact_url
+from stowage.policy import PriceBook
 from stowage.storage import PostgresStore, open_store
 
 from ._app import LOOPBACK_HOSTS, create_app
@@ -44,8 +45,10 @@ async def serve_console(
     allow_remote: bool = False,
     schema: str | None = None,
     allowed_hosts: Sequence[str] = (),
+    prices: PriceBook | None = None,
 ) -> int:
     """Serve the console for the store ``spec`` names on ``host:port``; returns 0 when stopped.
+    ``prices``: session pages show what each session cost.
 
     Raises ``ConfigError`` for a non-loopback ``host`` without ``allow_remote`` (the console
     shows every message and tool output of every session) and for a bad store spec.
@@ -70,7 +73,12 @@ async def serve_console(
     label = (redact_url(spec) or "") if "://" in spec else spec
     sqlite_path = spec.partition("://")[2][1:] if spec.startswith("sqlite://") else None
     reader = StoreReader(store, sqlite_path=sqlite_path)
-    app = create_app(reader, store_label=label, allowed_hosts=host_names(host, allowed_hosts))
+    app = create_app(
+        reader,
+        store_label=label,
+        allowed_hosts=host_names(host, allowed_hosts),
+        prices=prices,
+    )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     bound = sock.getsockname()[1]

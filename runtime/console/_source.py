@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stowage.core import LogRead, LogStore, lineage_store
+from stowage.core import Lineage, LogRead, LogStore, lineage_store
 from stowage.storage import JsonlStore, PostgresStore
 
 __all__ = ["StoreReader"]
@@ -38,6 +38,12 @@ class StoreReader:
         is reported, kept): a fork's starts with its parent's up to the fork point, and a
         rewound branch is left out, as resume reads them."""
         return await lineage_store(self.store).read(session_id, repair=False)
+
+    async def lineage(self, session_id: str) -> Lineage:
+        """The session's lineage, read without repair: its parents' records up to the fork
+        point and its own, discarded branches included (their requests were paid for), with
+        where its own records start. Raises ``StoreError``."""
+        return await lineage_store(self.store).lineage(session_id, repair=False)
 
     async def holder(self, session_id: str) -> str:
         """Who holds the session's writer lease ("pid N on HOST"), read without taking it;

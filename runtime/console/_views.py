@@ -27,7 +27,7 @@ from stowage.core import (
     render,
 )
 from stowage.facade import recorded_budget, token_figures
-from stowage.policy import token_status
+from stowage.policy import CompactionCost, CostReport, PriceBook, session_cost, token_status
 
 from ._cards import CompactionCard, CompactionTone, compaction_card, compaction_tone
 from ._pages import PAGE_CARDS, PAGE_ROUNDS, Block, PageQuery, Slice, round_blocks, select
@@ -151,6 +151,15 @@ class SessionView:
     records: tuple[Record, ...] = field(default=(), repr=False)
     stubbed: frozenset[int] = field(default=frozenset(), repr=False)
     unfolded: frozenset[int] = field(default=frozenset(), repr=False)
+    #: what the session cost (None: the console was given no prices)
+    cost: CostReport | None = None
+
+    def cost_of(self, seq: int) -> CompactionCost | None:
+        """What the compaction at ``seq`` cost and saved (None: no prices, or a
+        microcompaction, which calls no model)."""
+        if self.cost is None:
+            return None
+        return next((c for c in self.cost.compactions if c.seq == seq), None)
 
     def rounds(self) -> list[tuple[Block, list[TimelineEntry]]]:
         """The page's rounds newest first, each with its entries in the order they happened."""
@@ -325,10 +334,15 @@ def session_view(
     *,
     holder: str = "",
     query: PageQuery | None = None,
+    prices: PriceBook | None = None,
+    own_from: int = 1,
 ) -> SessionView:
     """The session page of one log: the chart and tiles of the whole session, the page of
-    rounds and compaction cards ``query`` asks for (every one of them without a query).
-    Raises nothing: records that do not fold are listed in ``errors``."""
+    rounds and compaction cards ``query`` asks for (every one of them without a query), and
+    its cost at ``prices`` when given (of the records from ``own_from`` on: a fork's parents
+    paid for theirs). Raises nothing: records that do not fold are listed in ``errors``."""
+    # a discarded branch's requests were paid for too: the cost reads every record
+    cost = session_cost(records, prices, own_from=own_from) if prices is not None else None
     records = effective_records(records)  # a rewind's discarded branch is not the session's
     stubbed: set[int] = set()
     for record in records:
@@ -404,6 +418,7 @@ def session_view(
         records=tuple(records),
         stubbed=frozenset(stubbed),
         unfolded=frozenset(unfolded),
+        cost=cost,
     )
     return paged(whole, query)
 

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
         TextDelta,
         ToolSpec,
     )
-    from ._history import apply_compaction
+    from ._history import absorbed, apply_compaction
     from ._hooks import (
         AfterCompaction,
         BeforeCompaction,
@@ -117,7 +117,16 @@ if TYPE_CHECKING:
         request_manifest,
     )
     from ._projection import PREVIEW_MIN_CHARS, StubCache, build_projection, default_stub
-    from ._protected import ProtectedEntry, ProtectedState, prepare_all, render, user_ops, verify
+    from ._protected import (
+        ProtectedEntry,
+        ProtectedState,
+        Touched,
+        prepare_all,
+        render,
+        render_touched,
+        user_ops,
+        verify,
+    )
     from ._protected_updates import (
         UPDATES_INSTRUCTIONS,
         UPDATES_KEY,
@@ -146,6 +155,7 @@ if TYPE_CHECKING:
         SectionName,
         SessionRecord,
         SettingsChangedRecord,
+        SummaryCheck,
         TurnRecord,
         Usage,
     )
@@ -223,6 +233,7 @@ __all__ = [
     "CompactionKind",
     "CompactionLoop",
     "CompactionFigures",
+    "SummaryCheck",
     "CompactionRecord",
     "CompactionSkipped",
     "CompactionSummary",
@@ -320,6 +331,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WriterLease",
+    "absorbed",
     "apply_compaction",
     "build_projection",
     "configure_logging",
@@ -340,6 +352,8 @@ __all__ = [
     "parse_summary_updates",
     "prepare_all",
     "render",
+    "render_touched",
+    "Touched",
     "replay",
     "review_updates",
     "updates_block",
@@ -416,6 +430,7 @@ _EXPORTS = {
     "StreamEvent": "._gateway",
     "TextDelta": "._gateway",
     "ToolSpec": "._gateway",
+    "absorbed": "._history",
     "apply_compaction": "._history",
     "AfterCompaction": "._hooks",
     "BeforeCompaction": "._hooks",
@@ -457,6 +472,8 @@ _EXPORTS = {
     "ProtectedState": "._protected",
     "prepare_all": "._protected",
     "render": "._protected",
+    "render_touched": "._protected",
+    "Touched": "._protected",
     "user_ops": "._protected",
     "verify": "._protected",
     "UPDATES_INSTRUCTIONS": "._protected_updates",
@@ -468,6 +485,7 @@ _EXPORTS = {
     "ApprovalRecord": "._records",
     "CompactionKind": "._records",
     "CompactionFigures": "._records",
+    "SummaryCheck": "._records",
     "CompactionRecord": "._records",
     "ErrorRecord": "._records",
     "ForkedFromRecord": "._records",

@@ -23,7 +23,7 @@ from ._items import (
     UserMessage,
 )
 
-__all__ = ["CompactionResult", "apply_compaction", "compose_history"]
+__all__ = ["CompactionResult", "absorbed", "apply_compaction", "compose_history"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +69,16 @@ def apply_compaction(
         retained=retained,
         removed=len(compacted) - len(retained),
     )
+
+
+def absorbed(
+    history: Sequence[HistoryEntry], *, covers_through: int, user_budget_chars: int
+) -> tuple[HistoryEntry, ...]:
+    """The entries a compaction covering ``covers_through`` replaces by its summary: covered
+    and not retained (see ``apply_compaction``). Raises ``CompactionError`` as it does."""
+    compacted, _ = _split(history, covers_through)
+    kept = {e.seq for e in _retain(compacted, history, user_budget_chars)}
+    return tuple(e for e in compacted if e.seq not in kept)
 
 
 def compose_history(

@@ -121,7 +121,9 @@ def continue_settings(
     ``base`` gives what is not identity (store, durability, timeouts) and the secrets (the
     API key, and the endpoint URL or an MCP server when the stored one is redacted and
     ``base``'s redacts to it); the stored identity replaces ``base``'s identity fields;
-    ``overrides`` (the options given explicitly) replace both. The changes map each
+    ``overrides`` (the options given explicitly) replace both; a session that compacts with
+    its provider, given a wire that cannot carry the provider's item, compacts "auto" (a
+    change of its own). The changes map each
     overridden field whose value differs from the stored one to ``[stored, new]``,
     credentials redacted, ready for a ``SettingsChangedRecord``.
 
@@ -151,6 +153,16 @@ def continue_settings(
                 "give the full URL with --base-url (or base_url in stowage.toml)"
             )
     values.update(overrides)
+    # a session that compacts with its provider, moved to a wire that cannot carry the
+    # provider's item: it compacts with the provider where it can and locally elsewhere
+    # ("auto"), and its first turn there summarizes the items it has locally, from the log
+    moved = (
+        values.get("compaction") == "provider"
+        and values.get("wire_api", base.wire_api) != "responses"
+        and "compaction" not in overrides
+    )
+    if moved:
+        values["compaction"] = "auto"
     settings = base.with_(**values)
     changes: dict[str, list[Any]] = {}
     for name in overrides:
@@ -158,4 +170,6 @@ def continue_settings(
         after = recordable(name, getattr(settings, name))
         if before != after and (name in identity.fields or after not in (None, [])):
             changes[name] = [before, after]
+    if moved:
+        changes["compaction"] = ["provider", "auto"]
     return settings, changes

@@ -23,7 +23,18 @@ op                     fields                      who
 ``add_artifact``       ``ref``, ``note`` (opt.)    user, summarizer
 ``add_pending``        ``text``                    user, summarizer
 ``complete_pending``   ``id``                      user, summarizer
+``touch``              ``kind``, ``target``,       tools
+                       ``status`` (opt.)
 =====================  ==========================  =========================
+
+``touch`` is the trail of files touched, kept by construction: the runtime writes one for
+each path a tool call read, listed, searched, wrote or edited and each command it ran (with
+its exit status), from what the tool declares it touches, never from a summary. The trail is
+newest first, one line per path or command (what was done to it merged), its oldest lines
+folded into one "and N earlier" line past ``TOUCHED_KEPT``. A touch lands in ``fresh`` and
+is rendered only once a compaction has carried it (``carried``): until then the call that
+made it is in the history, and the protected message, which opens every request, does not
+change under the provider's prompt cache every round.
 
 ``prepare`` checks an op against the state and its source and gives the canonical op to log
 (with the new entry's id filled in); ``ProtectedState.apply`` folds a canonical op and is what
@@ -41,6 +52,9 @@ from ._items import AssistantMessage, CompactionSummary, Item, SystemMessage, Us
 
 __all__ = [
     "SUMMARIZER_OPS",
+    "TOOL_OPS",
+    "TOUCHED_KEPT",
+    "Touched",
     "USER_ONLY_OPS",
     "EntryKind",
     "ProtectedEntry",
@@ -51,11 +65,12 @@ __all__ = [
     "prepare",
     "prepare_all",
     "render",
+    "render_touched",
     "user_ops",
     "verify",
 ]
 
-ProtectedSource: TypeAlias = Literal["user", "summarizer"]
+ProtectedSource: TypeAlias = Literal["user", "summarizer", "tools"]
 EntryKind: TypeAlias = Literal[
     "objective", "constraint", "decision", "completed", "pending", "failed_attempt", "artifact"
 ]
@@ -66,7 +81,15 @@ USER_ONLY_OPS = frozenset({"set_objective", "add_constraint", "drop_constraint"}
 SUMMARIZER_OPS = frozenset(
     {"add_decision", "add_failed_attempt", "add_artifact", "add_pending", "complete_pending"}
 )
-_OPS = USER_ONLY_OPS | SUMMARIZER_OPS
+#: ops only the runtime makes, from the tool calls: the trail of files touched
+TOOL_OPS = frozenset({"touch"})
+_OPS = USER_ONLY_OPS | SUMMARIZER_OPS | TOOL_OPS
+#: lines of the trail of files touched kept whole; older ones fold into one line
+TOUCHED_KEPT = 30
+#: what the folded line names of the older paths, at most
+_EARLIER_NAMED = 40
+#: what a call does to a target, in the order a trail line says it
+_TOUCH_KINDS = ("read", "list", "search", "write", "edit", "run")
 
 # The text fields each op needs (and the optional ones), all strings.
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -78,6 +101,7 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "add_artifact": (("ref",), ("note",)),
     "add_pending": (("text",), ()),
     "complete_pending": (("id",), ()),
+    "touch": (("kind", "target"), ("status",)),
 }
 # id prefix of each kind; completed entries keep the id they had while pending
 _PREFIX: dict[str, str] = {
@@ -131,6 +155,34 @@ class ProtectedEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Touched:
+    """One line of the trail of files touched: a path and what the session's calls did to it
+    (``read``, ``edit``, ...), or a command it ran (``kinds == ("run",)``) and how it ended."""
+
+    target: str
+    kinds: tuple[str, ...]
+    status: str = ""
+
+    @property
+    def is_command(self) -> bool:
+        return self.kinds == ("run",)
+
+    @property
+    def line(self) -> str:
+        """The line as rendered, verbatim."""
+        if self.is_command:
+            return f"ran `{self.target}`" + (f" ({self.status})" if self.status else "")
+        said = "/".join(self.kinds) + f" {self.target}"
+        return said + (f" ({self.status})" if self.status else "")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"target": self.target, "kinds": list(self.kinds)}
+        if self.status:
+            out["status"] = self.status
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProtectedState:
     """The protected facts of a session: an immutable value, changed by ``apply``.
 
@@ -146,6 +198,16 @@ class ProtectedState:
     failed_attempts: tuple[ProtectedEntry, ...] = ()
     artifacts: tuple[ProtectedEntry, ...] = ()
     serial: Mapping[str, int] = field(default_factory=dict)
+    #: the trail of files touched, newest first (``touch`` ops), at most ``TOUCHED_KEPT``
+    touched: tuple[Touched, ...] = ()
+    #: how many older lines were folded, and the paths they named (newest first, bounded)
+    earlier: int = 0
+    earlier_named: tuple[str, ...] = ()
+    #: lines touched since the last compaction, newest first: not rendered (the calls that
+    #: touched them are still in the history), so the protected message, which opens every
+    #: request, stays the same between compactions and the provider's prompt cache holds;
+    #: a compaction folds them in (``carried``)
+    fresh: tuple[Touched, ...] = ()
 
     @property
     def entries(self) -> tuple[ProtectedEntry, ...]:
@@ -162,7 +224,7 @@ class ProtectedState:
         )
 
     def __bool__(self) -> bool:
-        return bool(self.entries)
+        return bool(self.entries) or bool(self.touched) or bool(self.fresh)
 
     def find(self, entry_id: str) -> ProtectedEntry | None:
         """The entry with ``entry_id``, or None. Raises nothing."""
@@ -175,6 +237,8 @@ class ProtectedState:
         an id already taken, or an id that names no entry of the right kind.
         """
         name = check_op(op)
+        if name == "touch":
+            return self._touch(str(op["kind"]), str(op["target"]), str(op.get("status", "")))
         if name in ("drop_constraint", "complete_pending"):
             return self._remove_or_move(name, str(op["id"]))
         entry = _entry_for(name, op)
@@ -206,6 +270,35 @@ class ProtectedState:
             state = state.apply(op)
         return state
 
+    def _touch(self, kind: str, target: str, status: str) -> ProtectedState:
+        """``fresh`` with ``target`` moved to its front, what was done to it merged."""
+        if kind not in _TOUCH_KINDS:
+            raise ProtectedStateViolation(f"touch: kind {kind!r} is not one of {_TOUCH_KINDS}")
+        return replace(
+            self, fresh=_merged(self.fresh, Touched(target=target, kinds=(kind,), status=status))
+        )
+
+    def carried(self) -> ProtectedState:
+        """The state a compaction carries: the lines touched since the last one folded into
+        the trail (newest first, the oldest past ``TOUCHED_KEPT`` into one line). Raises
+        nothing."""
+        if not self.fresh:
+            return self
+        trail = self.touched
+        for line in reversed(self.fresh):  # oldest first, so the newest ends in front
+            trail = _merged(trail, line)
+        if len(trail) <= TOUCHED_KEPT:
+            return replace(self, touched=trail, fresh=())
+        folded = trail[TOUCHED_KEPT:]
+        named = tuple(dict.fromkeys((*(t.target for t in folded), *self.earlier_named)))
+        return replace(
+            self,
+            touched=trail[:TOUCHED_KEPT],
+            fresh=(),
+            earlier=self.earlier + len(folded),
+            earlier_named=named[:_EARLIER_NAMED],
+        )
+
     def _remove_or_move(self, name: str, entry_id: str) -> ProtectedState:
         if name == "drop_constraint":
             kept = tuple(e for e in self.constraints if e.id != entry_id)
@@ -222,12 +315,20 @@ class ProtectedState:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as a JSON object, for ``CompactionRecord.protected``. Raises nothing."""
-        return {
+        """The state as a JSON object, for ``CompactionRecord.protected``: what ``carried``
+        gives, so a snapshot never holds ``fresh`` lines. Raises nothing."""
+        if self.fresh:
+            return self.carried().snapshot()
+        out: dict[str, Any] = {
             "v": 1,
             "entries": [e.to_json() for e in self.entries],
             "serial": dict(sorted(self.serial.items())),
         }
+        if self.touched:
+            out["touched"] = [t.to_json() for t in self.touched]
+        if self.earlier:
+            out["earlier"] = {"count": self.earlier, "named": list(self.earlier_named)}
+        return out
 
     @classmethod
     def from_snapshot(cls, data: Mapping[str, Any]) -> ProtectedState:
@@ -251,6 +352,7 @@ class ProtectedState:
         if not isinstance(serial, dict) or not all(isinstance(v, int) for v in serial.values()):
             raise ProtectedStateViolation(f"bad serial in protected snapshot: {serial!r}")
         objectives = by_kind["objective"]
+        touched, earlier, named = _trail_from_snapshot(data)
         return cls(
             objective=objectives[-1] if objectives else None,
             constraints=tuple(by_kind["constraint"]),
@@ -260,7 +362,41 @@ class ProtectedState:
             failed_attempts=tuple(by_kind["failed_attempt"]),
             artifacts=tuple(by_kind["artifact"]),
             serial=dict(serial),
+            touched=touched,
+            earlier=earlier,
+            earlier_named=named,
         )
+
+
+def _merged(trail: tuple[Touched, ...], line: Touched) -> tuple[Touched, ...]:
+    """``trail`` with ``line`` at its front, merged with the line it had for the same path (or
+    the same command): what was done to it joined, the newer status kept when it has one."""
+    old = next(
+        (t for t in trail if t.target == line.target and t.is_command == line.is_command), None
+    )
+    if old is None:
+        return (line, *trail)
+    kinds = tuple(k for k in _TOUCH_KINDS if k in old.kinds or k in line.kinds)
+    merged = Touched(target=line.target, kinds=kinds, status=line.status or old.status)
+    return (merged, *(t for t in trail if t is not old))
+
+
+def _trail_from_snapshot(
+    data: Mapping[str, Any],
+) -> tuple[tuple[Touched, ...], int, tuple[str, ...]]:
+    raw = data.get("touched", [])
+    earlier = data.get("earlier", {"count": 0, "named": []})
+    try:
+        touched = tuple(
+            Touched(target=t["target"], kinds=tuple(t["kinds"]), status=t.get("status", ""))
+            for t in raw
+        )
+        count, named = int(earlier["count"]), tuple(str(n) for n in earlier["named"])
+    except (TypeError, KeyError, ValueError):
+        raise ProtectedStateViolation(f"bad trail in protected snapshot: {raw!r}") from None
+    if not all(isinstance(t.target, str) and set(t.kinds) <= set(_TOUCH_KINDS) for t in touched):
+        raise ProtectedStateViolation(f"bad trail in protected snapshot: {raw!r}")
+    return touched, count, named
 
 
 def prepare(
@@ -276,6 +412,17 @@ def prepare(
     (the summarizer touching the objective or a constraint) or the op cannot apply.
     """
     name = check_op(op)
+    if (name in TOOL_OPS) != (source == "tools"):
+        raise ProtectedStateViolation(
+            f"{name}: the trail of files touched is written by the runtime from the tool "
+            "calls, and nothing else"
+            if name in TOOL_OPS
+            else f"the tool calls may only add to the trail of files touched, not {name}"
+        )
+    if name in TOOL_OPS:
+        canonical = {k: op[k] for k in ("op", "kind", "target", "status") if k in op}
+        state.apply(canonical)  # raises on a kind that is not one
+        return canonical
     if source == "summarizer" and name not in SUMMARIZER_OPS:
         raise ProtectedStateViolation(
             f"the summarizer may not {name.replace('_', ' ')} ({op_target(state, op)}): "
@@ -332,9 +479,10 @@ def user_ops(
 def render(state: ProtectedState) -> str:
     """The protected message: every entry's ``line``, by section, deterministic.
 
-    Empty string for an empty state. Raises nothing.
+    Empty string for an empty state. The trail's ``fresh`` lines are not rendered (see
+    ``ProtectedState.fresh``). Raises nothing.
     """
-    if not state:
+    if not (state.entries or state.touched):
         return ""
     parts = [_HEADER]
     entries = state.entries
@@ -342,7 +490,21 @@ def render(state: ProtectedState) -> str:
         lines = [f"- {e.line}" for e in entries if e.kind == kind]
         if lines:
             parts.append(f"{title}:\n" + "\n".join(lines))
+    trail = render_touched(state)
+    if trail:
+        parts.append(trail)
     return "\n\n".join(parts)
+
+
+def render_touched(state: ProtectedState) -> str:
+    """The trail's section of the protected message (empty without one). Raises nothing."""
+    if not state.touched:
+        return ""
+    lines = [f"- {t.line}" for t in state.touched]
+    if state.earlier:
+        more = "…" if state.earlier > len(state.earlier_named) else ""
+        lines.append(f"- and {state.earlier} earlier: {', '.join(state.earlier_named)}{more}")
+    return "Files touched (from the tool calls, newest first):\n" + "\n".join(lines)
 
 
 def verify(state: ProtectedState, items: Sequence[Item]) -> tuple[ProtectedEntry, ...]:
@@ -355,7 +517,11 @@ def verify(state: ProtectedState, items: Sequence[Item]) -> tuple[ProtectedEntry
         for item in items
         if isinstance(item, SystemMessage | UserMessage | AssistantMessage | CompactionSummary)
     ]
-    return tuple(e for e in state.entries if not any(e.line in text for text in texts))
+    missing = tuple(e for e in state.entries if not any(e.line in text for text in texts))
+    trail = render_touched(state)
+    if trail and not any(trail in text for text in texts):
+        missing += (ProtectedEntry(id="touched", kind="artifact", text=trail),)
+    return missing
 
 
 def check_op(op: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "RequestManifest",
     "SectionName",
     "CompactionFigures",
+    "SummaryCheck",
     "CompactionKind",
     "CompactionRecord",
     "ErrorRecord",
@@ -68,6 +69,16 @@ class Usage:
     #: input tokens the provider wrote to its prompt cache for later requests (Anthropic's
     #: ``cache_creation_input_tokens``; 0 when it did not say, or it caches on its own)
     cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        """Both calls' usage together (a summary that took more than one request)."""
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +153,10 @@ class RoundCommittedRecord:
     #: what the request the round sent was built from (None: a round no request made, as a
     #: recovered one, or a log older than manifests)
     manifest: RequestManifest | None = None
+    #: the round's request was the first one sent after the session was opened from a log
+    #: that held rounds already (a resume, or a rehydration after hibernating): its cached
+    #: tokens say whether the provider's prompt cache outlived the pause
+    resumed: bool = False
 
 
 CompactionKind: TypeAlias = Literal["full", "fallback"]
@@ -163,6 +178,30 @@ class CompactionFigures:
         if tokens is None or not self.usable:
             return None
         return tokens / self.usable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryCheck:
+    """How a summary fared against its probes (``stowage.policy``'s checked summaries): the
+    probes it was checked against (carried to the next compaction), those the first summary
+    missed, whether it was asked for once more, and those appended as a section of their own
+    because the summary still missed them."""
+
+    probes: tuple[str, ...] = ()
+    missed_first: tuple[str, ...] = ()
+    asked_again: bool = False
+    appended: tuple[str, ...] = ()
+
+    @property
+    def line(self) -> str:
+        """How the summary fared, in one line (``show``, the console)."""
+        probes = len(self.probes)
+        if not self.missed_first:
+            return f"kept all {probes} probes (the user's instructions and corrections it absorbed)"
+        line = f"the summary missed {len(self.missed_first)} of {probes} probes; asked once more"
+        if self.appended:
+            return line + f"; {len(self.appended)} still missing, appended as their own section"
+        return line + "; the second summary kept them all"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +253,11 @@ class CompactionRecord:
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
     #: the figures of its decision and application (None in logs written before them)
     figures: CompactionFigures | None = None
+    #: what the summary request reported, summed over the requests that made this summary
+    #: (None: no model call, as a fallback digest, no usage reported, or an older log)
+    usage: Usage | None = None
+    #: the summary's check against its probes (None: not checked, e.g. a fallback digest)
+    check: SummaryCheck | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,12 +275,13 @@ class MicrocompactRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProtectedRecord:
-    """A change to protected state; ``source`` is ``user`` or ``summarizer``."""
+    """A change to protected state; ``source`` is ``user``, ``summarizer``, or ``tools`` (the
+    trail of files touched, written by the runtime from a round's calls)."""
 
     seq: int
     ts: str = field(default_factory=now_ts, compare=False)
     ops: tuple[dict[str, Any], ...]
-    source: Literal["user", "summarizer"] = "user"
+    source: Literal["user", "summarizer", "tools"] = "user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -94,6 +94,8 @@ class SessionState:
     #: ``protected`` worked out from the snapshot and the ops; None when they changed since
     _protected_cache: ProtectedState | None = field(default=None, repr=False)
     last_compaction_seq: int = 0
+    #: the probes the newest compaction's summary was checked against, carried to the next
+    probes: tuple[str, ...] = ()
     #: reported usage of the first round committed after the newest compaction: the base a
     #: threshold compaction must grow from before another one can free anything
     usage_after_compaction: int | None = None
@@ -189,6 +191,8 @@ class SessionState:
                     self.protected_ops = []
                     self._protected_cache = None
                 self.last_compaction_seq = record.seq
+                if record.check is not None:
+                    self.probes = record.check.probes
                 if record.turn_open and not self.turn_open:
                     # replayed from this record on (a resume): the turn's "started" record is
                     # before it, so the record says the turn is open; its ledger starts here

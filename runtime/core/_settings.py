@@ -398,6 +398,24 @@ class Settings:
             "log, compacted or not, by their words"
         ),
     ] = False
+    files_touched: Annotated[
+        bool,
+        setting(
+            "keep a trail of the files the tool calls read, wrote or edited and the commands "
+            "they ran in the protected state, carried verbatim through every compaction",
+            cli="--no-files-touched",
+            cli_value=False,
+        ),
+    ] = True
+    check_summaries: Annotated[
+        bool,
+        setting(
+            "check each summary against the user's instructions and corrections it absorbs; "
+            "ask once more naming what it missed, then append what it still misses",
+            cli="--no-check-summaries",
+            cli_value=False,
+        ),
+    ] = True
     reground_every: Annotated[
         int,
         setting(
@@ -740,6 +758,8 @@ IDENTITY_FIELDS: tuple[str, ...] = (
     "reground_every",
     "milestone_tool",
     "search_history_tool",
+    "files_touched",
+    "check_summaries",
     "compact_prompt_file",
     "breaker_failures",
     # what its tools may change, the user's word: kept with the session, shown in `context`

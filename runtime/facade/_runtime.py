@@ -794,7 +794,16 @@ class Runtime:
             changes["wire_api"] = [settings.wire_api, ours.wire_api]
         if not changes:
             return settings, {}
-        return settings.with_(base_url=ours.base_url, wire_api=ours.wire_api), changes
+        compaction = settings.compaction
+        if compaction == "provider" and ours.wire_api != "responses":
+            # the provider's item cannot go there: compacted locally from here on, and what
+            # items the history holds are summarized locally at its next turn
+            compaction = "auto"
+            changes["compaction"] = ["provider", "auto"]
+        moved = settings.with_(
+            base_url=ours.base_url, wire_api=ours.wire_api, compaction=compaction
+        )
+        return moved, changes
 
     def _check_tools(self, settings: Settings) -> None:
         """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than

@@ -398,9 +398,7 @@ class Session:
                 lost = self._stopped_error()
                 raise lost from lost.__cause__
             if self._failure is not None:
-                raise SessionFailed(f"session {self.id} has failed") from _root_cause(
-                    self._failure
-                )
+                raise SessionFailed(f"session {self.id} has failed") from _root_cause(self._failure)
             raise SessionClosed(f"session {self.id} is closed") from exc
 
     async def _wait(self, reply: Reply[T]) -> T:

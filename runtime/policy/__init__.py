@@ -49,6 +49,15 @@ if TYPE_CHECKING:
         decide_compaction,
         summary_view,
     )
+    from ._cost import (
+        CompactionCost,
+        CostReport,
+        RequestCost,
+        ResumeHit,
+        billed_usage,
+        money,
+        session_cost,
+    )
     from ._fallback import digest, fallback_summary
     from ._forecast import Forecast
     from ._machine import (
@@ -73,6 +82,8 @@ if TYPE_CHECKING:
         SummaryReady,
         step,
     )
+    from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
+    from ._probes import draw_probes, kept_section, missed_probes, probe_focus
     from ._requests_check import RequestsReport, check_requests
     from ._ruler import Ruler, View
     from ._snapshot import (
@@ -161,6 +172,18 @@ __all__ = [
     "RequestsReport",
     "check_requests",
     "Forecast",
+    "COST_EXTRA_HINT",
+    "Charge",
+    "CompactionCost",
+    "CostReport",
+    "CustomPrice",
+    "PriceBook",
+    "Prices",
+    "RequestCost",
+    "ResumeHit",
+    "billed_usage",
+    "money",
+    "session_cost",
     "irreducible_tokens",
     "loop_message",
     "reattach_seqs",
@@ -193,6 +216,10 @@ __all__ = [
     "drop_oldest_rounds",
     "effective_threshold",
     "fallback_summary",
+    "draw_probes",
+    "kept_section",
+    "missed_probes",
+    "probe_focus",
     "fixed_request_tokens",
     "implausible_usage",
     "oversized_answer",
@@ -275,7 +302,23 @@ _EXPORTS = {
     "summary_view": "._compaction",
     "digest": "._fallback",
     "fallback_summary": "._fallback",
+    "draw_probes": "._probes",
+    "kept_section": "._probes",
+    "missed_probes": "._probes",
+    "probe_focus": "._probes",
     "Forecast": "._forecast",
+    "CompactionCost": "._cost",
+    "CostReport": "._cost",
+    "RequestCost": "._cost",
+    "ResumeHit": "._cost",
+    "billed_usage": "._cost",
+    "money": "._cost",
+    "session_cost": "._cost",
+    "COST_EXTRA_HINT": "._prices",
+    "Charge": "._prices",
+    "CustomPrice": "._prices",
+    "PriceBook": "._prices",
+    "Prices": "._prices",
     "TokenStatus": "._tokens",
     "answer_chars": "._tokens",
     "calibrated_ratio": "._tokens",

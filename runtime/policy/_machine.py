@@ -127,6 +127,8 @@ class Manual:
     focus: str | None = None
     reground: bool = False
     now: float = 0.0
+    #: why, when the runtime asked (the record's reason); None: the user asked
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -884,7 +886,7 @@ def _manual(state: MachineState, event: Manual) -> Step:
         work,
         view,
         covers_through=covers,
-        reason="manual compaction requested",
+        reason=event.reason or "manual compaction requested",
         kind="manual",
         urgent=False,
         hold=True,

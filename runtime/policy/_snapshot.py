@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from stowage.core import Cycle, HistoryEntry, MilestoneRecord, SessionState, Usage
+from stowage.core import Cycle, HistoryEntry, MilestoneRecord, SessionState, SummaryCheck, Usage
 from stowage.core import render as render_protected
 
 from ._accounting import Accounting
@@ -82,6 +82,8 @@ class Snapshot:
     milestone: str | None = None
     #: turns finished since the newest compaction (``compact_every_turns``)
     turns_since_compaction: int = 0
+    #: the probes the newest compaction checked, which the next summary must keep too
+    probes: tuple[str, ...] = ()
     #: the refusal, when ``cause`` is "refused"
     refusal: Refusal | None = None
     #: the plan the sampler did not apply, when ``cause`` is "dropped", and why
@@ -119,6 +121,10 @@ class Plan:
     provider_item: dict[str, Any] | None = field(default=None, hash=False)
     #: (kind, message) notes written as error records with the compaction (said once)
     notices: tuple[tuple[str, str], ...] = ()
+    #: what the summary request(s) reported (None: no model call, or none reported)
+    usage: Usage | None = None
+    #: how the summary fared against its probes (None: not checked)
+    check: SummaryCheck | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +178,7 @@ def snapshot_of(
         fulls_since_reground=state.fulls_since_reground,
         milestone=_phase(state.last_milestone) if cause == "milestone" else None,
         turns_since_compaction=state.turns_since_compaction,
+        probes=state.probes,
         refusal=refusal,
         dropped=dropped[0] if dropped else 0,
         dropped_why=dropped[1] if dropped else None,

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         call_effects,
         call_preview,
         execute_call,
+        trail_ops,
     )
     from ._search_history import SEARCH_TOOL, FindRecords, FoundRecords, search_history_tool
     from ._workspace import workspace_tools
@@ -40,6 +41,7 @@ __all__ = [
     "applied_after_crash",
     "call_effects",
     "call_preview",
+    "trail_ops",
     "ToolPolicy",
     "CallVerdict",
     "DEFAULT_SECRET_PATTERNS",
@@ -74,6 +76,7 @@ _EXPORTS = {
     "applied_after_crash": "._acting",
     "call_effects": "._registry",
     "call_preview": "._registry",
+    "trail_ops": "._registry",
     "ToolPolicy": "._policy",
     "CallVerdict": "._policy",
     "DecoratedTool": "._decorator",

@@ -13,14 +13,23 @@ import functools
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 import anyio
 import anyio.to_thread
 import pydantic
 import pydantic_core
-from stowage.core import ConfigError, ToolContext, ToolSpec, current_tool_context
+from stowage.core import (
+    ConfigError,
+    Effect,
+    EffectKind,
+    ToolContext,
+    ToolSpec,
+    current_tool_context,
+)
+
+from ._registry import declared_effects
 
 __all__ = ["DecoratedTool", "tool"]
 
@@ -69,15 +78,26 @@ class DecoratedTool:
         description: str | None = None,
         timeout: float | None = None,
         needs_approval: bool = False,
+        touches: Mapping[str, EffectKind] | None = None,
     ) -> None:
-        """Raises ``ConfigError`` if the signature cannot make a schema (``*args``, an
-        annotation pydantic cannot handle) or ``timeout`` is not positive."""
+        """``touches``: which arguments are paths the call reads, writes, ... or commands it
+        runs (``{"path": "read"}``), for the approval policy and the trail of files touched.
+
+        Raises ``ConfigError`` if the signature cannot make a schema (``*args``, an
+        annotation pydantic cannot handle), ``timeout`` is not positive, or ``touches`` names
+        an argument the function does not have."""
         tool_name = name or fn.__name__
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"tool {tool_name!r}: timeout must be > 0 seconds, got {timeout}")
         self.__wrapped__ = fn
         self._timeout = timeout
         self.needs_approval = needs_approval
+        self._touches = dict(touches or {})
+        unknown = set(self._touches) - set(inspect.signature(fn).parameters)
+        if unknown:
+            raise ConfigError(
+                f"tool {tool_name!r}: touches names {sorted(unknown)}, which are not its arguments"
+            )
         self._is_async = inspect.iscoroutinefunction(fn)
         summary, arg_docs = _parse_docstring(fn.__doc__)
         try:
@@ -126,6 +146,10 @@ class DecoratedTool:
     def spec(self) -> ToolSpec:
         """Name, description and argument schema, as the model sees them."""
         return self._spec
+
+    def effects(self, arguments: Any) -> tuple[Effect, ...]:
+        """What a call with these decoded JSON arguments touches, as ``touches`` declares."""
+        return declared_effects(self._touches, arguments)
 
     @property
     def timeout(self) -> float | None:
@@ -182,6 +206,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     needs_approval: bool = False,
+    touches: Mapping[str, EffectKind] | None = None,
 ) -> Callable[[Callable[..., Any]], DecoratedTool]: ...
 
 
@@ -193,18 +218,27 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     needs_approval: bool = False,
+    touches: Mapping[str, EffectKind] | None = None,
 ) -> DecoratedTool | Callable[[Callable[..., Any]], DecoratedTool]:
     """Make a tool of a typed function: ``@tool`` or ``@tool(timeout=5, name="...")``.
 
     ``description`` defaults to the docstring's text before its sections; each argument's
     description comes from its ``Args:`` line. Raise ``ToolError`` inside it to hand the model
     a message to read as the output. ``needs_approval`` makes every call wait for a person's
-    approval. Raises ``ConfigError`` if the function cannot be described to a model.
+    approval. ``touches`` says which arguments are paths or commands (``{"path": "read"}``,
+    ``{"cmd": "run"}``): the approval policy judges the call on them and the session's trail
+    of files touched keeps them. Raises ``ConfigError`` if the function cannot be described
+    to a model.
     """
 
     def make(f: Callable[..., Any]) -> DecoratedTool:
         return DecoratedTool(
-            f, name=name, description=description, timeout=timeout, needs_approval=needs_approval
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            needs_approval=needs_approval,
+            touches=touches,
         )
 
     return make(fn) if fn is not None else make

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from stowage.core import ConfigError, Tool, ToolSpec, redact_url
+from stowage.core import ConfigError, Effect, EffectKind, Tool, ToolSpec, redact_url
 
-from ._registry import ToolError, ToolRegistry
+from ._registry import ToolError, ToolRegistry, declared_effects
 
 if TYPE_CHECKING:  # the SDK is an optional extra: its types only for the type checker
     from mcp import ClientSession
@@ -53,6 +53,10 @@ class MCPServer:
     start_timeout: float = 30.0
     call_restart_wait: float = 10.0
     call_timeout: float | None = None
+    #: which arguments of which of its tools are paths or commands, by the server's tool
+    #: name: ``{"read_text_file": {"path": "read"}}`` (the approval policy and the trail of
+    #: files touched read them)
+    touches: dict[str, dict[str, EffectKind]] | None = None
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -266,6 +270,11 @@ class MCPTool:
         if not isinstance(arguments, dict):
             raise ValueError(f"arguments must be a JSON object, got {type(arguments).__name__}")
         return arguments
+
+    def effects(self, arguments: Any) -> tuple[Effect, ...]:
+        """What a call touches, as the server's ``touches`` declares for this tool."""
+        declared = (self._source.server.touches or {}).get(self._remote_name, {})
+        return declared_effects(declared, arguments)
 
     async def run(self, arguments: dict[str, Any]) -> str:
         """Call the tool on its server; raises ``ToolError`` as ``MCPToolSource.call`` does."""

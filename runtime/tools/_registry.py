@@ -9,7 +9,8 @@ output for every call.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+import os
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -17,6 +18,7 @@ import pydantic
 from stowage.core import (
     ConfigError,
     Effect,
+    EffectKind,
     FunctionCall,
     FunctionCallOutput,
     StowageError,
@@ -33,6 +35,8 @@ __all__ = [
     "after_crash",
     "call_preview",
     "call_effects",
+    "declared_effects",
+    "trail_ops",
     "execute_call",
     "execute_calls",
 ]
@@ -191,6 +195,46 @@ def call_preview(tool: Tool | None, call: FunctionCall) -> str | None:
     shows nothing). Raises nothing; may read files (run it off the event loop)."""
     found = _ask(tool, "preview", call)
     return found if isinstance(found, str) else None
+
+
+def declared_effects(touches: Mapping[str, EffectKind], arguments: Any) -> tuple[Effect, ...]:
+    """What a call touches, from a tool's declaration of which of its arguments are paths
+    (``read``, ``write``, ...) or commands (``run``): ``{"path": "read"}``. An argument that
+    is a string, or a list of strings, is a target; anything else is ignored. Raises
+    nothing."""
+    if not isinstance(arguments, dict):
+        return ()
+    found: list[Effect] = []
+    for name, kind in touches.items():
+        value = arguments.get(name)
+        values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        for target in values:
+            if isinstance(target, str) and target.strip():
+                found.append(Effect(kind, target if kind == "run" else os.path.normpath(target)))
+    return tuple(found)
+
+
+def trail_ops(
+    registry: ToolRegistry, calls: Iterable[FunctionCall], outputs: Iterable[FunctionCallOutput]
+) -> list[dict[str, str]]:
+    """The ``touch`` ops of a round (the trail of files touched, ``stowage.core``'s protected
+    state): each path a call that succeeded says it touched, each command it ran with how it
+    ended. A call that failed, was refused, denied or interrupted touched nothing. Raises
+    nothing."""
+    ended = {o.call_id: o for o in outputs if not o.is_error}
+    ops: list[dict[str, str]] = []
+    for call in calls:
+        output = ended.get(call.call_id)
+        if output is None:
+            continue
+        for effect in call_effects(registry.get(call.name), call):
+            op = {"op": "touch", "kind": effect.kind, "target": effect.target}
+            if effect.kind == "run":
+                first = output.output.split("\n", 1)[0]
+                if first.startswith(("exit status", "timed out")):
+                    op["status"] = first
+            ops.append(op)
+    return ops
 
 
 def after_crash(tool: Tool | None, call: FunctionCall) -> bool | None:

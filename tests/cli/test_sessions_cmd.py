@@ -95,7 +95,7 @@ def test_context_names_every_part_and_the_next_action(tmp_path: Path, cli: Cli) 
            "--objective", "ship it", "--context-window", "20000", cwd=tmp_path))  # fmt: skip
     report = json.loads(ok(cli("context", "c", "--json", "--store", "st", cwd=tmp_path)))
     parts = report["parts"]
-    assert list(parts) == ["system", "protected", "summary", "user", "assistant",
+    assert list(parts) == ["system", "protected", "files touched", "summary", "user", "assistant",
                            "tool outputs", "stubs", "tool schemas"]  # fmt: skip
     assert parts["system"]["tokens"] > 0 and parts["protected"]["tokens"] > 0
     assert parts["user"]["tokens"] > 0 and parts["tool schemas"]["tokens"] > 0

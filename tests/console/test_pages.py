@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from stowage.console import StoreReader, create_app
 from stowage.console._chart import MAX_POINTS
 from stowage.console._pages import PAGE_CARDS, PAGE_ROUNDS, page_query, round_blocks, select
-from stowage.core import CompactionRecord, ItemRecord, LogRead, UserMessage
+from stowage.core import CompactionRecord, ItemRecord, Lineage, LogRead, UserMessage
 from stowage.storage import JsonlStore
 
 from .longlog import long_session
@@ -91,6 +91,10 @@ class CountingReader(StoreReader):
     async def read(self, session_id: str) -> LogRead:
         self.reads += 1
         return await super().read(session_id)
+
+    async def lineage(self, session_id: str) -> Lineage:
+        self.reads += 1  # the session page reads its lineage (the cost counts every branch)
+        return await super().lineage(session_id)
 
 
 def _rounds_on(html: str) -> list[int]:

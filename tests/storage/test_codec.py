@@ -29,6 +29,7 @@ from stowage.core._records import (
     Record,
     RoundCommittedRecord,
     SessionRecord,
+    SummaryCheck,
     TurnRecord,
     Usage,
 )
@@ -53,7 +54,14 @@ items = st.one_of(
     st.builds(FunctionCallOutput, call_id=text, output=text, is_error=st.booleans()),
     st.builds(CompactionSummary, text=text),
 )
-usages = st.none() | st.builds(Usage, input_tokens=ints, output_tokens=ints, total_tokens=ints)
+usages = st.none() | st.builds(
+    Usage,
+    input_tokens=ints,
+    output_tokens=ints,
+    total_tokens=ints,
+    cached_tokens=st.integers(min_value=0, max_value=2**40),
+    cache_write_tokens=st.integers(min_value=0, max_value=2**40),
+)
 hexes = st.text(alphabet="0123456789abcdef", min_size=16, max_size=64)
 manifests = st.none() | st.builds(
     RequestManifest,
@@ -104,6 +112,7 @@ records: st.SearchStrategy[Record] = st.one_of(
         truncated=st.booleans(),
         reported_usage=usages,
         manifest=manifests,
+        resumed=st.booleans(),
     ),
     every_field(
         CompactionRecord,
@@ -139,6 +148,15 @@ records: st.SearchStrategy[Record] = st.one_of(
             usable=st.none() | ints,
             tool_tokens=ints,
             hard=st.none() | st.floats(min_value=0.1, max_value=1, allow_nan=False),
+        ),
+        usage=usages,
+        check=st.none()
+        | st.builds(
+            SummaryCheck,
+            probes=st.lists(text, max_size=3).map(tuple),
+            missed_first=st.lists(text, max_size=2).map(tuple),
+            asked_again=st.booleans(),
+            appended=st.lists(text, max_size=2).map(tuple),
         ),
     ),
     every_field(
@@ -286,6 +304,12 @@ def test_every_field_is_written_under_its_type_name(record: Record, type_name: s
         fields.discard("turn_open")  # written only for a compaction inside a turn
     if isinstance(record, CompactionRecord) and record.figures is None:
         fields.discard("figures")  # not in logs written before them
+    if isinstance(record, CompactionRecord) and record.usage is None:
+        fields.discard("usage")  # written only when a summary request reported usage
+    if isinstance(record, RoundCommittedRecord) and not record.resumed:
+        fields.discard("resumed")  # written only for a resumed session's first request
+    if isinstance(record, CompactionRecord) and record.check is None:
+        fields.discard("check")  # written only for a checked summary
     assert set(data) - {"v", "type"} == fields
 
 
