@@ -910,6 +910,29 @@ class PostgresStore:
         except self._errors as exc:
             raise StoreError(f"postgres store: {exc}") from exc
 
+    async def missing(self) -> str | None:
+        """What of the store does not exist yet: its database, its schema, or the tables in
+        it (a writer makes the schema and tables on first use; the database is the
+        server's); None when the store exists. Creates nothing. Raises ``StoreError`` for
+        any other failure (a server that is down, a refused password)."""
+        try:
+            pool = await self._get_pool(write=False)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, self._pg.InvalidCatalogNameError):
+                return "database"
+            raise
+        try:
+            schema, table = await pool.fetchrow(
+                "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+                f'"{self._schema}"',
+                self._sessions,
+            )
+        except self._errors as exc:
+            raise StoreError(f"postgres store: {exc}") from exc
+        if not schema:
+            return "schema"
+        return None if table else "tables"
+
     async def partitions(self) -> int:
         """How many hash partitions (by session) the records table has: 0 when it is a plain
         table or does not exist yet. Raises ``StoreError``."""

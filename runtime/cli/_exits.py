@@ -171,10 +171,14 @@ _STORE_FIXES = {
 def _store_line(error: StoreError) -> str:
     """A storage failure in one line: what failed, why, and the fix; what was committed
     before it is in the log (a round is written whole or not at all)."""
+    import sqlite3  # a failure is the only time its codes are read
+
     cause = error.__cause__
     fix = "fix the store"
     if isinstance(cause, OSError) and cause.errno in _STORE_FIXES:
         fix = _STORE_FIXES[cause.errno]
+    elif isinstance(cause, sqlite3.Error) and cause.sqlite_errorcode == sqlite3.SQLITE_FULL:
+        fix = _STORE_FIXES[errno.ENOSPC]  # SQLite says "database or disk is full"
     return (
         f"stowage: error: the session store failed: {' '.join(str(error).split())}; {fix}, "
         "then run the command again ('stowage check ID' shows the log is sound; what was "

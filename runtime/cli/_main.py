@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._parser import build_parser, parser_and_commands
@@ -96,9 +97,16 @@ async def _load(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    from ._sessions import list_main
+    from stowage.storage import PostgresStore
 
-    return await list_main(args, reader_store(args))
+    from ._sessions import list_main
+    from ._store_admin import refuse_missing
+
+    store = reader_store(args)
+    inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
+    if isinstance(inner, PostgresStore):
+        await refuse_missing(inner, store_spec(args), "list")
+    return await list_main(args, store)
 
 
 async def _context(args: argparse.Namespace) -> int:
@@ -228,6 +236,9 @@ _REPORTED_ONCE = frozenset(
         "session_lease_lost",
         "protect_refused",
         "append_refused",
+        # a store that refuses a whole batch (SQLite, PostgreSQL: one transaction) fails it
+        # with the error the command's line names
+        "append_failed",
     }
 )
 
@@ -240,8 +251,37 @@ _SAY_REPAIRS = frozenset(
 )
 
 
+@dataclass(eq=False)
+class _SaidAfter:
+    """Warnings held back until the command ends: said then, unless the command's own error
+    line names the store failure they come from (a full disk fails the append, then the
+    lease's release: one failure, one line)."""
+
+    names: frozenset[str] = frozenset({"lease_release_failed"})
+    #: the warnings are held back (quiet as log lines) for this command
+    held: bool = False
+    lines: list[str] = field(default_factory=list)
+
+    def hear(self, name: str, fields: Mapping[str, Any]) -> None:
+        if self.held and name in self.names:
+            self.lines.append(
+                f"stowage: warning: session {fields.get('session')}: its writer lease was not "
+                f"given back ({fields.get('error')}); it lapses when its time runs out"
+            )
+
+    def say(self) -> None:
+        for line in self.lines:
+            print(line, file=sys.stderr)
+        self.lines.clear()
+
+
+_said_after = _SaidAfter()
+
+
 def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
-    """Retries show on the status line (a terminal only): what failed and how long we wait."""
+    """Retries show on the status line (a terminal only): what failed and how long we wait.
+    Warnings said after the command are kept (``_SaidAfter``)."""
+    _said_after.hear(name, fields)
     if name == "model_call_retry":
         delay = fields.get("delay")
         wait = f"{float(delay):.1f} s" if isinstance(delay, int | float) else "a moment"
@@ -284,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet = _REPORTED_ONCE if args.log_level.lower() in ("warning", "error") else frozenset()
         if quiet and args.command in _SAY_REPAIRS:
             quiet = quiet | _REPAIR_SAID
+        _said_after.held, _said_after.lines = bool(quiet), []
+        quiet = quiet | _said_after.names if quiet else quiet
         configure_logging(args.log_format, args.log_level, quiet=quiet, tap=_status_tap)
     except ValueError as exc:
         parser.error(str(exc))
@@ -294,7 +336,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_handler(handler: Callable[[argparse.Namespace], Awaitable[int]], args: Any) -> int:
-    """Run ``handler`` on ``args``; what it raises becomes one line and an exit status."""
+    """Run ``handler`` on ``args``; what it raises becomes one line and an exit status. The
+    warnings held back are said after, unless the command failed on its store."""
+    from ._exits import EXIT_STORE
+
+    status = _run_command(handler, args)
+    if status != EXIT_STORE:
+        _said_after.say()
+    return status
+
+
+def _run_command(handler: Callable[[argparse.Namespace], Awaitable[int]], args: Any) -> int:
     import anyio
 
     from ._exits import (

@@ -204,7 +204,8 @@ def _export_command(export: argparse.ArgumentParser) -> None:
         choices=EXPORT_FORMATS,
         default="markdown",
         help="markdown (default); jsonl: the log records; openai-chat / openai-responses: the "
-        "history as the next request would send it, in that API's message shape",
+        "history as the next request would send it, in that API's message shape (a call "
+        "without its output yet, e.g. one awaiting approval, is left out and named on stderr)",
     )
     export.add_argument(
         "--current",

@@ -41,9 +41,10 @@ from stowage.core import (
     replay,
     validate_session_id,
 )
-from stowage.facade import recorded_budget
+from stowage.facade import RecordedBudget, recorded_budget
 from stowage.policy import (
     PriceBook,
+    TokenStatus,
     Watermarks,
     calibrated_ratio,
     decide,
@@ -55,6 +56,7 @@ from stowage.storage import encode_record
 
 from ._agents import split_agents
 from ._cost import configured_prices, exact_usd
+from ._wire_export import WIRE_FORMATS, wire_export
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -70,7 +72,7 @@ __all__ = [
     "turn_figures",
 ]
 
-EXPORT_FORMATS = ("markdown", "jsonl", "openai-chat", "openai-responses")
+EXPORT_FORMATS = ("markdown", "jsonl", *WIRE_FORMATS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,11 +116,21 @@ def _usage(
     """Tokens of history in the next request, the usable budget (the threshold in threshold
     mode), the tool schema tokens, which are outside both, and whether the tokens are an
     estimate."""
+    recorded, tool_tokens, status = _status_now(state, records)
+    return status.tokens, recorded.usable, tool_tokens, status.estimated
+
+
+def _status_now(
+    state: SessionState, records: Sequence[Record]
+) -> tuple[RecordedBudget, int, TokenStatus]:
+    """How full the next request of ``state`` (folded from ``records``) is: the recorded
+    budget, the tool schema tokens (outside usable) and the token status. The one computation
+    behind ``list``, ``context``, ``show``'s closing line and the chat's footer."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
     status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    return status.tokens, recorded.usable, tool_tokens, status.estimated
+    return recorded, tool_tokens, status
 
 
 def _percent(tokens: int | None, usable: int | None) -> float | None:
@@ -333,9 +345,8 @@ _ORDER = (
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
     """What fills the next request of a session, by part, and what the policy would do."""
     state = replay(session_id, records)
-    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
+    recorded, tool_tokens, status = _status_now(state, records)
     settings, budget = recorded.settings, recorded.budget
-    tool_tokens = budget.tool_tokens if budget is not None else 0
     ratio = calibrated_ratio(state, tool_tokens)
     chars = dict.fromkeys(_ORDER, 0)
     projection = build_projection(
@@ -364,7 +375,6 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     # AGENTS.md, when the session has it, right after the system message it is part of
     order = sorted(chars, key=lambda name: (name != "system", name != "AGENTS.md"))
     parts = {name: math.ceil(chars[name] / ratio) for name in order}
-    status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(render(state.protected)))
     usable = recorded.usable
     if budget is not None:
         decision = decide(status, budget.usable, Watermarks.from_settings(settings))
@@ -516,15 +526,7 @@ def export_text(
         from ._markdown import markdown_export
 
         return markdown_export(session_id, records, current=current)
-    state = replay(session_id, records)
-    projection = build_projection(
-        state.history, stubbed=state.stubbed, protected_text=render(state.protected) or None
-    )
-    # the model's wire formats only for this export: ``list`` and ``context`` never load them
-    from stowage.model import chat_messages, responses_input
-
-    wire = chat_messages(projection) if fmt == "openai-chat" else responses_input(projection)
-    return json.dumps(wire, indent=2, ensure_ascii=False) + "\n"
+    return wire_export(session_id, records, fmt).text
 
 
 async def export_main(args: argparse.Namespace, store: LogStore) -> int:
@@ -537,10 +539,18 @@ async def export_main(args: argparse.Namespace, store: LogStore) -> int:
             f"--current applies to --format markdown (the openai formats are always what the "
             f"model sees now, jsonl always the whole log), not to --format {args.format}"
         )
-    text = export_text(args.session, await _read(store, args.session), args.format, current=current)
+    records = await _read(store, args.session)
+    if args.format in WIRE_FORMATS:
+        # a valid request: calls without an output are left out, and said so
+        wired = wire_export(args.session, records, args.format)
+        text, notice = wired.text, wired.notice(args.session)
+    else:
+        text, notice = export_text(args.session, records, args.format, current=current), None
     if args.output:
         await anyio.Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     return 0

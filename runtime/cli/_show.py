@@ -10,6 +10,7 @@ from stowage.core import (
     AssistantMessage,
     CompactionRecord,
     CompactionSummary,
+    CorruptLogError,
     ErrorRecord,
     ForkedFromRecord,
     FunctionCall,
@@ -33,6 +34,8 @@ from stowage.core import (
 )
 from stowage.facade import TokenFigure, token_figures
 from stowage.policy import session_cache_figures
+
+from ._sessions import turn_figures
 
 __all__ = ["render_transcript"]
 
@@ -91,7 +94,8 @@ def render_transcript(
     # tokens in use at each round and compaction: the figures the console and `list` show
     # (the branch a rewind discarded is not the session's history: left out of the fold)
     skipped = set(discarded)
-    in_use_at = token_figures(session_id, [r for r in records if r.seq not in skipped])
+    effective = [r for r in records if r.seq not in skipped]
+    in_use_at = token_figures(session_id, effective)
     for record in records:
         start = len(lines)
         match record:
@@ -126,10 +130,15 @@ def render_transcript(
                 if requests and record.manifest is not None:
                     lines.append(_manifest_line(record.manifest))
             case CompactionRecord():
-                compactions += 1
+                # numbered as ``list`` and ``context`` count them: a discarded one is not
+                if record.seq in skipped:
+                    number = "of the discarded branch"
+                else:
+                    compactions += 1
+                    number = str(compactions)
                 est = " (estimated)" if record.estimated else ""
                 lines.append(
-                    f"#{record.seq:<5} == compaction {compactions} ({record.kind}{', re-grounded' if record.regrounded else ''}) at round {record.round}: "
+                    f"#{record.seq:<5} == compaction {number} ({record.kind}{', re-grounded' if record.regrounded else ''}) at round {record.round}: "
                     f"tokens {record.tokens_before} -> {record.tokens_after}{est}, covers through "
                     f"#{record.covers_through}, removed {record.removed}, retained {len(record.retained)}"
                 )
@@ -195,7 +204,24 @@ def render_transcript(
                 )
         if record.seq in discarded:
             lines[start:] = [f"discarded | {line}" for line in lines[start:]]
-    cache = session_cache_figures([r for r in records if r.seq not in discarded])
+    cache = session_cache_figures(effective)
     if cache.requests:
         lines.append(cache.line())
+    lines.extend(_in_use_now(session_id, effective))
     return "\n".join(lines) + "\n"
+
+
+def _in_use_now(session_id: str, effective: Sequence[Record]) -> list[str]:
+    """The closing line: how full the next request is, the figure ``context`` and ``list``
+    give (one computation, over the same records: a discarded branch is in neither)."""
+    try:
+        now = turn_figures(session_id, effective)
+    except CorruptLogError:  # a damaged log is shown as it is, without the figure
+        return []
+    if now.tokens is None or not now.usable:
+        return []
+    est = " (estimated)" if now.estimated else ""
+    return [
+        f"in use now: {now.tokens:,} of {now.usable:,} tokens{est}, "
+        f"{now.percent_of_usable:.0f}% of usable (as 'stowage context' counts them)"
+    ]

@@ -18,11 +18,20 @@ import argparse
 import os
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._parsing import fill_later
 
-__all__ = ["add_store_admin_commands", "archive_main", "migrate_main", "parse_duration"]
+if TYPE_CHECKING:
+    from stowage.storage import PostgresStore
+
+__all__ = [
+    "add_store_admin_commands",
+    "archive_main",
+    "migrate_main",
+    "parse_duration",
+    "refuse_missing",
+]
 
 _STORE_ENV = "STOWAGE_STORE"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -116,8 +125,10 @@ def _migrate_options(migrate: argparse.ArgumentParser) -> None:
     _store_options(migrate)
 
 
-def _open_sql_store(args: argparse.Namespace, command: str) -> Any:
-    """The SQLite or PostgreSQL store ``--store`` names; ``ConfigError`` for a JSONL one."""
+async def _open_sql_store(args: argparse.Namespace, command: str) -> Any:
+    """The SQLite or PostgreSQL store ``--store`` names (PostgreSQL only for ``migrate``);
+    ``ConfigError`` for another, and for one that does not exist (see ``refuse_missing``)."""
+    import anyio  # the parser imports this module: ``stowage --version`` loads no runtime
     from stowage.core import ConfigError
     from stowage.storage import PostgresStore, SqliteStore
 
@@ -125,20 +136,63 @@ def _open_sql_store(args: argparse.Namespace, command: str) -> Any:
 
     spec = args.store or os.environ.get(_STORE_ENV) or load_config().store or ""
     if spec.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(spec, schema=args.schema, min_size=1, max_size=2)
+        store = PostgresStore(spec, schema=args.schema, min_size=1, max_size=2)
+        await refuse_missing(store, spec, command)
+        return store
+    if command == "migrate":
+        raise ConfigError("migrate --partitions needs a PostgreSQL store (postgresql://…)")
     if spec.startswith("sqlite:///") and len(spec) > len("sqlite:///"):
-        return SqliteStore(spec.removeprefix("sqlite:///"))
+        path = spec.removeprefix("sqlite:///")
+        named = await anyio.Path(path).expanduser()
+        if not await named.exists():
+            where = await named.resolve()
+            why = _CREATES.format(command=command)
+            raise ConfigError(f"store sqlite:///{where}: no such file; {why}")
+        return SqliteStore(path)
     raise ConfigError(_NOT_SQL.format(command=command, spec=spec))
+
+
+#: what a command that keeps a store says of one that does not exist
+_CREATES = (
+    "'stowage {command}' creates no store ('stowage run' and 'stowage worker' do): name an "
+    "existing one with --store or STOWAGE_STORE"
+)
+
+
+async def refuse_missing(store: PostgresStore, spec: str, command: str) -> None:
+    """``ConfigError`` naming ``spec`` (credentials hidden) and what of it is missing when the
+    PostgreSQL ``store`` does not exist: a command that keeps a store (``archive``,
+    ``migrate``, ``workers``) creates none, so a typo is never a new, empty store. Closes
+    ``store`` before raising; raises its ``StoreError`` for any other failure."""
+    from urllib.parse import urlsplit
+
+    from stowage.core import ConfigError, redact_url
+
+    try:
+        missing = await store.missing()
+    except BaseException:
+        await store.aclose()
+        raise
+    if missing is None:
+        return
+    await store.aclose()
+    what = {
+        "database": f"no such database {urlsplit(spec).path.lstrip('/') or '(the default)'!r}",
+        "schema": f"no such schema {store.schema!r}",
+        "tables": f"schema {store.schema!r} holds no stowage store",
+    }[missing]
+    raise ConfigError(f"store {redact_url(spec)}: {what}; {_CREATES.format(command=command)}")
 
 
 async def archive_main(args: argparse.Namespace) -> int:
     """Archive the store's covered records; prints one line per session moved and a total.
-    Returns 0; raises ``ConfigError`` (exit 2) for no retention or a JSONL store."""
+    Returns 0; raises ``ConfigError`` (exit 2) for no retention, a JSONL store or one that
+    does not exist."""
     from stowage.core import ConfigError
 
     from ._config import load_config
 
-    store = _open_sql_store(args, "archive")
+    store = await _open_sql_store(args, "archive")
     try:
         if args.older_than is not None:
             older_than = parse_duration(args.older_than)
@@ -184,14 +238,9 @@ async def archive_main(args: argparse.Namespace) -> int:
 
 async def migrate_main(args: argparse.Namespace) -> int:
     """Partition a PostgreSQL store's records table; prints what it did. Returns 0; raises
-    ``ConfigError`` (exit 2) for a store that is not PostgreSQL or another partition count."""
-    from stowage.core import ConfigError
-    from stowage.storage import PostgresStore
-
-    store = _open_sql_store(args, "migrate")
-    if not isinstance(store, PostgresStore):
-        await store.aclose()
-        raise ConfigError("migrate --partitions needs a PostgreSQL store (postgresql://…)")
+    ``ConfigError`` (exit 2) for a store that is not PostgreSQL or does not exist, or another
+    partition count."""
+    store = await _open_sql_store(args, "migrate")
 
     def on_progress(copied: int, total: int) -> None:
         print(f"copied {copied:,} of about {total:,} records", file=sys.stderr)

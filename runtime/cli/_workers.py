@@ -62,13 +62,17 @@ def _ago(when: datetime | None, now: datetime) -> str:
 
 
 async def workers_main(args: argparse.Namespace) -> int:
-    """Print the live workers of ``--store``; 0, or 2 (an error line) when it cannot be read."""
+    """Print the live workers of ``--store``; 0, or 2 (an error line) when it cannot be read
+    or does not exist."""
     import orjson
     from stowage.storage import PostgresStore
 
+    from ._store_admin import refuse_missing
     from ._worker import postgres_url
 
-    store = PostgresStore(postgres_url(args.store), schema=args.schema, min_size=1, max_size=1)
+    url = postgres_url(args.store)
+    store = PostgresStore(url, schema=args.schema, min_size=1, max_size=1)
+    await refuse_missing(store, url, "workers")
     try:
         rows = await store.live_workers()
     finally:

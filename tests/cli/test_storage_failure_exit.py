@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,69 @@ def test_the_status_is_documented_in_help_and_the_reference(repo_root: Path) -> 
     assert "  5    the store failed" in EXIT_STATUSES
     reference = repo_root / "docs" / "reference" / "exit-statuses.md"
     assert "| 5 | the store failed" in reference.read_text(encoding="utf-8")
+
+
+def _one_line_per_failure(runs: list[subprocess.CompletedProcess[str]], fix: str) -> None:
+    """Every run answered or failed on its store in exactly one line; some failed."""
+    assert any(run.returncode == 5 for run in runs), [run.stderr for run in runs]
+    for run in runs:
+        assert run.returncode in (0, 5), run.stderr
+        if run.returncode == 5:
+            assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+            assert fix in run.stderr, run.stderr
+        else:  # answered; a release the full disk refused is said once, after the answer
+            for line in run.stderr.splitlines():
+                assert line.startswith("stowage: warning: session s: its writer lease was not")
+
+
+def _run(
+    argv: list[str], tmp_path: Path, env: dict[str, str], **extra: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        **extra,
+    )  # fmt: skip
+
+
+def test_a_full_disk_under_a_sqlite_store_is_said_once(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The append fails, then the lease's release: one failure, one line, whichever of the
+    batches the disk filled on (a few amounts of free space left)."""
+    if not _namespaces_allowed(tmp_path):
+        pytest.skip("mounting a tmpfs in a mount namespace is not permitted here")
+    runs = []
+    for free_kib in (32, 40, 48, 56, 64):
+        disk = tmp_path / f"disk{free_kib}"
+        disk.mkdir()
+        store = f"sqlite:///{disk}/s.db"
+        script = (
+            f"mount -t tmpfs -o size=512k tmpfs {disk} && "
+            f'"$0" -m stowage.cli run --session s --store {store} --tools none hi >/dev/null && '
+            f"avail=$(df -k --output=avail {disk} | tail -1) && "
+            f"head -c $(( (avail - {free_kib}) * 1024 )) /dev/zero > {disk}/filler; "
+            f'exec "$0" -m stowage.cli resume s --store {store} --tools none "$1"'
+        )
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+        runs.append(_run([*unshare, sys.executable, MESSAGE], tmp_path, cli_env))
+    _one_line_per_failure(runs, "the disk is full: free space there")
+
+
+def test_a_refused_write_to_a_sqlite_store_is_said_once(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """As above with a file-size limit, which needs no privilege."""
+    runs = []
+    stowage = [sys.executable, "-m", "stowage.cli"]
+    for limit in (28_672, 32_768, 40_960, 49_152):
+        store = ["--store", f"sqlite:///{tmp_path}/s{limit}.db", "--tools", "none"]
+        made = _run([*stowage, "run", "--session", "s", *store, "hi"], tmp_path, cli_env)
+        assert made.returncode == 0, made.stderr
+
+        def limited(limit: int = limit) -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        resume = [*stowage, "resume", "s", *store, MESSAGE]
+        runs.append(_run(resume, tmp_path, cli_env, preexec_fn=limited))
+    _one_line_per_failure(runs, "the session store failed: sqlite store")
