@@ -106,15 +106,19 @@ class LeaseTable:
         if not locked:  # read outside the mutex: it may wait for the holder to write its name
             raise SessionBusy(session_id, _holder_of(record), where=record)
         try:
-            token = _int(_read(record, create=True).get("token")) + 1
-            holder = now_holder(self._owner)
-            _write(record, {
-                "owner": holder.owner,
-                "pid": holder.pid,
-                "host": holder.host,
-                "since": holder.since.isoformat(),
-                "token": token,
-            })  # fmt: skip
+            fd = os.open(record, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                token = _int(_content(fd).get("token")) + 1
+                holder = now_holder(self._owner)
+                _write(fd, {
+                    "owner": holder.owner,
+                    "pid": holder.pid,
+                    "host": holder.host,
+                    "since": holder.since.isoformat(),
+                    "token": token,
+                })  # fmt: skip
+            finally:
+                os.close(fd)
         except BaseException:
             self._unlock(byte)
             raise
@@ -124,7 +128,11 @@ class LeaseTable:
         """Forget the holder's name in ``record`` (keeping the token count), then unlock."""
         try:
             with suppress(OSError):
-                _write(record, {"token": token})
+                fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                try:
+                    _write(fd, {"token": token})
+                finally:
+                    os.close(fd)
         finally:
             self._unlock(lease_byte(session_id))
 
@@ -202,7 +210,7 @@ def holder_of_file(root: str, session_id: str, record: str) -> LeaseHolder | Non
     process is gone), or its record names no holder yet. Raises nothing."""
     if not lease_is_locked(root, session_id):
         return None
-    return _parse_holder(_read(record, create=False))
+    return _parse_holder(_read(record))
 
 
 def lease_is_locked(root: str, session_id: str) -> bool:
@@ -230,33 +238,30 @@ def _set_lock(fd: int, kind: int, byte: int) -> None:
     fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
 
 
-def _write(path: str, content: dict[str, Any]) -> None:
+def _write(fd: int, content: dict[str, Any]) -> None:
     data = json.dumps(content, separators=(",", ":")).encode() + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-    finally:
-        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
 
 
-def _read(path: str, *, create: bool) -> dict[str, Any]:
-    """The record's content; ``{}`` when it is missing or unreadable as JSON. With ``create``
-    an open error is raised (the caller is about to write it), else it reads as ``{}``."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o644)
-    except OSError:
-        if create:
-            raise
-        return {}
+def _content(fd: int) -> dict[str, Any]:
     try:
         value = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (ValueError, OSError):
         return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _read(path: str) -> dict[str, Any]:
+    """A record's content; ``{}`` when it is missing, unreadable or not a JSON object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    try:
+        return _content(fd)
     finally:
         os.close(fd)
-    return value if isinstance(value, dict) else {}
 
 
 def _int(value: object) -> int:
@@ -267,7 +272,7 @@ def _holder_of(record: str) -> LeaseHolder | None:
     """The holder a busy session's record names, or ``None`` if it names no live one in time."""
     holder = None
     for _ in range(_BUSY_READS):
-        holder = _parse_holder(_read(record, create=False))
+        holder = _parse_holder(_read(record))
         # a name missing or of a dead process here: the new holder has not written its own yet
         if holder is not None and (holder.host != socket.gethostname() or pid_alive(holder.pid)):
             return holder
