@@ -9,8 +9,9 @@
 heap with tracemalloc: after the runtime started, with every session live (actors parked,
 history in memory), and after hibernating them all; it prints per-session figures (the live
 figure also without the history: its entries, items and strings, each object counted once),
-the resident memory, and where the live memory goes (by source file); with ``--no-trace``
-only the resident memory. ``--at-once N`` runs the turns of at most N sessions at a time (all
+the resident memory, the descriptors open with every session live against the process's limit,
+and where the live memory goes (by source file); with ``--no-trace`` only the resident memory
+and the descriptors. ``--at-once N`` runs the turns of at most N sessions at a time (all
 of them at once by default): the live figure is the same, the resident one is not, as the
 allocator keeps much of what the turns in flight together needed; ``--max-running N`` sends
 them all at once to a runtime that runs at most N at a time. ``resume`` writes a log of
@@ -24,6 +25,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -46,6 +48,14 @@ def _rss() -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _descriptors() -> int:
+    """Descriptors this process has open (Linux: /proc/self/fd), 0 where unknown."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 def _deep_size(value: Any, seen: set[int]) -> int:
@@ -94,6 +104,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             await rt.hibernate("warm-up")
             gc.collect()
             rss_base = _rss()
+            fds_base = _descriptors()
             trace = not args.no_trace
             if trace:
                 tracemalloc.start(10)
@@ -113,6 +124,7 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
             gc.collect()
             live = _heap()
             rss_live = _rss()
+            fds_live = _descriptors()
             live_snapshot = tracemalloc.take_snapshot() if trace else None
             history_chars = sum(
                 len(str(entry.item)) for s in rt.sessions.values() for entry in s.state.history
@@ -155,6 +167,10 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         "rss_mb_before_sessions": round(rss_base / 2**20, 1),
         "rss_mb_with_live_sessions": round(rss_live / 2**20, 1),
         "rss_kb_per_live_session": round((rss_live - rss_base) / 1024 / args.sessions, 1),
+        # open descriptors: a live session must not hold one of its own (issue 46)
+        "descriptors_before_sessions": fds_base,
+        "descriptors_with_live_sessions": fds_live,
+        "descriptor_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "live_kb_per_session_by_file": by_file(live_snapshot, 12),
         "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot, 8),
     }

@@ -15,9 +15,14 @@ newline). Before every write the open descriptor is checked against the path (st
 still the file under that name, still the file the lease was taken on): bytes written to a log
 deleted or replaced under a live session would be acknowledged and then found by no reader.
 
-One writer per session: the writer lease is an exclusive ``flock`` on ``<id>.lock`` beside the
-log (see ``_jsonl_lock``), held by the store object from its ``acquire``, ``create`` or first
-append of the session until ``release`` or ``aclose``, and by nobody once the process is gone. A
+One writer per session: the writer lease is a lock on the session's byte of the root's one lease
+file, ``.leases.lock``, taken through the one descriptor the store object holds for all its
+leases (see ``_jsonl_lock``: an open-file-description lock, so no descriptor is held per live
+session), and a record ``<id>.lock`` beside the log naming the holder. It is held by the store
+object from its ``acquire``, ``create`` or first append of the session until ``release`` or
+``aclose``, and by nobody once the process is gone. Logs are opened through a bounded cache of
+descriptors (``max_open_files``), so a store holds at most ``max_open_files + 1`` however many
+sessions are live. A
 second writer, in another process or through another store (or a second ``acquire`` through
 this one), gets ``SessionBusy`` naming the holder. The store remembers the leases it holds, so
 appends carry no token; holding the lock is the fence. Taking the lease cuts a torn last line
@@ -62,9 +67,9 @@ from stowage.core import (
     validate_session_id,
 )
 
-from . import _jsonl_lock
 from ._codec import encode_record
 from ._fdcache import FdCache
+from ._jsonl_lock import LeaseTable, holder_of_file
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
@@ -86,10 +91,9 @@ _FileId = tuple[int, int]  # (st_dev, st_ino): which file a path named when the 
 
 @dataclass(eq=False, slots=True)
 class _Held:
-    """A lease this store holds: the locked descriptor of the lock file is the lease;
-    ``log_id`` is the log file it writes (``None`` until the log exists)."""
+    """A lease this store holds (its lock is in the store's ``LeaseTable``); ``log_id`` is the
+    log file it writes (``None`` until the log exists)."""
 
-    fd: int
     lease: Lease
     log_id: _FileId | None = None
     #: the log's path, checked once under this lease (appends do not resolve it again)
@@ -188,7 +192,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class JsonlStore:
     """Session logs as ``<root>/<session_id>.jsonl``, one record per line, each written under
-    the ``flock`` of ``<root>/<session_id>.lock``.
+    the session's writer lease: a lock on its byte of ``<root>/.leases.lock``, its holder named
+    in ``<root>/<session_id>.lock``. The store holds one descriptor for all its leases and at
+    most ``max_open_files`` for its logs (least recently written closed first).
 
     ``durability="fsync"`` syncs every batch before acknowledging it; ``"syncfs"`` does too, but
     syncs a group commit of several logs with one ``syncfs`` of their filesystem instead of an
@@ -219,6 +225,7 @@ class JsonlStore:
         self._fds = FdCache(max_open_files)
         self._locks = _SessionLocks()
         self._owner = new_owner()
+        self._leases = LeaseTable(self._root, self._owner)
         self._held: dict[str, _Held] = {}  # the leases this store holds, by session id
         self._last_seq: dict[str, int] = {}  # per held session; reloaded from the file if lost
         self._writer = WriterThread(f"stowage-jsonl-writer {self._root}")
@@ -233,10 +240,15 @@ class JsonlStore:
         """The directory holding the logs."""
         return Path(self._root)
 
+    @property
+    def open_descriptors(self) -> int:
+        """Descriptors this store holds open now: its lease file's and its cached logs'."""
+        return self._leases.descriptors + len(self._fds)
+
     # -- LogStore ---------------------------------------------------------------------------
 
     async def acquire(self, session_id: str) -> Lease:
-        """Take the session's writer lease (the ``flock``), cutting a torn last line off the log.
+        """Take the session's writer lease (its lock), cutting a torn last line off the log.
 
         Raises ``InvalidSessionId``, ``SessionNotFound`` (creating no file), ``SessionBusy``
         naming the holder when another store or process holds the lock or this store has handed
@@ -257,7 +269,7 @@ class JsonlStore:
             return lease
 
     async def renew_leases(self) -> list[str]:
-        """Nothing to renew: a ``flock`` lasts until released. Returns ``[]``."""
+        """Nothing to renew: a lease's lock lasts until released. Returns ``[]``."""
         self._check_open()
         return []
 
@@ -274,7 +286,7 @@ class JsonlStore:
         data = _encode(session_id, records)
         async with self._locks.hold((session_id,)):
             self._check_open()
-            taken: tuple[int, int, LeaseHolder] | None = None
+            taken: tuple[int, LeaseHolder] | None = None
             if session_id not in self._held:
                 try:
                     taken = await self._lock(session_id, path, make_root=True)
@@ -289,7 +301,7 @@ class JsonlStore:
             except BaseException:
                 if taken is not None:
                     with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(_jsonl_lock.release, taken[0], taken[1])
+                        await self._unlock(session_id, path, taken[0])
                 raise
             if taken is not None:
                 self._hold(session_id, *taken, repaired=None)
@@ -420,7 +432,7 @@ class JsonlStore:
         if held is not None:
             return held.lease.holder
         lock_path = self._lock_path(self._path(session_id))
-        return await anyio.to_thread.run_sync(_jsonl_lock.holder_of_file, lock_path)
+        return await anyio.to_thread.run_sync(holder_of_file, self._root, session_id, lock_path)
 
     async def list_sessions(self) -> list[str]:
         """Ids of every log under the root (none if it does not exist), sorted; raises
@@ -442,13 +454,14 @@ class JsonlStore:
                 for held in list(self._held.values()):
                     await self._drop_locked(held.lease)
             self._fds.close_all()
+            self._leases.close()
 
     # -- leases -----------------------------------------------------------------------------
 
     async def _lock(
         self, session_id: str, path: str, *, make_root: bool = False
-    ) -> tuple[int, int, LeaseHolder]:
-        """Lock the session's lock file: ``(fd, token, holder)``; ``SessionBusy`` if held.
+    ) -> tuple[int, LeaseHolder]:
+        """Take the session's lock: ``(token, holder)``; ``SessionBusy`` if held.
         With ``make_root``, the root is created first (in the same thread hop)."""
         lock_path = self._lock_path(path)
         try:
@@ -456,10 +469,14 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
 
+    async def _unlock(self, session_id: str, path: str, token: int) -> None:
+        """Give back a lock ``_lock`` took."""
+        release = self._leases.release
+        await anyio.to_thread.run_sync(release, session_id, self._lock_path(path), token)
+
     def _hold(
         self,
         session_id: str,
-        fd: int,
         token: int,
         holder: LeaseHolder,
         *,
@@ -475,23 +492,23 @@ class JsonlStore:
             renew=self._renew_lease,
             release=self._release_lease,
         )
-        self._held[session_id] = _Held(fd=fd, lease=lease, log_id=log_id)
+        self._held[session_id] = _Held(lease=lease, log_id=log_id)
         return lease
 
     async def _take_locked(self, session_id: str, path: str) -> Lease:
         """Take the lease of an existing log, cut its torn tail, learn where it ends."""
         if not await aiofiles.os.path.isfile(path):  # before the lock file is made
             raise SessionNotFound(f"no log for session {session_id!r} at {path}")
-        fd, token, holder = await self._lock(session_id, path)
+        token, holder = await self._lock(session_id, path)
         try:
             repaired = await self._load_end(session_id, path)
             log_id = await self._log_id(session_id, path)
         except BaseException:
             self._last_seq.pop(session_id, None)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_jsonl_lock.release, fd, token)
+                await self._unlock(session_id, path, token)
             raise
-        return self._hold(session_id, fd, token, holder, repaired=repaired, log_id=log_id)
+        return self._hold(session_id, token, holder, repaired=repaired, log_id=log_id)
 
     async def _log_id(self, session_id: str, path: str) -> _FileId:
         try:
@@ -602,7 +619,7 @@ class JsonlStore:
         lease.released = True
         self._last_seq.pop(lease.session_id, None)  # another writer may append from now on
         self._fds.discard(lease.session_id)
-        await anyio.to_thread.run_sync(_jsonl_lock.release, held.fd, lease.token)
+        await self._unlock(lease.session_id, self._path(lease.session_id), lease.token)
 
     async def _release_lease(self, lease: Lease) -> None:
         async with self._locks.hold((lease.session_id,)):  # after the writes in flight
@@ -817,10 +834,10 @@ class JsonlStore:
 
     def _lock_sync(
         self, session_id: str, lock_path: str, make_root: bool
-    ) -> tuple[int, int, LeaseHolder]:
+    ) -> tuple[int, LeaseHolder]:
         if make_root:
             self._make_root()  # raises StoreError, not OSError: not a failure to lock
-        return _jsonl_lock.take(session_id, lock_path, self._owner)
+        return self._leases.take(session_id, lock_path)
 
     def _make_root(self) -> None:
         try:

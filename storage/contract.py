@@ -19,7 +19,7 @@ Three more families test what only some stores can offer or need a view of the b
   writes can tear an async ``tear(session_id)`` that leaves a partial last record, as a crash
   mid-write does.
 - ``EXPIRY_CHECKS`` take an ``ExpiringStoreFactory``: called with a lease TTL in seconds, for
-  stores whose leases expire (SQLite, PostgreSQL; a JSONL ``flock`` never does).
+  stores whose leases expire (SQLite, PostgreSQL; a JSONL lease's lock never does).
 - ``check_writer_in_another_process`` runs a real second process that holds a lease; call it
   with the source of an expression that opens the same store in that process.
 

@@ -21,7 +21,7 @@ SURFACE = {
         "CompactionFailed", "CompactionLanded", "CompactionLoop", "CompactionSkipped", "CompactionSummary",
         "CompactionWaited", "IncompleteResponse", "CompactionAbout", "CompactionHooks",
         "CompactionVetoed", "ModelRetrying",
-        "ConfigError", "ContextLengthExceeded", "CorruptLogError", "Event", "EventBus",
+        "ConfigError", "ContextLengthExceeded", "CorruptLogError", "DescriptorLimitReached", "Event", "EventBus",
         "FencingError", "FunctionCall", "FunctionCallOutput", "FunctionTool", "HistoryCompacted",
         "HistoryEntry", "InvalidSessionId", "Item", "LogRepaired", "Microcompacted", "MilestoneReached",
         "ModelAuthError", "ModelConnectionError", "ModelError", "ModelGateway", "ModelRequest",

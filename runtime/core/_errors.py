@@ -26,7 +26,8 @@ Exceptions from openai, httpx, aiofiles and database drivers are mapped at the b
     └── SessionError
         ├── SessionClosed
         ├── SessionFailed            the session's actors stopped on an error
-        └── SessionLeaseLost         the session lost its writer lease and stopped writing
+        ├── SessionLeaseLost         the session lost its writer lease and stopped writing
+        └── DescriptorLimitReached   a session not started: open descriptors near RLIMIT_NOFILE
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ._store import LeaseHolder
 
 __all__ = [
     "CompactionError",
+    "DescriptorLimitReached",
     "CompactionLoop",
     "ConfigError",
     "ContextLengthExceeded",
@@ -210,3 +212,20 @@ class SessionLeaseLost(SessionError):
         )
         self.session_id = session_id
         self.reason = reason
+
+
+class DescriptorLimitReached(SessionError):
+    """Raised when a session would start while the process's open descriptors are within
+    ``reserve`` of its limit (``RLIMIT_NOFILE``): nothing was started or written."""
+
+    def __init__(self, session_id: str, *, in_use: int, limit: int, reserve: int) -> None:
+        super().__init__(
+            f"session {session_id!r} was not started: this process has {in_use} file "
+            f"descriptors open and its limit (RLIMIT_NOFILE) is {limit}, of which {reserve} are "
+            "kept for the sessions already live; raise the limit (`ulimit -n`, LimitNOFILE= in "
+            "a systemd unit) or let idle sessions hibernate (idle_timeout), then try again"
+        )
+        self.session_id = session_id
+        self.in_use = in_use
+        self.limit = limit
+        self.reserve = reserve

@@ -9,7 +9,7 @@ at most one store object (in any process, on any machine) holds a session's leas
   includes a second ``acquire`` through the same store while the first lease is out.
 - Decision: **the store remembers the leases it holds**; ``append``/``append_batches`` take no
   token argument. Each append checks, in the same transaction as the write (JSONL: while the
-  ``flock`` is held), that this store still holds the session's current lease, and raises
+  lease's lock is held), that this store still holds the session's current lease, and raises
   ``FencingError`` when the lease was lost (expired and taken over by another writer). So a
   stale writer cannot write even one record, and callers never thread tokens through.
 - A store that holds no lease for a session takes one on its first ``create`` or append to it
@@ -19,7 +19,7 @@ at most one store object (in any process, on any machine) holds a session's leas
   again implicitly: appends keep raising ``FencingError`` until the lease is released.
 - Leases that can expire (SQLite, PostgreSQL: a TTL) must be renewed every ``renew_every``
   seconds: ``lease.renew()`` for one, ``store.renew_leases()`` for every lease the store holds
-  (one round trip; it returns the ids whose lease was lost). JSONL leases are ``flock`` locks:
+  (one round trip; it returns the ids whose lease was lost). JSONL leases are kernel locks:
   they never expire and die with the process (``renew_every`` is ``None``).
 - Group commits isolate sessions: ``append_batches`` writes many sessions' batches with one
   durability point and answers *per session* (a mapping ``session_id -> None | exception``).

@@ -9,6 +9,7 @@ from stowage._lazy import lazy_exports
 if TYPE_CHECKING:
     from stowage.actors import TurnResult
 
+    from ._descriptors import DescriptorUse, descriptor_use
     from ._figures import TokenFigure, token_figures
     from ._gc import GC_YOUNG_THRESHOLD, tune_gc
     from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
@@ -16,12 +17,14 @@ if TYPE_CHECKING:
     from ._session import Session
 
 __all__ = [
+    "DescriptorUse",
     "GC_YOUNG_THRESHOLD",
     "RecordedBudget",
     "Runtime",
     "Session",
     "TokenFigure",
     "TurnResult",
+    "descriptor_use",
     "recorded_budget",
     "recorded_usable",
     "session_identity",
@@ -32,6 +35,8 @@ __all__ = [
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
     "TurnResult": "stowage.actors",
+    "DescriptorUse": "._descriptors",
+    "descriptor_use": "._descriptors",
     "TokenFigure": "._figures",
     "token_figures": "._figures",
     "GC_YOUNG_THRESHOLD": "._gc",

@@ -115,6 +115,7 @@ from stowage.tools import (
     workspace_tools,
 )
 
+from ._descriptors import DescriptorBudget, DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
 from ._session import Session
@@ -140,7 +141,9 @@ class Runtime:
     ``max_tool_calls`` in flight, ``max_running_sessions`` sessions whose actors run at once
     (the others wait parked, first come first served: a burst of thousands of turns then holds
     the working memory of that many, and a live session between turns costs the same either
-    way). ``idle_timeout`` seconds without work hibernate a session. Raises ``ConfigError``
+    way). ``idle_timeout`` seconds without work hibernate a session. A session is not started
+    while the process's open descriptors are within a reserve of ``RLIMIT_NOFILE``
+    (``DescriptorLimitReached``; figures in ``descriptors``). Raises ``ConfigError``
     for a limit below 1 or a timeout that is not positive.
 
     Identity: a new session records what it runs with (``core.identity_of``: model, redacted
@@ -250,6 +253,7 @@ class Runtime:
         # one record per session this runtime knows, by id: from the open or create that
         # claims the id until the session is gone; a hibernated one keeps its id, nothing more
         self._slots: dict[str, SessionSlot] = {}
+        self._descriptors = DescriptorBudget()  # checked before a session starts
         self._reaper: anyio.CancelScope | None = None
         self._leases = Leases(self.store, self._lease_lost, self._held_leases)
         self._renewer: anyio.CancelScope | None = None
@@ -274,6 +278,13 @@ class Runtime:
             for session_id, slot in self._slots.items()
             if slot.live and slot.session is not None
         }
+
+    @property
+    def descriptors(self) -> DescriptorUse:
+        """File descriptors the process has open now and its limit (``RLIMIT_NOFILE``); a
+        session is refused with ``DescriptorLimitReached`` once they come within
+        ``DescriptorUse.reserve`` of it."""
+        return descriptor_use()
 
     @property
     def hibernated(self) -> frozenset[str]:
@@ -412,7 +423,8 @@ class Runtime:
         ``constraints`` start its protected state (the user's word, kept through compactions).
 
         Raises ``InvalidSessionId``, ``SessionExists``, ``ProtectedStateViolation``,
-        ``SessionBusy`` naming the holder when another writer holds the id's lease.
+        ``SessionBusy`` naming the holder when another writer holds the id's lease,
+        ``DescriptorLimitReached`` when the process's descriptors are near their limit.
         """
         self._check_running()
         session_id = validate_session_id(session_id) if session_id is not None else new_session_id()
@@ -500,7 +512,8 @@ class Runtime:
         The session's writer lease is taken first (cutting a torn last line, reported as a
         ``LogRepaired`` event), then the log is read. An open round gets "interrupted" outputs
         for its calls. Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError``,
-        ``SessionBusy`` naming the holder when another writer holds it (nothing is started).
+        ``SessionBusy`` naming the holder when another writer holds it (nothing is started),
+        ``DescriptorLimitReached`` (as ``create``).
         """
         return await self._opened(validate_session_id(session_id), create=False)
 
@@ -618,11 +631,14 @@ class Runtime:
 
         Waits while another open of the id or its close is under way: one open per id at a
         time, never two sessions on one log, and a closing session's last writes land and its
-        lease is free before its log is read again.
+        lease is free before its log is read again. Raises ``DescriptorLimitReached`` (nothing
+        claimed) when a session to start would leave the process's descriptors too near its
+        limit (see ``_descriptors``).
         """
         while True:
             slot = self._slots.get(session_id)
             if slot is None:
+                self._descriptors.check(session_id)
                 slot = self._slots[session_id] = SessionSlot(session_id)
                 return slot
             if slot.state is SlotState.CREATING:
@@ -631,6 +647,7 @@ class Runtime:
                 assert slot.session is not None
                 await slot.session.close()
             elif slot.state is SlotState.HIBERNATED:
+                self._descriptors.check(session_id)
                 slot.move(SlotState.CREATING)
                 slot.from_hibernation = True
                 return slot

@@ -68,7 +68,7 @@ STORE_DIR_NAME = ".stowage"
 # A stowage log starts with its session record: {"v":1,"seq":0,"ts":...,"type":"session",...
 _LOG_PREFIX = b'{"v":'
 _LOG_SESSION = b'"type":"session"'
-# A JSONL store's writer lease is a flock on <id>.lock, holding {"owner":...,"token":n}.
+# A JSONL store's lease record <id>.lock holds {"owner":...,"token":n}.
 _LOCK_PREFIX = b'{"'
 _LOCK_TOKEN = b'"token":'
 _LOG_PEEK_BYTES = 256

@@ -2,7 +2,9 @@
 
 What an operator graphs to size a fleet: how much work a worker does (messages answered,
 rounds, compactions), how it holds its sessions (serving now, leases lost), how much waits
-(sessions with input queued in the whole store) and how long a claim takes. The counters are
+(sessions with input queued in the whole store), how long a claim takes, and how near the
+process is to its limit of open descriptors (under Prometheus' standard process names, where
+it refuses new sessions: see ``Runtime.descriptors``). The counters are
 fed by the runtime's events and the worker's claims; the page is rendered on each scrape (a
 pure function of the counters), and the queue depth is one indexed count per scrape.
 
@@ -25,6 +27,7 @@ from stowage.core import (
     RoundCommitted,
     SessionLeaseLostEvent,
 )
+from stowage.facade import DescriptorUse
 
 __all__ = ["CLAIM_BUCKETS", "WorkerMetrics", "render_metrics", "serve_metrics"]
 
@@ -70,10 +73,12 @@ def render_metrics(
     answered: int,
     serving: int,
     queue_depth: tuple[int, int] | None,
+    descriptors: DescriptorUse | None = None,
 ) -> str:
     """The metrics page (Prometheus text format 0.0.4). ``queue_depth``: (messages, sessions)
     queued in the store; None when the store could not be asked, and the gauges are left out
-    rather than shown as 0."""
+    rather than shown as 0. ``descriptors``: open and allowed (a figure unknown or unlimited
+    is left out the same way)."""
     lines: list[str] = []
 
     def one(name: str, kind: str, text: str, value: float) -> None:
@@ -104,6 +109,10 @@ def render_metrics(
         messages, sessions = queue_depth
         one("stowage_queue_depth", "gauge", "Messages queued in the store.", messages)
         one("stowage_queue_sessions", "gauge", "Sessions with messages queued.", sessions)
+    if descriptors is not None and descriptors.in_use is not None:
+        one("process_open_fds", "gauge", "Open file descriptors.", descriptors.in_use)
+    if descriptors is not None and descriptors.limit is not None:
+        one("process_max_fds", "gauge", "Maximum open file descriptors.", descriptors.limit)
     name = "stowage_worker_claim_seconds"
     lines += [f"# HELP {name} Time one claim query took.", f"# TYPE {name} histogram"]
     cumulative = 0

@@ -309,7 +309,11 @@ class Worker:
             depth = None
         answered = self.answered + sum(s.answered for s in self._serving.values())
         return render_metrics(
-            self.metrics, answered=answered, serving=self._busy(), queue_depth=depth
+            self.metrics,
+            answered=answered,
+            serving=self._busy(),
+            queue_depth=depth,
+            descriptors=self._runtime.descriptors,
         )
 
     # -- the workers table ------------------------------------------------------------------

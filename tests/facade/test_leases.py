@@ -4,7 +4,6 @@ lease is lost. Real stores on real files (JSONL, SQLite) and real PostgreSQL."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -25,6 +24,7 @@ from stowage import (
 )
 from stowage.core import ItemRecord, SessionRecord, TurnRecord
 from stowage.storage import JsonlStore, LogStore, PostgresStore, SqliteStore
+from stowage.storage._jsonl_lock import LeaseTable
 from stowage.testing import FakeOpenAIServer, ScriptedModel
 
 PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -103,14 +103,15 @@ async def test_open_resume_and_send_refuse_a_session_another_writer_holds(
 
 
 async def test_create_refuses_an_id_another_process_is_creating(tmp_path: Path) -> None:
-    """JSONL: the writer lease is the ``flock`` of ``<id>.lock``; a log being created by
-    another process (its lock held, no log yet) is busy, and nothing is written."""
+    """JSONL: the writer lease is a lock on the session's byte of ``.leases.lock``; a log
+    being created by another writer (its lease held, no log yet) is busy, and nothing is
+    written."""
     with anyio.fail_after(30):
         root = tmp_path / "st"
         root.mkdir()
-        lock = os.open(root / "fresh.lock", os.O_RDWR | os.O_CREAT)
+        other = LeaseTable(str(root), "elsewhere:1:ab")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.take("fresh", str(root / "fresh.lock"))
             async with runtime(tmp_path, JsonlStore(root)) as rt:
                 with pytest.raises(SessionBusy):
                     await rt.create("fresh")
@@ -118,7 +119,7 @@ async def test_create_refuses_an_id_another_process_is_creating(tmp_path: Path) 
                     await rt.send("fresh", "hello")
                 assert rt.sessions == {}
         finally:
-            os.close(lock)
+            other.close()
         assert not (root / "fresh.jsonl").exists()
 
 

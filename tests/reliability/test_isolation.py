@@ -49,7 +49,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     kind = request.param
     if kind == "jsonl":
 
-        async def jsonl(ttl: float) -> LogStore:  # a flock never expires: ttl does not apply
+        async def jsonl(ttl: float) -> LogStore:  # a JSONL lease never expires: no ttl
             return JsonlStore(tmp_path / "logs")
 
         yield jsonl
@@ -217,6 +217,6 @@ async def test_a_fenced_session_fails_only_itself(
 ) -> None:
     """A lease taken over by another writer (SQLite, PostgreSQL: leases expire)."""
     if "jsonl" in request.node.callspec.id:
-        pytest.skip("a JSONL lease is a flock: it never expires, so it is never taken over")
+        pytest.skip("a JSONL lease is a kernel lock: it never expires, so it is never taken over")
     with anyio.fail_after(30):
         await _check_isolated(open_store, round_records(4, 1), FencingError, taken_over=True)

@@ -1,9 +1,9 @@
 """JsonlStore beyond the contract: torn tails, corrupt lines, failed writes, fast resume, and
-the ``flock`` writer lease (its lock file, a killed holder, planted symlinks)."""
+the writer lease (its record file, a killed holder, planted symlinks); the lease's lock itself
+in ``test_jsonl_leases``."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -29,6 +29,7 @@ from stowage.core import (
 from stowage.core._items import UserMessage
 from stowage.core._records import ItemRecord, Record
 from stowage.storage import JsonlStore, TornTail, encode_record
+from stowage.storage._jsonl_lock import LEASE_FILE, lease_is_locked
 from stowage.storage.contract import compaction, expected_tail, round_records, session_start
 from structlog.testing import capture_logs
 
@@ -310,7 +311,11 @@ async def test_create_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> 
         store = JsonlStore(tmp_path / "new" / "root")
         await store.create("s", session_start())
         await store.aclose()
-    assert sorted(p.name for p in (tmp_path / "new" / "root").iterdir()) == ["s.jsonl", "s.lock"]
+    assert sorted(p.name for p in (tmp_path / "new" / "root").iterdir()) == [
+        LEASE_FILE,
+        "s.jsonl",
+        "s.lock",
+    ]
 
 
 # -- resume cost ----------------------------------------------------------------------------------
@@ -445,17 +450,6 @@ anyio.run(main)
 """
 
 
-def _lock_is_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # and the lock with it
-    return True
-
-
 async def test_opening_and_reading_a_missing_root_creates_nothing(tmp_path: Path) -> None:
     root = tmp_path / "not" / "yet"
     with anyio.fail_after(10):
@@ -497,11 +491,11 @@ async def test_the_lock_file_names_the_holder_and_keeps_the_token_count(tmp_path
     }
     assert released == {"token": lease.token}
     assert again.token == lease.token + 1
-    assert _lock_is_free(lock)
+    assert not lease_is_locked(str(tmp_path), "s")
 
 
 async def test_a_killed_holder_leaves_its_lock_file_and_no_lock(tmp_path: Path) -> None:
-    """The lock file stays (naming the dead process) but the flock died with the process."""
+    """The record stays (naming the dead process) but the lock died with the process."""
     lock = tmp_path / "s.lock"
     with anyio.fail_after(30):
         store = JsonlStore(tmp_path)
@@ -513,7 +507,7 @@ async def test_a_killed_holder_leaves_its_lock_file_and_no_lock(tmp_path: Path) 
         try:
             assert child.stdout is not None
             assert await anyio.to_thread.run_sync(child.stdout.readline) == "held\n"
-            assert not _lock_is_free(lock)
+            assert lease_is_locked(str(tmp_path), "s")
             store = JsonlStore(tmp_path)
             with pytest.raises(SessionBusy) as caught:
                 await store.acquire("s")
@@ -527,7 +521,7 @@ async def test_a_killed_holder_leaves_its_lock_file_and_no_lock(tmp_path: Path) 
             if child.stdout is not None:
                 child.stdout.close()
         assert json.loads(lock.read_text())["pid"] == child.pid  # still names the dead one
-        assert _lock_is_free(lock)
+        assert not lease_is_locked(str(tmp_path), "s")
         lease = await store.acquire("s")
         await store.append("s", round_records(4, 1))
         await store.aclose()

@@ -15,6 +15,7 @@ import anyio
 import httpx
 import pytest
 from stowage.cli._workers import format_workers
+from stowage.facade import DescriptorUse
 from stowage.worker import Client
 from stowage.worker._metrics import WorkerMetrics, render_metrics
 
@@ -34,7 +35,8 @@ def test_the_page_has_help_type_and_cumulative_claim_buckets() -> None:
     metrics.claimed(0.003, 2)
     metrics.claimed(0.2, 0)
     metrics.claimed(9.0, 1)
-    page = render_metrics(metrics, answered=5, serving=2, queue_depth=(7, 3))
+    use = DescriptorUse(in_use=120, limit=1024)
+    page = render_metrics(metrics, answered=5, serving=2, queue_depth=(7, 3), descriptors=use)
     assert "# TYPE stowage_worker_rounds_total counter" in page
     assert metric(page, "stowage_worker_messages_answered_total") == 5
     assert metric(page, "stowage_worker_sessions_claimed_total") == 3
@@ -44,8 +46,16 @@ def test_the_page_has_help_type_and_cumulative_claim_buckets() -> None:
     assert 'stowage_worker_claim_seconds_bucket{le="0.25"} 2' in page
     assert 'stowage_worker_claim_seconds_bucket{le="+Inf"} 3' in page
     assert metric(page, "stowage_worker_claim_seconds_count") == 3
-    unknown = render_metrics(metrics, answered=0, serving=0, queue_depth=None)
+    assert (metric(page, "process_open_fds"), metric(page, "process_max_fds")) == (120, 1024)
+    unknown = render_metrics(
+        metrics,
+        answered=0,
+        serving=0,
+        queue_depth=None,
+        descriptors=DescriptorUse(in_use=None, limit=None),
+    )
     assert metric(unknown, "stowage_queue_depth") is None  # not a made-up 0
+    assert metric(unknown, "process_open_fds") is metric(unknown, "process_max_fds") is None
 
 
 def test_the_workers_table_shows_rounds_per_second_and_says_when_nobody_is_up() -> None:
