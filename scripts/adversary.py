@@ -1,7 +1,7 @@
 """A standing adversary: the real command line against lying endpoints, kills, racing writers
 and a full disk, on each store, with every probe's verdict counted.
 
-    python scripts/adversary.py                        # JSONL and SQLite, small: < 1 minute
+    python scripts/adversary.py                        # JSONL and SQLite, a small round
     python scripts/adversary.py --kills 1000 --json figures.json
     python scripts/adversary.py --store-kinds jsonl,sqlite,postgresql
 
@@ -32,9 +32,11 @@ exited 0 and printed the answer. The probes, per store:
   and once space is freed the session resumes and its acknowledged turn is there once.
   Where mounting is not permitted the probe is skipped and says why.
 
-Each probe prints tried, held, failed (and why skipped) as a table, and with ``--json PATH``
-as JSON; progress goes to stderr. Exit 0 only when every probe that ran held (and at least
-one did), 1 otherwise, 2 when the run cannot start (a store kind it cannot reach).
+Each probe prints tried, held, failed (why skipped, where its kills landed) as a table, and
+with ``--json PATH`` as JSON; progress goes to stderr (``--verbose``: every command). The
+stores are attacked at once, one thread and one fake server each. Exit 0 only when every
+probe that ran held (and at least one did); 1 otherwise, a store that could not be reached
+included (said with the figures); 2 for a bad option.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ FAST_FAILURE = {
     "STOWAGE_REQUEST_TIMEOUT": "2",
     "STOWAGE_MAX_RETRY_WAIT": "0.2",
 }
+#: print every command with its status and seconds (--verbose)
+VERBOSE = False
 SESSION_TURNS = 8  # a kill session takes this many turns, then a new one starts
 README = "Adversary workspace. Files: alpha.txt, beta.txt.\n"
 
@@ -112,6 +116,12 @@ class Tally:
     skipped: str | None = None
     #: what held but is worth saying (a documented status where a cleaner one was hoped for)
     notes: list[str] = field(default_factory=list)
+    #: where the kills landed: ``killed``, ``ended first`` (the command was done before its
+    #: moment: checked all the same), ``before the session existed``
+    landed: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def land(self, done: Done) -> None:
+        self.landed["killed" if done.status is None else "ended first"] += 1
 
     @property
     def failed(self) -> int:
@@ -198,6 +208,9 @@ def launch(
             if kill_after is None:
                 status = 124
         seconds = time.monotonic() - started
+        if VERBOSE:
+            shown = " ".join(a for a in argv[3:] if not a.startswith(("http", "sk-", "/")))
+            progress(f"{seconds:5.1f} s  exit {status}  {shown[:120]}")
         out.seek(0)
         err.seek(0)
         return Done(status, out.read().decode(errors="replace"), err.read().decode(), seconds)
@@ -387,6 +400,7 @@ def kill_turn(arena: Arena, story: Story, command: str) -> None:
     delay = kill_moment(arena, command)
     done = launch(argv, cwd, kill_after=delay)
     learn(arena, command, done)
+    arena.tally(f"kill {command}").land(done)
     problems: list[str] = []
     if done.status is not None:  # it ended first: an ordinary turn
         if done.status != EXIT_OK:
@@ -396,6 +410,7 @@ def kill_turn(arena: Arena, story: Story, command: str) -> None:
     if records_of(arena, story.id) is None and not story.acked:
         # killed before the session was made: nothing to check, the run starts over
         story.turns = 0
+        arena.tally(f"kill {command}").landed["before the session existed"] += 1
         verdict(arena.tally(f"kill {command}"), f"{arena.kind} kill {command}", problems)
         return
     problems += audit(arena, story.id, story.acked, cli_check=True)
@@ -423,9 +438,10 @@ def kill_approve(arena: Arena) -> None:
     delay = kill_moment(arena, "approve")
     killed = launch(stowage(arena, "approve", session, waiting[1]), cwd, kill_after=delay)
     learn(arena, "approve", killed)
+    tally.land(killed)
     problems = audit(arena, session, [], cli_check=True)
     for _ in range(6):  # approve what waits until the turn is done
-        pending = asyncio_pending(arena.store, session)
+        pending = awaiting_approval_ids(arena.store, session)
         if not pending:
             break
         answer = until_free(
@@ -436,21 +452,31 @@ def kill_approve(arena: Arena) -> None:
             break
     else:
         problems.append("calls still wait for approval after 6 approvals")
-    records = asyncio_records(arena.store, session)
+    # the session goes on (and a call the kill left open gets its "interrupted" output)
+    after = f"{session}: go on after the approvals"
+    done = until_free(
+        arena, stowage(arena, "resume", session, after), cwd, patience=patience(arena)
+    )
+    if done.status != EXIT_OK:
+        problems.append(
+            f"the resume after the approvals exited {done.status}: {done.stderr[-300:]}"
+        )
+    records = logged_records(arena.store, session)
     figures: collections.Counter[str] = collections.Counter()
     problems += crash_acting.audit(records, cwd, figures)
-    problems += audit(arena, session, [], cli_check=True)
+    acked = [(after, done.stdout.strip())] if done.acknowledged else []
+    problems += audit(arena, session, acked, cli_check=True)
     verdict(tally, f"{arena.kind} kill approve of {session} after {delay:.2f} s", problems)
 
 
-def asyncio_records(store_spec: str, session: str) -> list[Any]:
+def logged_records(store_spec: str, session: str) -> list[Any]:
     found = anyio.run(crash_acting.read, store_spec, session)
     return [] if found is None else found[0]
 
 
-def asyncio_pending(store_spec: str, session: str) -> list[str]:
+def awaiting_approval_ids(store_spec: str, session: str) -> list[str]:
     """The ids of the calls of ``session`` that wait for a person's approval."""
-    records = asyncio_records(store_spec, session)
+    records = logged_records(store_spec, session)
     return [call.call_id for call in replay(session, tuple(records)).awaiting_approval]
 
 
@@ -475,7 +501,9 @@ def kill_archive(arena: Arena, story: Story) -> None:
         story.acked.append((message, done.stdout.strip()))
     archive = stowage(arena, "archive", "--older-than", "0.001", "--session", story.id)
     delay = kill_moment(arena, "archive")
-    learn(arena, "archive", launch(archive, arena.root, kill_after=delay))
+    killed = launch(archive, arena.root, kill_after=delay)
+    learn(arena, "archive", killed)
+    tally.land(killed)
     problems = audit(arena, story.id, story.acked, cli_check=True)
     again = launch(archive, arena.root)
     if again.status != EXIT_OK:
@@ -503,6 +531,7 @@ def kill_worker(arena: Arena) -> None:
     worker += ["--idle-timeout", "0", "--log-format", "json"]
     delay = kill_moment(arena, "worker")
     killed = launch(worker, cwd, kill_after=delay)
+    tally.land(killed)
     problems = [] if queued.status == EXIT_OK else [f"send exited {queued.status}"]
     if killed.status is not None:
         problems.append(
@@ -745,12 +774,12 @@ def disk_round(disk: Path, kind: str, base_url: str) -> dict[str, list[str]]:
 # -- the run ---------------------------------------------------------------------------------
 
 
-def store_spec(kind: str, root: Path, run_id: str) -> str:
+def store_spec(kind: str, root: Path, schema: str) -> str:
     if kind == "jsonl":
         return str(root / "jsonl")
     if kind == "sqlite":
         return f"sqlite:///{root / 'store.db'}"
-    return f"{PG_DSN}?schema=adversary_{run_id}"
+    return f"{PG_DSN}?schema={schema}"
 
 
 def drop_schema(spec: str) -> None:
@@ -769,17 +798,18 @@ def drop_schema(spec: str) -> None:
 
 
 @contextlib.contextmanager
-def arena_for(kind: str, root: Path, seed: int, keep: bool) -> Iterator[Arena]:
+def arena_for(kind: str, root: Path, seed: int, args: argparse.Namespace) -> Iterator[Arena]:
     run_id = f"a{seed}x{secrets.token_hex(3)}"
+    keep, schema = args.keep, args.pg_schema or f"adversary_{run_id}"
     (root / kind).mkdir()
     server = crash_test.FakeServer(root / kind, 0, 0.0, seed)
-    arena = Arena(kind, store_spec(kind, root / kind, run_id), root / kind, server,
+    arena = Arena(kind, store_spec(kind, root / kind, schema), root / kind, server,
                   random.Random(seed), run_id)  # fmt: skip
     try:
         yield arena
     finally:
         server.close()
-        if kind == "postgresql" and not keep:
+        if kind == "postgresql" and not keep and args.pg_schema is None:
             with contextlib.suppress(Exception):
                 drop_schema(arena.store)
 
@@ -789,6 +819,8 @@ def table(arenas: list[Arena]) -> list[str]:
     for arena in arenas:
         for probe, t in arena.tallies.items():
             note = f"skipped: {t.skipped}" if t.skipped else ""
+            if t.landed:
+                note = ", ".join(f"{k} {v}" for k, v in sorted(t.landed.items()))
             rows.append((arena.kind, probe, str(t.tried), str(t.held), str(t.failed), note))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return [
@@ -815,6 +847,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="stop the kills by then")
     p.add_argument("--keep", action="store_true", help="keep the files (and the schema)")
+    p.add_argument("--verbose", action="store_true", help="every command, its exit and seconds")
+    p.add_argument(
+        "--pg-schema",
+        default=None,
+        help="PostgreSQL: this schema, kept (default: a new one, dropped)",
+    )
     p.add_argument("--disk-round", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--base-url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -832,6 +870,8 @@ def main(argv: list[str] | None = None) -> int:
         problems = disk_round(args.disk_round, args.kinds[0], args.base_url)
         args.json.write_text(json.dumps(problems))
         return 0
+    global VERBOSE
+    VERBOSE = args.verbose
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="stowage-adversary-"))
@@ -848,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
     def attack(n: int, kind: str) -> None:
         """One store's probes, in a thread of its own: the stores' waits overlap."""
         try:
-            with arena_for(kind, root, seed + n, args.keep) as arena:
+            with arena_for(kind, root, seed + n, args) as arena:
                 arenas.append(arena)
                 for name, step in steps:
                     progress(f"{kind}: {name}")
@@ -897,6 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                         "failed": t.failed,
                         "skipped": t.skipped,
                         "notes": t.notes,
+                        "landed": dict(t.landed),
                         "failures": t.failures,
                     }
                     for p, t in a.tallies.items()
