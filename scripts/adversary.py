@@ -74,22 +74,35 @@ PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432
 MODEL, API_KEY = "adversary-model", "sk-adversary"
 EXIT_OK, EXIT_ENDPOINT, EXIT_BUSY, EXIT_STORE, EXIT_STOPPED = 0, 3, 4, 5, 6
 KILLED = ("run", "resume", "approve", "archive", "worker")
-#: a probe's name, the fault posted before its turn, and the exit statuses it calls for
-LIES: tuple[tuple[str, dict[str, Any], frozenset[int]], ...] = (
-    ("huge answer, small usage", {"fault": "invented_usage", "times": 9}, frozenset({0, 6})),
-    ("stall, passing", {"fault": "keepalive", "interval": 0.2}, frozenset({0})),
-    ("cut stream, every retry", {"fault": "cut_stream", "times": 9}, frozenset({3})),
-    ("context-length refusal, passing", {"fault": "context_length"}, frozenset({0})),
-    ("5xx burst", {"fault": "server_error", "status": 503, "times": 2}, frozenset({0})),
-    ("context-length refusal, always", {"fault": "context_length", "times": 9}, frozenset({6})),
-    ("5xx on every retry", {"fault": "server_error", "status": 500, "times": 9}, frozenset({3})),
-    ("stall, every retry", {"fault": "keepalive", "interval": 0.2, "times": 9}, frozenset({3})),
-    ("cut stream, passing", {"fault": "cut_stream"}, frozenset({0})),
-    ("usage zeroed", {"fault": "zero_usage", "times": 9}, frozenset({0, 6})),
-    ("LiteLLM context refusal", {"fault": "litellm_context"}, frozenset({0})),
-    ("429 burst", {"fault": "rate_limit", "retry_after": 0.1, "times": 2}, frozenset({0})),
-    ("not JSON", {"fault": "garbage"}, frozenset({0})),
-    ("no finish marker", {"fault": "no_finish"}, frozenset({0, 3})),
+#: a probe's name, the fault posted before its turn, the exit statuses it calls for, and the
+#: options its turn adds
+LIES: tuple[tuple[str, dict[str, Any], frozenset[int], tuple[str, ...]], ...] = (
+    ("huge answer, small usage", {"fault": "invented_usage", "times": 9}, frozenset({0, 6}), ()),
+    ("stall, passing", {"fault": "keepalive", "interval": 0.2}, frozenset({0}), ()),
+    ("cut stream, every retry", {"fault": "cut_stream", "times": 9}, frozenset({3}), ()),
+    ("context-length refusal, passing", {"fault": "context_length"}, frozenset({0}), ()),
+    ("5xx burst", {"fault": "server_error", "status": 503, "times": 2}, frozenset({0}), ()),
+    ("context-length refusal, always", {"fault": "context_length", "times": 9}, frozenset({6}), ()),
+    # the refusal states an 8,192-token window where the session was told of 128,000
+    (
+        "refusal naming another window",
+        {"fault": "context_length"},
+        frozenset({0, 6}),
+        ("--context-window", "128000"),
+    ),
+    (
+        "5xx on every retry",
+        {"fault": "server_error", "status": 500, "times": 9},
+        frozenset({3}),
+        (),
+    ),
+    ("stall, every retry", {"fault": "keepalive", "interval": 0.2, "times": 9}, frozenset({3}), ()),
+    ("cut stream, passing", {"fault": "cut_stream"}, frozenset({0}), ()),
+    ("usage zeroed", {"fault": "zero_usage", "times": 9}, frozenset({0, 6}), ()),
+    ("LiteLLM context refusal", {"fault": "litellm_context"}, frozenset({0}), ()),
+    ("429 burst", {"fault": "rate_limit", "retry_after": 0.1, "times": 2}, frozenset({0}), ()),
+    ("not JSON", {"fault": "garbage"}, frozenset({0}), ()),
+    ("no finish marker", {"fault": "no_finish"}, frozenset({0, 3}), ()),
 )
 #: model timeouts and retries short enough that a stall costs a second, not minutes
 FAST_FAILURE = {
@@ -328,10 +341,10 @@ def lies(arena: Arena, count: int) -> None:
         arena.tally("lie: first turn").tried += 1
         return
     acked.append((first, done.stdout.strip()))
-    for name, fault, statuses in LIES[:count]:
+    for name, fault, statuses, options in LIES[:count]:
         message = f"{session}: {name}: read the readme again"
         post_fault(arena, fault)
-        done = launch(stowage(arena, "resume", session, *model(arena), message), cwd)
+        done = launch(stowage(arena, "resume", session, *model(arena), *options, message), cwd)
         post_fault(arena, {"clear": True})
         problems = []
         if done.status not in statuses:
@@ -841,7 +854,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--races", type=int, default=1, help="races a store (default 1)")
     p.add_argument("--disk-rounds", type=int, default=1, help="full disks a store (default 1)")
     p.add_argument(
-        "--lies", type=int, default=7, help=f"lies a store, of {len(LIES)} (default 7; 0: none)"
+        "--lies", type=int, default=8, help=f"lies a store, of {len(LIES)} (default 8; 0: none)"
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
