@@ -129,12 +129,13 @@ class Tally:
     skipped: str | None = None
     #: what held but is worth saying (a documented status where a cleaner one was hoped for)
     notes: list[str] = field(default_factory=list)
-    #: where the kills landed: ``killed``, ``ended first`` (the command was done before its
-    #: moment: checked all the same), ``before the session existed``
-    landed: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: how the commands ended: a lie's ``exit N``; where a kill landed: ``killed``, ``ended
+    #: first`` (the command was done before its moment: checked all the same), ``before the
+    #: session existed``
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def land(self, done: Done) -> None:
-        self.landed["killed" if done.status is None else "ended first"] += 1
+        self.outcomes["killed" if done.status is None else "ended first"] += 1
 
     @property
     def failed(self) -> int:
@@ -346,6 +347,7 @@ def lies(arena: Arena, count: int) -> None:
         post_fault(arena, fault)
         done = launch(stowage(arena, "resume", session, *model(arena), *options, message), cwd)
         post_fault(arena, {"clear": True})
+        arena.tally(f"lie: {name}").outcomes[f"exit {done.status}"] += 1
         problems = []
         if done.status not in statuses:
             expected = " or ".join(map(str, sorted(statuses)))
@@ -423,7 +425,7 @@ def kill_turn(arena: Arena, story: Story, command: str) -> None:
     if records_of(arena, story.id) is None and not story.acked:
         # killed before the session was made: nothing to check, the run starts over
         story.turns = 0
-        arena.tally(f"kill {command}").landed["before the session existed"] += 1
+        arena.tally(f"kill {command}").outcomes["before the session existed"] += 1
         verdict(arena.tally(f"kill {command}"), f"{arena.kind} kill {command}", problems)
         return
     problems += audit(arena, story.id, story.acked, cli_check=True)
@@ -693,6 +695,8 @@ def namespaces_allowed(root: Path) -> str | None:
 def disk_full(arena: Arena, rounds: int) -> None:
     """Each round in a namespace of its own: this script again (``--disk-round``) on the
     tmpfs, which reports what it found as JSON."""
+    if rounds <= 0:
+        return
     tally = arena.tally("disk full")
     if arena.kind == "postgresql":
         tally.skipped = "the PostgreSQL server's disk is not this process's to fill"
@@ -832,8 +836,8 @@ def table(arenas: list[Arena]) -> list[str]:
     for arena in arenas:
         for probe, t in arena.tallies.items():
             note = f"skipped: {t.skipped}" if t.skipped else ""
-            if t.landed:
-                note = ", ".join(f"{k} {v}" for k, v in sorted(t.landed.items()))
+            if t.outcomes:
+                note = ", ".join(f"{k}: {v}" for k, v in sorted(t.outcomes.items()))
             rows.append((arena.kind, probe, str(t.tried), str(t.held), str(t.failed), note))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return [
@@ -950,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
                         "failed": t.failed,
                         "skipped": t.skipped,
                         "notes": t.notes,
-                        "landed": dict(t.landed),
+                        "outcomes": dict(t.outcomes),
                         "failures": t.failures,
                     }
                     for p, t in a.tallies.items()
