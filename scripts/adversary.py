@@ -72,7 +72,9 @@ import crash_test  # a sibling script: the fake server process, log reads, the t
 STORE_KINDS = ("jsonl", "sqlite", "postgresql")
 PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 MODEL, API_KEY = "adversary-model", "sk-adversary"
-EXIT_OK, EXIT_ENDPOINT, EXIT_BUSY, EXIT_STORE, EXIT_STOPPED = 0, 3, 4, 5, 6
+#: the documented exit statuses (docs/reference/exit-statuses.md) a script may rely on, as a
+#: user's script would: ok, busy (another writer), the store failed
+EXIT_OK, EXIT_BUSY, EXIT_STORE = 0, 4, 5
 KILLED = ("run", "resume", "approve", "archive", "worker")
 #: a probe's name, the fault posted before its turn, the exit statuses it calls for, and the
 #: options its turn adds
@@ -439,9 +441,6 @@ def kill_approve(arena: Arena) -> None:
     """A call waits for approval; ``approve`` is killed; approvals are given until the turn
     is done; nothing applied twice, nothing claimed and missing."""
     tally = arena.tally("kill approve")
-    if shutil.which("bwrap") is None:
-        tally.skipped = "bubblewrap is not installed: the calls that act cannot run"
-        return
     session = arena.new_id("approve")
     cwd = arena.workspace(session)
     acting = ["--model", "scripted", "--sandbox", "workspace-write", "--approval", "untrusted"]
@@ -502,9 +501,6 @@ def kill_archive(arena: Arena, story: Story) -> None:
     """A turn that compacts, then ``archive`` killed while it moves what the compaction
     covers; ``archive`` again, and every acknowledged turn is still there."""
     tally = arena.tally("kill archive")
-    if arena.kind == "jsonl":
-        tally.skipped = "archive needs an SQL store (a JSONL store refuses it, exit 2)"
-        return
     cwd = arena.workspace("kills")
     for _ in range(2):  # two turns: the threshold session compacts about every other one
         message = story.message("summarise the alpha and beta files")
@@ -533,9 +529,6 @@ def kill_worker(arena: Arena) -> None:
     """A message queued; ``stowage worker`` killed while it serves it; the next worker
     answers it once."""
     tally = arena.tally("kill worker")
-    if arena.kind != "postgresql":
-        tally.skipped = "stowage worker serves a PostgreSQL store only"
-        return
     cwd = arena.workspace("kills")
     session = arena.new_id("worker")
     message = f"{session}: read the alpha file"
@@ -572,17 +565,26 @@ def kill_worker(arena: Arena) -> None:
     verdict(tally, f"{arena.kind} kill worker serving {session} after {delay:.2f} s", problems)
 
 
+def unavailable(kind: str, command: str) -> str | None:
+    """Why ``command`` cannot be killed on a store of ``kind`` here; None: it can."""
+    if command == "archive" and kind == "jsonl":
+        return "archive needs an SQL store (a JSONL store refuses it, exit 2)"
+    if command == "worker" and kind != "postgresql":
+        return "stowage worker serves a PostgreSQL store only"
+    if command == "approve" and shutil.which("bwrap") is None:
+        return "bubblewrap is not installed: the calls that act cannot run"
+    return None
+
+
 def kills(arena: Arena, count: int, deadline: float) -> None:
     """``count`` kills, round robin over the commands the store can run."""
-    runnable = [c for c in KILLED if c not in ("archive", "worker")]
-    if arena.kind != "jsonl":
-        runnable.append("archive")
-    else:
-        kill_archive(arena, Story(""))  # records why it is skipped
-    if arena.kind == "postgresql":
-        runnable.append("worker")
-    else:
-        kill_worker(arena)
+    runnable = []
+    for command in KILLED:
+        why = unavailable(arena.kind, command)
+        if why is None:
+            runnable.append(command)
+        else:
+            arena.tally(f"kill {command}").skipped = why
     stories: dict[str, Story] = {}
 
     def story(command: str, mode: tuple[str, ...] = ()) -> Story:
