@@ -1,7 +1,7 @@
 """A standing adversary: the real command line against lying endpoints, kills, racing writers
 and a full disk, on each store, with every probe's verdict counted.
 
-    python scripts/adversary.py                        # JSONL and SQLite, a small round
+    python scripts/adversary.py                        # JSONL and SQLite, about a minute
     python scripts/adversary.py --kills 1000 --json figures.json
     python scripts/adversary.py --store-kinds jsonl,sqlite,postgresql
 
