@@ -36,6 +36,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+def slowness() -> float:
+    """How many times slower than when idle this machine runs now: the runnable processes
+    per core over the last minute, at least 1. A bound on wall time that a quiet machine
+    meets (a takeover within the lease time and a margin) is multiplied by it, so a suite
+    run beside other work measures the code, not the neighbours."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 #: the files that take longest (from 10 s to a minute and a half on 2 cores), longest first: under
 #: ``pytest -n N`` (pytest-xdist, ``--dist loadfile``) they are handed out before the others, so
 #: that no worker starts one of them while the rest sit idle at the end; order only, never which

@@ -88,6 +88,23 @@ def test_a_turn_stopped_at_the_round_limit_ends_with_exit_status_6(
     assert ended["stopped"] == "round_limit" and ended["exit_status"] == 6
 
 
+def in_call_order(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``lines`` with each run of ``tool_output`` lines in the order of their calls: parallel
+    calls of one round end in whatever order they finish live, the log keeps call order."""
+    calls = [line.get("name") for line in lines if line["type"] == "tool_call"]
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for line in [*lines, {"type": ""}]:
+        if line["type"] == "tool_output":
+            run.append(line)
+            continue
+        out += sorted(run, key=lambda o: calls.index(o.get("name")))
+        run = []
+        if line["type"]:
+            out.append(line)
+    return out
+
+
 def test_the_lines_read_from_a_log_match_the_live_ones(tmp_path: Path, cli: Cli) -> None:
     """``send --wait --json`` reads a worker's turn back from the log: the same types in the
     same order, the same figures, as the live turn of ``run --json``."""
@@ -107,8 +124,8 @@ def test_the_lines_read_from_a_log_match_the_live_ones(tmp_path: Path, cli: Cli)
             await store.aclose()
         return record_lines("logged", records, "m-1", turn_figures("logged", records))
 
-    from_log = anyio.run(logged)
-    from_run = parsed(live.stdout)
+    from_log = in_call_order(anyio.run(logged))
+    from_run = in_call_order(parsed(live.stdout))
     assert [line["type"] for line in from_log] == [line["type"] for line in from_run]
     for a, b in zip(from_log, from_run, strict=True):
         a, b = dict(a), dict(b)

@@ -16,6 +16,7 @@ import pytest
 from stowage import (
     Event,
     LogRepaired,
+    RoundStarted,
     Runtime,
     SessionBusy,
     SessionLeaseLost,
@@ -26,6 +27,8 @@ from stowage.core import ItemRecord, SessionRecord, TurnRecord
 from stowage.storage import JsonlStore, LogStore, PostgresStore, SqliteStore
 from stowage.storage._jsonl_lock import LeaseTable
 from stowage.testing import FakeOpenAIServer, ScriptedModel
+
+from ..conftest import slowness
 
 PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -294,11 +297,15 @@ async def test_an_interrupted_runtime_abandons_a_model_call_at_once_and_writes_n
                 base_url=server.base_url,
                 api_key="sk-test",
             )
-            started = anyio.current_time()
-            with anyio.move_on_after(0.5):
-                async with Runtime(live) as rt:
-                    await rt.send("cut", "hello")
-            assert anyio.current_time() - started < 3
+            sampling = anyio.Event()
+            with anyio.CancelScope() as ctrl_c:
+                async with Runtime(live) as rt, anyio.create_task_group() as tg:
+                    rt.subscribe(lambda e: sampling.set() if isinstance(e, RoundStarted) else None)
+                    tg.start_soon(rt.send, "cut", "hello")
+                    await sampling.wait()  # the model call is going out: Ctrl-C now
+                    cancelled = anyio.current_time()
+                    ctrl_c.cancel()
+            assert anyio.current_time() - cancelled < 3 * slowness()
         store = JsonlStore(tmp_path / "st")
         lease = await store.acquire("cut")  # free again
         records = (await store.read("cut", repair=False)).records

@@ -21,6 +21,7 @@ import anyio
 import pytest
 from stowage.worker import Client
 
+from ..conftest import slowness
 from .conftest import (
     DSN,
     Workers,
@@ -53,7 +54,7 @@ def wait_until_caught(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 
 def exit_code(proc: subprocess.Popen[bytes], within: float = 30) -> int:
-    return proc.wait(timeout=within)
+    return proc.wait(timeout=within * slowness())
 
 
 async def log_says(workers: Workers, event: str) -> None:
