@@ -50,6 +50,7 @@ from stowage.policy import (
     build_summary_request,
     cache_key_for,
     draw_probes,
+    fit_probes,
     kept_section,
     missed_probes,
     probe_focus,
@@ -251,9 +252,14 @@ class Summarizer:
                     if len(missed_probes(second[0], probes)) <= len(missed):
                         summary, protected_ops, problems = second
                 still = missed_probes(summary, probes)
-                if still:  # never dropped: appended as a section of their own
-                    summary = f"{summary}\n\n{kept_section(still)}"
-                check = replace(check, asked_again=True, appended=still)
+                # appended as a section of their own, newest first, as many as the window
+                # has room for: the rest are named on the record, never silently gone
+                room = _appended_room(accounting, snapshot.status.chars_per_token)
+                appended = fit_probes(still, room)
+                if appended:
+                    summary = f"{summary}\n\n{kept_section(appended)}"
+                left_out = tuple(p for p in still if p not in appended)
+                check = replace(check, asked_again=True, appended=appended, left_out=left_out)
         local = "; compacted locally: provider compaction unavailable" if notices else ""
         return self._plan(
             job,
@@ -418,3 +424,15 @@ async def _before(
         return about.focus
     text = str(extra)
     return f"{about.focus}\n{text}" if about.focus else text
+
+
+#: the most of usable a summary's appended probes may take
+APPENDED_SHARE = 0.1
+
+
+def _appended_room(accounting: Accounting, chars_per_token: float) -> int | None:
+    """Characters the probes a summary still misses may take when appended to it: a tenth of
+    usable (or of the fixed threshold), so that a small window is not filled by them; None
+    when neither is known."""
+    ceiling = accounting.usable if accounting.budget is not None else accounting.threshold
+    return int(APPENDED_SHARE * ceiling * chars_per_token) if ceiling else None

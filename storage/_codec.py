@@ -128,6 +128,8 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
             "probes": list(c.probes), "missed_first": list(c.missed_first),
             "asked_again": c.asked_again, "appended": list(c.appended),
         }  # fmt: skip
+        if c.left_out:  # only then: a check that appended all stays as it was written
+            out["check"]["left_out"] = list(c.left_out)
     return out
 
 
@@ -483,6 +485,7 @@ def _summary_check(value: Any) -> SummaryCheck | None:
         missed_first=_strs(value, "missed_first"),
         asked_again=_bool(value, "asked_again"),
         appended=_strs(value, "appended"),
+        left_out=_strs(value, "left_out"),
     )
 
 

@@ -191,6 +191,8 @@ class SummaryCheck:
     missed_first: tuple[str, ...] = ()
     asked_again: bool = False
     appended: tuple[str, ...] = ()
+    #: those it still missed that the window had no room to append (named here, not lost)
+    left_out: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
@@ -199,6 +201,13 @@ class SummaryCheck:
         if not self.missed_first:
             return f"kept all {probes} probes (the user's instructions and corrections it absorbed)"
         line = f"the summary missed {len(self.missed_first)} of {probes} probes; asked once more"
+        if self.left_out:
+            line += (
+                f"; {len(self.appended) + len(self.left_out)} still missing, "
+                f"{len(self.appended)} appended, {len(self.left_out)} left out for room "
+                "(named on the compaction record)"
+            )
+            return line
         if self.appended:
             return line + f"; {len(self.appended)} still missing, appended as their own section"
         return line + "; the second summary kept them all"

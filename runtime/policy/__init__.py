@@ -83,7 +83,7 @@ if TYPE_CHECKING:
         step,
     )
     from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
-    from ._probes import draw_probes, kept_section, missed_probes, probe_focus
+    from ._probes import draw_probes, fit_probes, kept_section, missed_probes, probe_focus
     from ._requests_check import RequestsReport, check_requests
     from ._ruler import Ruler, View
     from ._snapshot import (
@@ -217,6 +217,7 @@ __all__ = [
     "effective_threshold",
     "fallback_summary",
     "draw_probes",
+    "fit_probes",
     "kept_section",
     "missed_probes",
     "probe_focus",
@@ -303,6 +304,7 @@ _EXPORTS = {
     "digest": "._fallback",
     "fallback_summary": "._fallback",
     "draw_probes": "._probes",
+    "fit_probes": "._probes",
     "kept_section": "._probes",
     "missed_probes": "._probes",
     "probe_focus": "._probes",

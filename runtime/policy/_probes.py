@@ -28,6 +28,7 @@ __all__ = [
     "MAX_PROBES",
     "WORDS_KEPT",
     "draw_probes",
+    "fit_probes",
     "keeps",
     "kept_section",
     "missed_probes",
@@ -190,6 +191,19 @@ def probe_focus(missed: Sequence[str]) -> str:
         "A check found the previous summary without these instructions and corrections of "
         f"the user; keep each of them, with its exact values:\n{listed}"
     )
+
+
+def fit_probes(missed: Sequence[str], room: int | None) -> tuple[str, ...]:
+    """The probes of ``missed`` (newest first) whose section fits in ``room`` characters
+    (None: all of them). Raises nothing."""
+    if room is None:
+        return tuple(missed)
+    fitted: list[str] = []
+    for probe in missed:
+        if len(kept_section([*fitted, probe])) > room:
+            break
+        fitted.append(probe)
+    return tuple(fitted)
 
 
 def kept_section(missed: Sequence[str]) -> str:

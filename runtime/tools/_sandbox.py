@@ -3,7 +3,8 @@
 Bubblewrap (Debian's ``bubblewrap``, the sandbox Flatpak is built on) needs no Python
 binding and no daemon: a command runs in new namespaces with the whole file system bound
 read-only, the workspace bound writable only under ``workspace-write`` (its ``.git`` still read-only,
-as the default ``tool_deny`` keeps the file tools out of it), its own ``/tmp``,
+as the default ``tool_deny`` keeps the file tools out of it), its own ``/tmp`` (where a
+program or a virtualenv under ``/tmp`` stays visible, read-only),
 the session store hidden, and no network unless ``sandbox_network`` says so. Where bwrap is
 missing, a sandboxed command is refused with what to install: it never runs unconfined
 because a tool was absent.
@@ -11,12 +12,15 @@ because a tool was absent.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from ._registry import ToolError
+
+_TMP = Path("/tmp")
 
 __all__ = ["BWRAP", "sandboxed_argv"]
 
@@ -53,6 +57,8 @@ def sandboxed_argv(
         )
     mode = "--bind" if sandbox == "workspace-write" else "--ro-bind"
     box = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for program in _programs_in_tmp(argv):  # a virtualenv or a checkout in /tmp, read-only
+        box += ["--ro-bind", str(program), str(program)]
     box += [mode, str(workspace), str(workspace)]
     for kept in protected:
         if (workspace / kept).exists():  # writable workspace, but never its history
@@ -65,3 +71,23 @@ def sandboxed_argv(
     box += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"]
     box += ["--chdir", str(cwd), "--", *argv]
     return box
+
+
+def _programs_in_tmp(argv: Sequence[str]) -> list[Path]:
+    """Directories under ``/tmp`` that hold the program to run or a ``PATH`` entry (a
+    virtualenv's ``bin``: its whole environment), which the sandbox's own ``/tmp`` would
+    hide; bound back read-only. Raises nothing."""
+    entries = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    program = argv[0] if argv else ""
+    where = program if os.path.isabs(program) else shutil.which(program) if program else None
+    if where:
+        entries.append(os.path.dirname(where))
+    found: list[Path] = []
+    for entry in entries:
+        path = Path(os.path.abspath(entry))
+        if not path.is_relative_to(_TMP) or path == _TMP or not path.is_dir():
+            continue
+        root = path.parent if path.name == "bin" else path
+        if root != _TMP and not any(root.is_relative_to(f) for f in found):
+            found = [f for f in found if not f.is_relative_to(root)] + [root]
+    return found

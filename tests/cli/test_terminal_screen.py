@@ -56,6 +56,7 @@ class Screen:
         self.screen.write_process_input = self._answer  # type: ignore[method-assign]
         self.stream = pyte.ByteStream(self.screen)
         self.closed = False
+        self.prompts = 0  # how many times a prompt started reading keys (bracketed paste on)
 
     def _answer(self, data: str) -> None:
         with contextlib.suppress(OSError):
@@ -72,6 +73,7 @@ class Screen:
         if not chunk:
             self.closed = True
             return
+        self.prompts += chunk.count(b"\x1b[?2004h")
         self.stream.feed(chunk)
 
     def wait_for(self, shown: Callable[[str], bool], what: str, timeout: float = 120) -> None:
@@ -194,6 +196,9 @@ def test_chat_leaves_each_answer_and_its_footer_on_the_screen(
         screen.wait_for(lambda text: ">" in text.splitlines(), "prompt")
         screen.type(LONG + "\r")
         screen.wait_for(lambda text: "compactions" in text, "footer")
+        # the next prompt reads keys (the terminal is raw again): a Ctrl-D typed while it was
+        # still cooked would be taken by the terminal as an end of input nobody reads
+        screen.wait_for(lambda _: screen.prompts >= 2, "the next prompt")
         screen.type("\x04")  # Ctrl-D on the empty prompt leaves
         assert screen.finish() == 0, screen.text()
         assert_answer_whole(screen, logged_answer(tmp_path / "st"))

@@ -28,8 +28,6 @@ from stowage.storage import JsonlStore, LogStore, PostgresStore, SqliteStore
 from stowage.storage._jsonl_lock import LeaseTable
 from stowage.testing import FakeOpenAIServer, ScriptedModel
 
-from ..conftest import slowness
-
 PG_DSN = os.environ.get("STOWAGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -305,7 +303,9 @@ async def test_an_interrupted_runtime_abandons_a_model_call_at_once_and_writes_n
                     await sampling.wait()  # the model call is going out: Ctrl-C now
                     cancelled = anyio.current_time()
                     ctrl_c.cancel()
-            assert anyio.current_time() - cancelled < 3 * slowness()
+            # a bound a quiet machine meets, times the load per core (the suite's slowness())
+            slowness = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+            assert anyio.current_time() - cancelled < 3 * slowness
         store = JsonlStore(tmp_path / "st")
         lease = await store.acquire("cut")  # free again
         records = (await store.read("cut", repair=False)).records

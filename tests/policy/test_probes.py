@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from stowage.core import AssistantMessage, HistoryEntry, UserMessage
-from stowage.policy import draw_probes, kept_section, missed_probes, probe_focus
+from stowage.core import AssistantMessage, HistoryEntry, SummaryCheck, UserMessage
+from stowage.policy import draw_probes, fit_probes, kept_section, missed_probes, probe_focus
 from stowage.policy._probes import MAX_PROBES, keeps
 
 INSTRUCTIONS = (
@@ -80,4 +80,31 @@ def test_a_summary_that_drops_a_sentence_misses_it() -> None:
         INSTRUCTIONS[0],
         INSTRUCTIONS[1],
         INSTRUCTIONS[2],
+    )
+
+
+@given(st.lists(st.sampled_from(INSTRUCTIONS), unique=True), st.integers(0, 400) | st.none())
+def test_what_is_appended_fits_its_room_newest_first(missed: list[str], room: int | None) -> None:
+    fitted = fit_probes(missed, room)
+    assert list(fitted) == missed[: len(fitted)], "not the newest first"
+    if room is None:
+        assert list(fitted) == missed
+    elif fitted:
+        assert len(kept_section(fitted)) <= room
+    if room is not None and len(fitted) < len(missed):
+        # the next one would not have fitted
+        assert len(kept_section([*fitted, missed[len(fitted)]])) > room
+
+
+def test_a_check_names_what_it_left_out_for_room() -> None:
+    check = SummaryCheck(
+        probes=INSTRUCTIONS[:4],
+        missed_first=INSTRUCTIONS[:3],
+        asked_again=True,
+        appended=INSTRUCTIONS[:1],
+        left_out=INSTRUCTIONS[1:3],
+    )
+    assert check.line == (
+        "the summary missed 3 of 4 probes; asked once more; 3 still missing, 1 appended, "
+        "2 left out for room (named on the compaction record)"
     )

@@ -157,6 +157,7 @@ records: st.SearchStrategy[Record] = st.one_of(
             missed_first=st.lists(text, max_size=2).map(tuple),
             asked_again=st.booleans(),
             appended=st.lists(text, max_size=2).map(tuple),
+            left_out=st.lists(text, max_size=2).map(tuple),
         ),
     ),
     every_field(

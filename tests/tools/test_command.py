@@ -81,6 +81,34 @@ async def test_argv_cwd_and_exit_status(root: Path) -> None:
     assert away.is_error and "outside the workspace" in away.output
 
 
+async def test_a_program_in_tmp_runs_though_the_sandbox_has_its_own_tmp(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv or a checkout under /tmp (as ``git clone . /tmp/ci`` makes) stays
+    visible, read-only: its program runs, and the rest of /tmp is still the sandbox's own."""
+    assert tmp_path.is_relative_to("/tmp"), "pytest's base temp is under /tmp here"
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    hello = venv / "hello"
+    hello.write_text("#!/bin/sh\necho hello from $0\n")
+    hello.chmod(0o755)
+    (tmp_path / "venv" / "notes.txt").write_text("kept\n")
+    elsewhere = Path("/tmp") / f"stowage-elsewhere-{uuid.uuid4().hex}"
+    elsewhere.mkdir()
+    try:
+        monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
+        tools = registry(root)
+        out = await run(tools, command=["hello"])
+        assert out.output == f"exit status 0\nhello from {hello}\n"
+        written = await run(tools, command=f"echo x > {tmp_path / 'venv' / 'notes.txt'}")
+        assert written.output.startswith("exit status ") and "Read-only" in written.output
+        assert (tmp_path / "venv" / "notes.txt").read_text() == "kept\n"
+        other = await run(tools, command=f"ls {elsewhere}")
+        assert "No such file" in other.output
+    finally:
+        elsewhere.rmdir()
+
+
 async def test_the_store_and_the_secrets_are_out_of_sight(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
