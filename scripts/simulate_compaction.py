@@ -3,10 +3,10 @@
     python scripts/simulate_compaction.py --sessions 50 --seed 1 [--turns 8] [--window 6000]
 
 One runtime hosts every session at once; each talks to a zoo member drawn from the seed
-(``stowage.testing.ZOO_MEMBERS``) and takes random steps: a turn naming files of random sizes,
+(``tests.zoo.ZOO_MEMBERS``) and takes random steps: a turn naming files of random sizes,
 a manual compaction, an approval or a denial, an interrupt, a close and resume from the log,
 a change of how usage is reported. After every step the harness checks what the gateway
-received and what the log holds (see ``stowage.testing.ZooHarness``). A progress line is
+received and what the log holds (see ``tests.zoo.ZooHarness``). A progress line is
 printed every few seconds, then a table of figures and violations by kind; the exit status is
 1 when any promise was broken, 0 otherwise.
 """
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import anyio
 from stowage import configure_logging
-from stowage.testing import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the zoo lives in tests/zoo
+from tests.zoo import (
     USAGE_MODES,
     VIOLATION_KINDS,
     ZOO_MEMBERS,

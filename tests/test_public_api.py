@@ -47,12 +47,7 @@ SURFACE = {
     ],
     "stowage.testing": [
         "Brain", "FakeOpenAIServer", "Fault", "FaultWhen", "ScriptedBrain", "ScriptedModel",
-        "USAGE_MODES", "UsageMode", "VIOLATION_KINDS", "Violation", "ViolationKind",
-        "ZOO_MEMBERS", "ZooBehaviour", "ZooFigures", "ZooFile", "ZooHarness", "ZooModel",
-        "ZooRequest", "breaks_prefix", "call_ids", "irreducible_tokens", "is_summary_request",
-        "orphan_calls", "orphan_outputs", "request_orphan_calls", "request_orphan_outputs",
-        "request_tokens", "scripted_usage", "write_zoo_file", "zoo_behaviour", "zoo_member",
-        "zoo_settings", "zoo_tools",
+        "call_ids", "is_summary_request", "orphan_calls", "orphan_outputs", "scripted_usage",
     ],
 }  # fmt: skip
 

@@ -45,16 +45,10 @@ from stowage.core import (
     replay,
 )
 from stowage.storage import JsonlStore
-from stowage.testing import (
-    ZooHarness,
-    orphan_calls,
-    orphan_outputs,
-    write_zoo_file,
-    zoo_member,
-    zoo_settings,
-)
+from stowage.testing import orphan_calls, orphan_outputs
 
 from tests.policy.test_check_pairing import log_with_a_compaction_over_an_open_call
+from tests.zoo import ZooHarness, write_zoo_file, zoo_member, zoo_settings
 
 WINDOW = 6000
 MAX_OUTPUT = 500

@@ -30,7 +30,8 @@ from stowage import (
     ModelRequest,
     UserMessage,
 )
-from stowage.testing import (
+
+from tests.zoo import (
     USAGE_MODES,
     ZOO_MEMBERS,
     UsageMode,
