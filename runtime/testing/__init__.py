@@ -15,7 +15,8 @@ if TYPE_CHECKING:
         scripted_usage,
     )
 
-    from ._fake_server import FakeOpenAIServer, Fault, FaultWhen
+    from ._fake_server import FakeOpenAIServer
+    from ._fault_spec import Fault, FaultWhen
     from ._wire_check import call_ids, orphan_calls, orphan_outputs
 
 __all__ = [
@@ -40,8 +41,8 @@ _EXPORTS = {
     "is_summary_request": "stowage.model",
     "scripted_usage": "stowage.model",
     "FakeOpenAIServer": "._fake_server",
-    "Fault": "._fake_server",
-    "FaultWhen": "._fake_server",
+    "Fault": "._fault_spec",
+    "FaultWhen": "._fault_spec",
     "call_ids": "._wire_check",
     "orphan_calls": "._wire_check",
     "orphan_outputs": "._wire_check",

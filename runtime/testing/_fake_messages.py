@@ -34,7 +34,7 @@ from stowage.core import (
 )
 from stowage.model import SUMMARY_PREFIX, scripted_usage
 
-from ._fake_wire import PIECE_CHARS, body_purpose, content_text
+from ._fake_wire import PIECE_CHARS, answer_id, body_purpose, content_text, finish_reason
 
 __all__ = [
     "BreakpointCache",
@@ -249,12 +249,8 @@ class BreakpointCache:
 # -- answers --------------------------------------------------------------------------------
 
 
-def _id(prefix: str, *parts: object) -> str:
-    return prefix + hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:24]
-
-
 def _stop_reason(response: ModelResponse) -> str:
-    reason = response.finish_reason or ("tool_calls" if response.calls else "stop")
+    reason = finish_reason(response)
     return {"tool_calls": "tool_use", "length": "max_tokens"}.get(reason, "end_turn")
 
 
@@ -301,7 +297,7 @@ def message_object(
 ) -> dict[str, Any]:
     """A ``message`` body for ``response``, its usage split by what the cache did."""
     return {
-        "id": _id("msg_", serial, model),
+        "id": answer_id("msg_", serial, model),
         "type": "message",
         "role": "assistant",
         "model": model,

@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import random
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import anyio
 import orjson
@@ -65,154 +65,19 @@ from ._fake_wire import (
     responses_events,
     responses_object,
 )
+from ._fault_spec import Fault, FaultWhen, error_body, random_fault
 from ._wire_check import orphan_calls, orphan_outputs
 
-__all__ = ["Fault", "FakeOpenAIServer", "FaultWhen"]
+__all__ = ["FakeOpenAIServer"]
 
-FaultWhen: TypeAlias = Literal["round", "summary", "any"]
-FaultKind: TypeAlias = Literal[
-    "rate_limit",
-    "server_error",
-    "context_length",
-    "litellm_context",
-    "auth",
-    "not_found",
-    "delay",
-    "garbage",
-    "keepalive",
-    "drip",
-    "zero_usage",
-    "invented_usage",
-    "truncated",
-    "bad_arguments",
-    "duplicate_ids",
-    "unknown_tool",
-    "no_finish",
-    "empty_choices",
-    "cut_stream",
-]
+#: what a handler reads from a request: its body, the fault to shape the answer, the request
+_Read: TypeAlias = tuple[dict[str, Any], Fault | None, ModelRequest]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fault:
-    """One injected failure; build it with the class methods."""
+class _Parse(Protocol):
+    """Reads the model request out of a body (``request_from_chat`` and its siblings)."""
 
-    kind: FaultKind
-    status: int = 200
-    retry_after: float | None = None
-    delay: float = 0.0
-    #: extra response headers (a proxy's ``llm_provider-retry-after``, ``x-ratelimit-*``)
-    headers: tuple[tuple[str, str], ...] = ()
-    #: the input tokens and the window a context error states (None: not stated)
-    tokens: int | None = None
-    limit: int | None = None
-    #: seconds between the pieces of a keep-alive or dripping answer
-    interval: float = 0.05
-
-    @classmethod
-    def rate_limit(
-        cls, retry_after: float | None = 1.0, *, headers: Mapping[str, str] | None = None
-    ) -> Fault:
-        """A 429 with a ``Retry-After`` header of ``retry_after`` seconds (None: without one)
-        and ``headers`` (``llm_provider-retry-after``, ``x-ratelimit-reset-requests``, ...)."""
-        extra = tuple((headers or {}).items())
-        return cls(kind="rate_limit", status=429, retry_after=retry_after, headers=extra)
-
-    @classmethod
-    def server_error(cls, status: int = 500) -> Fault:
-        """A 5xx answer (500 or 503, say)."""
-        return cls(kind="server_error", status=status)
-
-    @classmethod
-    def context_length(cls, tokens: int | None = 9000, limit: int | None = 8192) -> Fault:
-        """A 400 with OpenAI's ``context_length_exceeded`` error body, stating ``limit`` as
-        the window and ``tokens`` as what the messages came to (either left out when None)."""
-        return cls(kind="context_length", status=400, tokens=tokens, limit=limit)
-
-    @classmethod
-    def litellm_context(cls, tokens: int = 7180, limit: int | None = None) -> Fault:
-        """A 400 as LiteLLM wraps a context overflow: ``code: "400"``, ``param: null``, a
-        ``ContextWindowExceededError`` message ending with the count (and ``limit`` if set)."""
-        return cls(kind="litellm_context", status=400, tokens=tokens, limit=limit)
-
-    @classmethod
-    def auth(cls) -> Fault:
-        """A 401 invalid API key."""
-        return cls(kind="auth", status=401)
-
-    @classmethod
-    def not_found(cls) -> Fault:
-        """A 404: the model does not exist (or the URL is wrong)."""
-        return cls(kind="not_found", status=404)
-
-    @classmethod
-    def slow(cls, delay: float) -> Fault:
-        """A normal answer after ``delay`` seconds."""
-        return cls(kind="delay", delay=delay)
-
-    @classmethod
-    def garbage(cls) -> Fault:
-        """A 200 whose body is not JSON (nor valid SSE data)."""
-        return cls(kind="garbage")
-
-    @classmethod
-    def keepalive(cls, interval: float = 0.05) -> Fault:
-        """A 200 that never answers: SSE comments (whitespace, unstreamed) every
-        ``interval`` seconds until the client gives up."""
-        return cls(kind="keepalive", interval=interval)
-
-    @classmethod
-    def drip(cls, interval: float = 0.2) -> Fault:
-        """A normal answer sent one event (or, unstreamed, a few bytes) every ``interval``."""
-        return cls(kind="drip", interval=interval)
-
-    @classmethod
-    def answer(cls, kind: str) -> Fault:
-        """A 200 whose answer has the fault ``kind``: ``zero_usage``, ``invented_usage``,
-        ``truncated`` (the output limit cut the last call's arguments or the text:
-        ``finish_reason: "length"``), ``bad_arguments`` (not JSON), ``duplicate_ids``,
-        ``unknown_tool``, ``no_finish``, ``empty_choices``, ``cut_stream`` (the stream, or
-        the body, ends half way). Raises ``ValueError`` on another kind."""
-        if kind not in MUTATIONS | WIRE_FAULTS:
-            raise ValueError(f"unknown answer fault {kind!r}")
-        return cls(kind=kind)  # type: ignore[arg-type]
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Fault:
-        """A fault from ``{"fault": kind, ...}``; raises ``ValueError`` on an unknown kind."""
-        kind = data.get("fault")
-        if kind == "rate_limit":
-            after = data.get("retry_after", 1.0)
-            return cls.rate_limit(
-                None if after is None else float(after), headers=data.get("headers")
-            )
-        if kind == "server_error":
-            return cls.server_error(int(data.get("status", 500)))
-        if kind == "delay":
-            return cls.slow(float(data.get("delay", 1.0)))
-        if kind in ("keepalive", "drip"):
-            builder = cls.keepalive if kind == "keepalive" else cls.drip
-            return builder(float(data.get("interval", 0.05)))
-        if kind in MUTATIONS | WIRE_FAULTS:
-            return cls.answer(str(kind))
-        builders: dict[Any, Callable[[], Fault]] = {
-            "context_length": cls.context_length,
-            "litellm_context": cls.litellm_context,
-            "auth": cls.auth,
-            "not_found": cls.not_found,
-            "garbage": cls.garbage,
-        }
-        if kind not in builders:
-            raise ValueError(f"unknown fault {kind!r}")
-        return builders[kind]()
-
-
-def _random_fault(name: str, *, slow_delay: float, retry_after: float) -> Fault:
-    if name == "429":
-        return Fault.rate_limit(retry_after)
-    if name == "slow":
-        return Fault.slow(slow_delay)
-    return Fault.server_error(int(name))
+    def __call__(self, body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest: ...
 
 
 @dataclass(eq=False, kw_only=True)
@@ -220,50 +85,6 @@ class _Pending:
     fault: Fault
     when: FaultWhen
     times: int
-
-
-_ERRORS: dict[FaultKind, tuple[str, str, str | None]] = {
-    "rate_limit": ("Rate limit reached for requests", "requests", "rate_limit_exceeded"),
-    "server_error": (
-        "The server had an error while processing your request.",
-        "server_error",
-        None,
-    ),
-    "auth": ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
-    "not_found": (
-        "The model does not exist or you do not have access to it.",
-        "invalid_request_error",
-        "model_not_found",
-    ),
-}
-
-
-def _error_body(fault: Fault) -> dict[str, Any]:
-    """The JSON error body of an error fault, as OpenAI (or LiteLLM) writes it."""
-    if fault.kind == "context_length":
-        window = (
-            f"This model's maximum context length is {fault.limit} tokens. " if fault.limit else ""
-        )
-        counted = (
-            f"However, your messages resulted in {fault.tokens} tokens. " if fault.tokens else ""
-        )
-        message = f"{window}{counted}Please reduce the length of the messages."
-        return {
-            "message": message,
-            "type": "invalid_request_error",
-            "param": "messages",
-            "code": "context_length_exceeded",
-        }
-    if fault.kind == "litellm_context":
-        window = f"maximum context length is {fault.limit} tokens; " if fault.limit else ""
-        message = (
-            "litellm.ContextWindowExceededError: litellm.BadRequestError: "
-            "ContextWindowExceededError: OpenAIException - Input too long for this model: "
-            f"{window}prompt is {fault.tokens} tokens"
-        )
-        return {"message": message, "type": None, "param": None, "code": "400"}
-    message, kind, code = _ERRORS[fault.kind]
-    return {"message": message, "type": kind, "param": None, "code": code}
 
 
 def _sse(
@@ -312,8 +133,7 @@ class _KeyCheck:
             headers = dict(scope.get("headers") or [])
             given = headers.get(b"authorization", b"").decode()
             if given != f"Bearer {key}" and headers.get(b"x-api-key", b"").decode() != key:
-                message, kind, code = _ERRORS["auth"]
-                body = {"error": {"message": message, "type": kind, "code": code}}
+                body = {"error": error_body(Fault.auth())}
                 await JSONResponse(body, 401)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -533,7 +353,7 @@ class FakeOpenAIServer:
             draw = self._random.random()
             for name, rate in self.fault_rates.items():
                 if draw < rate:
-                    fault = _random_fault(
+                    fault = random_fault(
                         name, slow_delay=self.slow_delay, retry_after=self.retry_after
                     )
                     return self._counted_fault(fault)
@@ -609,7 +429,7 @@ class FakeOpenAIServer:
         return (
             body,
             None,
-            JSONResponse({"error": _error_body(fault)}, fault.status, headers=headers),
+            JSONResponse({"error": error_body(fault)}, fault.status, headers=headers),
         )
 
     def _answer(
@@ -639,69 +459,56 @@ class FakeOpenAIServer:
             return StreamingResponse(_dripped(raw, fault.interval), media_type="application/json")
         return Response(raw, media_type="application/json")
 
-    async def _chat(self, request: Request) -> Response:
+    async def _read(self, request: Request, parse: _Parse) -> _Read | Response:
+        """The request's body, its fault and the model request ``parse`` reads from the body;
+        or the whole answer: the one its fault makes (see ``_prepare``), or a 400 for a body
+        ``parse`` cannot read."""
         body, fault, failure = await self._prepare(request)
         if failure is not None:
             return failure
         try:
-            model_request = request_from_chat(body, purpose=request.headers.get(PURPOSE_HEADER))
+            asked = parse(body, purpose=request.headers.get(PURPOSE_HEADER))
         except (KeyError, TypeError, AttributeError) as exc:
             return _bad_request(exc)
-        response, serial = self._answer(model_request, fault, body.get("prompt_cache_key"))
-        model = model_request.model
-        kind = fault.kind if fault is not None else ""
-        if not body.get("stream"):
-            return self._whole(
-                chat_answer(chat_completion(response, model=model, serial=serial), kind), fault
-            )
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunks = list(
-            chat_chunks(response, model=model, serial=serial, include_usage=include_usage)
-        )
-        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
-        return StreamingResponse(
-            _sse(
-                chat_stream(chunks, kind), named=False, done=kind != "cut_stream", interval=interval
-            ),
-            media_type="text/event-stream",
-        )
+        return body, fault, asked
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._openai(request, chat=True)
 
     async def _responses(self, request: Request) -> Response:
-        body, fault, failure = await self._prepare(request)
-        if failure is not None:
-            return failure
-        try:
-            model_request = request_from_responses(
-                body, purpose=request.headers.get(PURPOSE_HEADER)
-            )
-        except (KeyError, TypeError, AttributeError) as exc:
-            return _bad_request(exc)
-        response, serial = self._answer(model_request, fault, body.get("prompt_cache_key"))
-        model = model_request.model
-        kind = fault.kind if fault is not None else ""
-        if not body.get("stream"):
-            return self._whole(
-                responses_answer(responses_object(response, model=model, serial=serial), kind),
-                fault,
-            )
-        events = list(responses_events(response, model=model, serial=serial))
-        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
-        return StreamingResponse(
-            _sse(responses_stream(events, kind), named=True, done=False, interval=interval),
-            media_type="text/event-stream",
-        )
+        return await self._openai(request, chat=False)
+
+    async def _openai(self, request: Request, *, chat: bool) -> Response:
+        """The brain's answer in the form of Chat Completions (``chat``) or of the Responses
+        API, streamed or not, shaped by the request's fault."""
+        read = await self._read(request, request_from_chat if chat else request_from_responses)
+        if isinstance(read, Response):
+            return read
+        body, fault, asked = read
+        response, serial = self._answer(asked, fault, body.get("prompt_cache_key"))
+        kind, model = (fault.kind if fault is not None else ""), asked.model
+        if chat and body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            chunks = chat_chunks(response, model=model, serial=serial, include_usage=usage)
+            stream = chat_stream(list(chunks), kind)
+            return _event_stream(stream, fault, named=False, done=kind != "cut_stream")
+        if body.get("stream"):
+            events = responses_events(response, model=model, serial=serial)
+            return _event_stream(responses_stream(list(events), kind), fault, named=True)
+        if chat:
+            whole = chat_answer(chat_completion(response, model=model, serial=serial), kind)
+        else:
+            whole = responses_answer(responses_object(response, model=model, serial=serial), kind)
+        return self._whole(whole, fault)
 
     async def _messages(self, request: Request) -> Response:
         """``POST /v1/messages``: Anthropic's Messages API, the same brain behind it; a
         request past ``context_window`` gets the API's overflow error, and usage says what
         ``breakpoint_cache`` read and wrote."""
-        body, fault, failure = await self._prepare(request)
-        if failure is not None:
-            return failure
-        try:
-            asked = request_from_messages(body, purpose=request.headers.get(PURPOSE_HEADER))
-        except (KeyError, TypeError, AttributeError) as exc:
-            return _bad_request(exc)
+        read = await self._read(request, request_from_messages)
+        if isinstance(read, Response):
+            return read
+        body, fault, asked = read
         overflow = (
             None if self.context_window is None else overflow_error(asked, self.context_window)
         )
@@ -719,22 +526,17 @@ class FakeOpenAIServer:
             self.stats["cache_write_tokens"] += use.written
         if fault is not None and fault.kind in MUTATIONS:
             response = mutate(response, fault.kind)
-        kind = fault.kind if fault is not None else ""
         model, serial = asked.model, self._serial
         if not body.get("stream"):
             return self._whole(message_object(response, model=model, serial=serial, use=use), fault)
-        cut = kind == "cut_stream"
-        events = list(message_events(response, model=model, serial=serial, use=use, cut=cut))
-        interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
-        return StreamingResponse(
-            _sse(events, named=True, done=False, interval=interval),
-            media_type="text/event-stream",
-        )
+        cut = fault is not None and fault.kind == "cut_stream"
+        events = message_events(response, model=model, serial=serial, use=use, cut=cut)
+        return _event_stream(list(events), fault, named=True)
 
     async def _compact(self, request: Request) -> Response:
         """``POST /v1/responses/compact``: the brain summarizes the input (as it would a
         summary request), sealed in one compaction item; 404 without ``compact_endpoint``."""
-        body, fault, failure = await self._prepare(request)
+        read = await self._read(request, _summary_request)
         if not self.compact_endpoint:  # recorded and counted like any request, then refused
             error = {
                 "message": "Invalid URL (POST /v1/responses/compact)",
@@ -743,12 +545,9 @@ class FakeOpenAIServer:
                 "code": None,
             }
             return JSONResponse({"error": error}, 404)
-        if failure is not None:
-            return failure
-        try:
-            compacted = request_from_responses(body, purpose="summary")
-        except (KeyError, TypeError, AttributeError) as exc:
-            return _bad_request(exc)
+        if isinstance(read, Response):
+            return read
+        body, fault, compacted = read
         asked = dataclasses.replace(
             compacted, input=(*compacted.input, UserMessage(text=COMPACT_INSTRUCTION))
         )
@@ -808,3 +607,19 @@ class FakeOpenAIServer:
 def _bad_request(exc: Exception) -> Response:
     error = {"message": f"malformed request: {exc!r}", "type": "invalid_request_error"}
     return JSONResponse({"error": error}, 400)
+
+
+def _summary_request(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
+    """The request ``/v1/responses/compact`` summarizes: always a summary, whatever it says."""
+    return request_from_responses(body, purpose="summary")
+
+
+def _event_stream(
+    events: Iterable[dict[str, Any]], fault: Fault | None, *, named: bool, done: bool = False
+) -> StreamingResponse:
+    """A streamed answer of ``events`` (with event names when ``named``, and OpenAI's
+    ``[DONE]`` at the end when ``done``), dripped when ``fault`` says so."""
+    interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
+    return StreamingResponse(
+        _sse(events, named=named, done=done, interval=interval), media_type="text/event-stream"
+    )

@@ -32,6 +32,8 @@ from stowage.model import COMPACTION_ITEM_TYPE, SUMMARY_PREFIX
 __all__ = [
     "COMPACT_INSTRUCTION",
     "PIECE_CHARS",
+    "answer_id",
+    "finish_reason",
     "content_text",
     "body_purpose",
     "compaction_object",
@@ -44,7 +46,6 @@ __all__ = [
     "responses_object",
 ]
 
-#: characters of text a fake stream sends in one delta
 #: characters of text a fake stream sends in one delta
 PIECE_CHARS = 16
 
@@ -104,13 +105,13 @@ def compaction_object(
     openings = [text[:_USER_OPENING] for text in users]
     digest = {"kind": _FAKE_CONTENT, "items": items, "users": openings, "summary": summary}
     return {
-        "id": _id("cmp_", serial, model),
+        "id": answer_id("cmp_", serial, model),
         "object": "response.compaction",
         "created_at": int(time.time()),
         "output": [
             {
                 "type": COMPACTION_ITEM_TYPE,
-                "id": _id("cmpi_", serial, model),
+                "id": answer_id("cmpi_", serial, model),
                 "encrypted_content": _seal(digest),
             }
         ],
@@ -236,7 +237,8 @@ def request_from_responses(body: dict[str, Any], *, purpose: str | None = None) 
     return _request(body, items, tools, purpose)
 
 
-def _id(prefix: str, *parts: object) -> str:
+def answer_id(prefix: str, *parts: object) -> str:
+    """An id as a provider makes one: ``prefix`` and a digest of ``parts``."""
     return prefix + hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:24]
 
 
@@ -258,7 +260,8 @@ def _chat_usage(response: ModelResponse) -> dict[str, Any] | None:
     }
 
 
-def _finish_reason(response: ModelResponse) -> str:
+def finish_reason(response: ModelResponse) -> str:
+    """OpenAI's finish reason of ``response``: its own, else ``tool_calls`` or ``stop``."""
     return response.finish_reason or ("tool_calls" if response.calls else "stop")
 
 
@@ -279,7 +282,7 @@ def chat_completion(response: ModelResponse, *, model: str, serial: int) -> dict
             for c in response.calls
         ]
     return {
-        "id": _id("chatcmpl-", serial, model),
+        "id": answer_id("chatcmpl-", serial, model),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -288,7 +291,7 @@ def chat_completion(response: ModelResponse, *, model: str, serial: int) -> dict
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": _finish_reason(response),
+                "finish_reason": finish_reason(response),
             }
         ],
         "usage": _chat_usage(response),
@@ -300,7 +303,7 @@ def chat_chunks(
 ) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` dicts that stream ``response``."""
     base = {
-        "id": _id("chatcmpl-", serial, model),
+        "id": answer_id("chatcmpl-", serial, model),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
@@ -319,7 +322,7 @@ def chat_chunks(
         yield chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
         for piece in _pieces(call.arguments):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, _finish_reason(response))
+    yield chunk({}, finish_reason(response))
     if include_usage:
         yield {**base, "choices": [], "usage": _chat_usage(response)}
 
@@ -331,7 +334,7 @@ def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
             output.append(
                 {
                     "type": "message",
-                    "id": _id("msg_", serial, index),
+                    "id": answer_id("msg_", serial, index),
                     "status": "completed",
                     "role": "assistant",
                     "content": [
@@ -348,7 +351,7 @@ def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
             output.append(
                 {
                     "type": "function_call",
-                    "id": _id("fc_", serial, index),
+                    "id": answer_id("fc_", serial, index),
                     "call_id": item.call_id,
                     "name": item.name,
                     "arguments": item.arguments,
@@ -380,7 +383,7 @@ def responses_object(
         else None
     )
     return {
-        "id": _id("resp_", serial, model),
+        "id": answer_id("resp_", serial, model),
         "object": "response",
         "created_at": int(time.time()),
         "status": status,

@@ -27,14 +27,10 @@ def _chat_pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def _responses_pairs(body: dict[str, Any]) -> tuple[list[str], list[str]]:
-    calls: list[str] = []
-    outputs: list[str] = []
     entries = body.get("input", [])
-    for entry in entries if isinstance(entries, list) else []:
-        if entry.get("type") == "function_call":
-            calls.append(str(entry.get("call_id")))
-        elif entry.get("type") == "function_call_output":
-            outputs.append(str(entry.get("call_id")))
+    entries = entries if isinstance(entries, list) else []
+    calls = [str(e.get("call_id")) for e in entries if e.get("type") == "function_call"]
+    outputs = [str(e.get("call_id")) for e in entries if e.get("type") == "function_call_output"]
     return calls, outputs
 
 
