@@ -2,7 +2,9 @@
 
 ``open_store`` picks a store from a spec: a plain path is a JSONL directory (the default),
 ``sqlite:///path`` a SQLite file, ``postgresql://...`` a PostgreSQL database (asyncpg, the
-``[postgres]`` extra, is imported only when one is opened).
+``[postgres]`` extra, is imported only when one is opened). Each store's module is imported
+when its name is first looked up or a spec names it, so reading a JSONL store loads no
+database driver.
 
 Every store lets one writer per session write, across processes: see ``LogStore.acquire`` and
 the ``stowage.core`` store module for the writer lease.
@@ -10,14 +12,19 @@ the ``stowage.core`` store module for the writer lease.
 
 from __future__ import annotations
 
-from stowage.core import LogRead, LogStore, TornTail
+from typing import TYPE_CHECKING
 
-from ._codec import decode_record, encode_record
-from ._jsonl import JsonlStore
-from ._open import open_store
-from ._postgres import PostgresStore
-from ._sqlite import SqliteStore
-from ._syncfs import load_syncfs
+from stowage._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from stowage.core import LogRead, LogStore, TornTail
+
+    from ._codec import decode_record, encode_record
+    from ._jsonl import JsonlStore
+    from ._open import open_store
+    from ._postgres import PostgresStore
+    from ._sqlite import SqliteStore
+    from ._syncfs import load_syncfs
 
 __all__ = [
     "JsonlStore",
@@ -31,3 +38,19 @@ __all__ = [
     "load_syncfs",
     "open_store",
 ]
+
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {
+    "LogRead": "stowage.core",
+    "LogStore": "stowage.core",
+    "TornTail": "stowage.core",
+    "decode_record": "._codec",
+    "encode_record": "._codec",
+    "JsonlStore": "._jsonl",
+    "open_store": "._open",
+    "PostgresStore": "._postgres",
+    "SqliteStore": "._sqlite",
+    "load_syncfs": "._syncfs",
+}
+if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

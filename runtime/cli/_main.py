@@ -97,15 +97,18 @@ async def _load(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    from stowage.storage import PostgresStore
-
     from ._sessions import list_main
-    from ._store_admin import refuse_missing
 
     store = reader_store(args)
-    inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
-    if isinstance(inner, PostgresStore):
-        await refuse_missing(inner, store_spec(args), "list")
+    spec = store_spec(args)
+    if spec.startswith(("postgresql://", "postgres://")):  # the driver only for its URL
+        from stowage.storage import PostgresStore
+
+        from ._store_admin import refuse_missing
+
+        inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
+        if isinstance(inner, PostgresStore):
+            await refuse_missing(inner, spec, "list")
     return await list_main(args, store)
 
 
@@ -293,10 +296,26 @@ def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
 
 
 def configure_logging(log_format: str, level: str, **kwargs: Any) -> None:
-    """``stowage.core.configure_logging``, imported when a command runs (structlog loads rich)."""
+    """``stowage.core.configure_logging``, imported when a command runs."""
+    _import_structlog_without_rich()
     from stowage.core import configure_logging as configure
 
     configure(log_format, level, **kwargs)  # type: ignore[arg-type]
+
+
+def _import_structlog_without_rich() -> None:
+    """Import structlog with rich hidden from it. structlog's package imports its ``dev`` and
+    ``tracebacks`` modules, and they import rich (as long to load as the rest of ``stowage
+    list``) whenever it is installed, for pretty exceptions; the command's log lines never use
+    them (``format_exc_info`` makes each exception text before the renderer sees it). A command
+    that draws with rich (chat, run) imports rich itself when it draws."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # ``import rich`` raises ImportError
+    try:
+        import structlog  # noqa: F401
+    finally:
+        del sys.modules["rich"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from stowage.core import (
@@ -42,21 +42,14 @@ from stowage.core import (
     validate_session_id,
 )
 from stowage.facade import RecordedBudget, recorded_budget
-from stowage.policy import (
-    PriceBook,
-    TokenStatus,
-    Watermarks,
-    calibrated_ratio,
-    decide,
-    money,
-    session_cost,
-    token_status,
-)
+from stowage.policy import TokenStatus, Watermarks, calibrated_ratio, decide, token_status
 from stowage.storage import encode_record
 
 from ._agents import split_agents
-from ._cost import configured_prices, exact_usd
 from ._wire_export import WIRE_FORMATS, wire_export
+
+if TYPE_CHECKING:
+    from stowage.policy import PriceBook
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -220,6 +213,10 @@ async def _summaries(
             if prices is None:
                 records = (await store.read(session_id, repair=False)).records
             else:
+                from stowage.policy import session_cost
+
+                from ._cost import exact_usd
+
                 # a fork's parents paid for theirs; a discarded branch's requests were paid
                 lineage = await lineage_store(store).lineage(session_id)
                 records = tuple(lineage.effective)
@@ -267,7 +264,11 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
     """Print every session of ``store`` (a table, or JSON lines with ``--json``); with
     ``--cost``, what each cost (``stowage cost``'s prices: the configuration and the price
     table are read only then, so a plain ``list`` stays quick)."""
-    prices = configured_prices() if args.cost else None
+    prices = None
+    if args.cost:
+        from ._cost import configured_prices
+
+        prices = configured_prices()
     try:
         rows = await _summaries(store, prices)
     finally:
@@ -297,8 +298,7 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         if row.percent_of_usable is not None:
             used += f" {row.percent_of_usable:.0f}%"
         state = f"{row.state} ({row.holder})" if row.holder else row.state
-        cost = money(None if row.usd is None else Decimal(row.usd), unknown="?")
-        cost = f"{cost:>9}  " if args.cost else ""
+        cost = f"{_money(row.usd):>9}  " if args.cost else ""
         lines.append(
             f"{row.id:<24} {row.model[:18]:<18} {_when(row.created):<19}  "
             f"{_when(row.last_activity):<19} {row.turns:>5}  {used:>15} {row.tool_schemas:>8,} "
@@ -307,6 +307,12 @@ async def list_main(args: argparse.Namespace, store: LogStore) -> int:
         )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _money(usd: str | None) -> str:
+    from stowage.policy import money
+
+    return money(None if usd is None else Decimal(usd), unknown="?")
 
 
 async def _read(store: LogStore, session_id: str) -> tuple[Record, ...]:

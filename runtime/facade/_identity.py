@@ -39,7 +39,6 @@ from stowage.policy import (
     known_budget,
     lookup_model,
 )
-from stowage.tools import ToolRegistry, with_recall, workspace_tools
 
 __all__ = [
     "RecordedBudget",
@@ -126,6 +125,10 @@ def recorded_budget(records: Sequence[Record], *, has_stubs: bool = False) -> Re
 def _built_in_schemas(settings: Settings, names: set[str], *, has_stubs: bool) -> int:
     """Schema tokens of the built-in tools ``names`` holds (the workspace tools, and
     ``recall_artifact`` as the runtime adds it), for a log that recorded none."""
+    # the tools package (its patch, search and sandbox libraries) only for such an old log:
+    # ``stowage list`` and ``show`` read the recorded figure
+    from stowage.tools import ToolRegistry, with_recall, workspace_tools
+
     try:
         known = ToolRegistry(
             t for t in workspace_tools(Path("."), settings=settings) if t.spec.name in names
