@@ -26,7 +26,9 @@ exited 0 and printed the answer. The probes, per store:
   (``crash_acting.audit``). ``archive`` needs an SQL store and ``worker`` PostgreSQL;
   ``approve`` needs bubblewrap;
 - ``race resume``: N ``resume`` of one session at once while the first model request stalls:
-  exactly one exits 0, the others exit 4 (busy), and only the winner's message is logged, once;
+  each exits 0 or 4 (busy: it met the writer), at least one exits 0, and the messages of those
+  that exited 0 are logged, once each (on a busy machine a resume may start only after the
+  writer ended: it then goes on after it, which the table counts);
 - ``disk full``: in a mount namespace of its own (``unshare --mount``), the store on a small
   tmpfs that is then filled: the turn exits 5, ``stowage check`` exits 0 on the full disk,
   and once space is freed the session resumes and its acknowledged turn is there once.
@@ -653,20 +655,24 @@ def race(arena: Arena, writers: int) -> None:
     statuses = [p.returncode for p in procs]
     problems: list[str] = []
     winners = [n for n, s in enumerate(statuses) if s == EXIT_OK]
-    if len(winners) != 1 or sorted(statuses) != [0] + [EXIT_BUSY] * (writers - 1):
-        problems.append(f"exit statuses {statuses}, not one 0 and {writers - 1} of 4")
+    # one writer at a time: a resume that met the holder is refused as busy; one that started
+    # after the holder ended (a slow machine starts four interpreters slowly) goes on after it
+    if not winners or any(s not in (EXIT_OK, EXIT_BUSY) for s in statuses):
+        problems.append(f"exit statuses {statuses}: not each 0 or {EXIT_BUSY}, at least one 0")
     records = records_of(arena, session) or []
     logged = [
         m for m in messages
         for r in records
         if r["type"] == "item" and r["item"]["type"] == "user" and r["item"]["text"] == m
     ]  # fmt: skip
-    if winners and logged != [messages[winners[0]]]:
-        problems.append(f"logged {len(logged)} racing messages, not the winner's once")
+    if sorted(logged) != sorted(messages[n] for n in winners):
+        problems.append(f"logged {len(logged)} racing messages, not each winner's once")
     for n in winners:
         acked.append((messages[n], outputs[n][0].strip()))
     problems += audit(arena, session, acked, cli_check=True)
-    verdict(arena.tally("race resume"), f"{arena.kind} race of {writers} resumes", problems)
+    tally = arena.tally("race resume")
+    tally.outcomes[f"{len(winners)} went on"] += 1  # more than one: they did not overlap
+    verdict(tally, f"{arena.kind} race of {writers} resumes", problems)
 
 
 def races(arena: Arena, writers: int, times: int) -> None:

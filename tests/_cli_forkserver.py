@@ -2,12 +2,12 @@
 call, for a new interpreter and the command line's imports (about a second each on 2 cores).
 
 Run as ``python tests/_cli_forkserver.py``. It imports the command line once, says ``ready``
-on stdout, then reads one request a line on stdin (JSON: ``argv``, ``cwd``, ``env``, ``out``, ``err``, ``timeout``) and
+on stdout, then reads one request a line on stdin (JSON: ``n``, ``argv``, ``cwd``, ``env``, ``out``, ``err``, ``timeout``) and
 forks a child for each: the child is a process of its own, as ``python -m stowage.cli`` would
 be (its own exit status, signals, globals and interpreter shutdown), with the request's working
 directory, environment (``os.environ`` replaced), ``/dev/null`` for stdin, and stdout and stderr
-written to the files ``out`` and ``err``. The server answers one JSON line: ``{"returncode": N}``
-(negative for a signal, as ``subprocess`` reports it) or ``{"timeout": true}`` once it has
+written to the files ``out`` and ``err``. The server answers one JSON line: ``{"n": n, "returncode": N}``
+(negative for a signal, as ``subprocess`` reports it) or ``{"n": n, "timeout": true}`` once it has
 SIGKILLed a child that ran past ``timeout`` seconds.
 
 The server has one thread, so forking it is safe. What a child cannot change is decided when the
@@ -82,7 +82,8 @@ def _serve() -> dict[str, Any]:
         pid = os.fork()
         if pid == 0:
             return request
-        sys.stdout.write(json.dumps(_wait(pid, float(request["timeout"]))) + "\n")
+        answer = {"n": request["n"], **_wait(pid, float(request["timeout"]))}
+        sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
     raise SystemExit(0)
 

@@ -176,7 +176,7 @@ class CliForkServer:
                 return None
             n = next(self.count)
             out, err = self.scratch / f"{n}.out", self.scratch / f"{n}.err"
-            request = {"argv": list(args), "cwd": str(Path(cwd).resolve()), "env": env,
+            request = {"n": n, "argv": list(args), "cwd": str(Path(cwd).resolve()), "env": env,
                        "out": str(out), "err": str(err), "timeout": timeout}  # fmt: skip
             try:
                 proc.stdin.write(json.dumps(request) + "\n")
@@ -184,11 +184,19 @@ class CliForkServer:
                 answer = proc.stdout.readline()
             except OSError:
                 answer = ""
+            except BaseException:
+                # interrupted while the command runs (pytest-timeout, Ctrl-C): its answer would
+                # reach the next call, so this server goes; the next call starts another
+                self.close(kill=True)
+                raise
             if not answer:  # the command may have run: never run it a second time
                 self.broken = True
                 self.close()
                 raise RuntimeError(f"the cli fork server died during {argv}")
             reply = json.loads(answer)
+            if reply.get("n") != n:  # never take another call's answer for this one
+                self.close(kill=True)
+                raise RuntimeError(f"the cli fork server answered call {reply.get('n')} for {n}")
             try:
                 stdout = out.read_text() if out.exists() else ""
                 stderr = err.read_text() if err.exists() else ""
@@ -199,10 +207,12 @@ class CliForkServer:
             raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
         return subprocess.CompletedProcess(argv, reply["returncode"], stdout, stderr)
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        if kill:
+            proc.kill()
         for stream in (proc.stdin, proc.stdout):
             try:
                 if stream is not None:

@@ -233,6 +233,8 @@ class TurnView:
         """Put ``text`` on the status line, where it cannot cover the answer."""
         if self._held or not self.status.enabled:
             return
+        if self._shared and self._answer.showing and not self._at_line_start:
+            return  # the answer streaming is the progress: its row is not broken for a status
         self._before_err()  # the status line must not start after answer text
         self.status.show(text)
 

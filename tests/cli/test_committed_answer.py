@@ -137,6 +137,22 @@ def test_a_terminal_marks_each_abandoned_attempt_and_the_answer_stands_whole_aft
         assert shown == "" or shown.endswith("\n")
 
 
+def test_a_status_while_the_answer_streams_leaves_its_row_whole() -> None:
+    """A status (a retry's wait, a slow stream) arriving mid-answer on a shared screen is not
+    drawn: drawing it would end the answer's row and split the answer in two."""
+    screen = _TerminalText()
+    status = StatusLine(console=Console(file=io.StringIO(), force_terminal=True))
+    view = TurnView(out=screen, err=screen, status=status, history=tuple)
+    view.begin()
+    view.on_event(RoundStarted(session_id="s", round=1, items=1, tokens=1, estimated=True))
+    view.on_event(AssistantDelta(session_id="s", round=1, text=ANSWER[:16]))
+    view.show_status("waiting on the model")
+    assert not status.shown
+    view.on_event(AssistantDelta(session_id="s", round=1, text=ANSWER[16:]))
+    view.finish(TurnResult(text=ANSWER, rounds=1, stopped="answered"))
+    assert screen.getvalue() == ANSWER + "\n"
+
+
 # -- the commands, against the fake server -----------------------------------------------------
 
 

@@ -22,10 +22,17 @@ from stowage import (
 from stowage.actors._responses import answer_too_large
 from stowage.core import ItemRecord, ModelRetrying, item_chars
 
+from ..conftest import slowness
+
 CAP = 100_000
 BIG = 2_000_000
+
+
 # the fake server takes a while to cut 2 MB into stream chunks: no stall is meant here
-PATIENT = {"max_answer_chars": CAP, "stream_idle_timeout": 5.0, "request_deadline": 10.0}
+def patient() -> dict[str, Any]:
+    """The settings of these runs, read when a test starts (the load then, not at collection)."""
+    slow = slowness()
+    return {"max_answer_chars": CAP, "stream_idle_timeout": 5 * slow, "request_deadline": 10 * slow}
 
 
 def _big(request: ModelRequest) -> ModelResponse:
@@ -55,7 +62,7 @@ async def test_an_answer_past_the_cap_is_retried_and_nothing_of_it_is_written(
         return _big(request) if len(calls) == 1 else answers(request)
 
     with anyio.fail_after(30):
-        async with fault_run(tmp_path, *wire, brain=brain, **PATIENT) as run:
+        async with fault_run(tmp_path, *wire, brain=brain, **patient()) as run:
             result = await run.turn()
             assert isinstance(result, TurnResult), result
             (retry,) = [e for e in run.events if isinstance(e, ModelRetrying)]
@@ -73,7 +80,7 @@ async def test_answers_that_stay_too_large_fail_the_turn_and_the_session_goes_on
         return _big(request) if big[0] else answers(request)
 
     with anyio.fail_after(30):
-        async with fault_run(tmp_path, *wire, brain=brain, **PATIENT) as run:
+        async with fault_run(tmp_path, *wire, brain=brain, **patient()) as run:
             mark = run.last_seq
             error = await run.turn()
             assert isinstance(error, ResponseTooLarge), error

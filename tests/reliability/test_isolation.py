@@ -39,6 +39,7 @@ SESSIONS = [f"s{n:02d}" for n in range(30)]
 POISONED = "s17"
 HEALTHY = [sid for sid in SESSIONS if sid != POISONED]
 TTL = 0.5
+HELD = 60.0  # a lease TTL no test outlives
 
 OpenStore = Callable[[float], Awaitable[LogStore]]  # a store over the same data, with a lease TTL
 
@@ -162,8 +163,11 @@ async def _check_isolated(
     held_elsewhere: bool = False,
     taken_over: bool = False,
 ) -> None:
-    writer = await open_store(TTL)
-    other = await open_store(TTL)
+    # a lease expires only where the test means it to: a busy machine that delays the holder's
+    # renewal past a short TTL would hand the session over behind the test's back
+    ttl = TTL if taken_over else HELD
+    writer = await open_store(ttl)
+    other = await open_store(ttl)
     try:
         for session_id in SESSIONS:
             creator = other if held_elsewhere and session_id == POISONED else writer

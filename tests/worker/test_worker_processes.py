@@ -50,7 +50,7 @@ async def all_answered(schema: str, total: int) -> bool:
 async def test_a_worker_killed_mid_turn_is_taken_over_within_the_lease_ttl(
     schema: str, fake_server: Callable[..., str], workers_for: Callable[..., Workers]
 ) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * slowness()):
         slow_url, fast_url = fake_server(latency=3.0), fake_server()
         common = ("--lease-ttl", str(TTL), "--poll-interval", "0.5", "--idle-timeout", "0")
         doomed = workers_for(schema, slow_url, *common)
@@ -91,7 +91,7 @@ async def test_a_worker_killed_mid_turn_is_taken_over_within_the_lease_ttl(
 async def test_sigterm_drains_turns_in_flight_and_leaves_no_lease(
     schema: str, fake_server: Callable[..., str], workers_for: Callable[..., Workers]
 ) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * slowness()):
         url = fake_server(latency=0.3)
         # a password in the URL (trust auth ignores it) must never reach a log line
         with_password = DSN.replace("://postgres@", "://postgres:pw-s3cret@")
@@ -130,7 +130,7 @@ async def test_three_workers_killed_at_random_answer_every_message_exactly_once(
 ) -> None:
     sessions, waves = 100, 3
     rng = random.Random(7)
-    with anyio.fail_after(150):
+    with anyio.fail_after(150 * slowness()):
         url = fake_server(latency=0.01, tool_rounds=2)
         workers = workers_for(
             schema, url, "--lease-ttl", str(TTL), "--poll-interval", "1",

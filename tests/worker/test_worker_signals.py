@@ -150,7 +150,7 @@ async def test_a_signal_as_the_first_claim_runs_exits_0_leaving_no_lease(
 ) -> None:
     """Messages waiting for many sessions: SIGTERM the moment the worker is ready (its claim in
     flight or just done) exits 0, and no session stays leased."""
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * slowness()):
         url = fake_server(latency=0.2)
         async with Client(DSN, schema=schema) as client:
             for n in range(20):
@@ -172,7 +172,7 @@ async def test_a_signal_while_serving_exits_0_leaving_no_lease(
 ) -> None:
     """SIGINT drains like SIGTERM; a second SIGTERM interrupts the turns in flight. Either
     way the worker exits 0 and holds no lease."""
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * slowness()):
         url = fake_server(latency=1.0)  # turns are in flight when the signals come
         async with Client(DSN, schema=schema) as client:
             for n in range(4):
