@@ -22,7 +22,7 @@ as ``_slots.TRANSITIONS`` allows, its handle, settings, lease and stop scope.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from functools import partial
 from types import TracebackType
@@ -36,10 +36,8 @@ from stowage.actors import (
     CompactorInbox,
     CompactorKept,
     Doorbell,
-    ExecutorInbox,
     MailboxReceive,
     MailboxSend,
-    RunTools,
     Sampler,
     SamplerCommand,
     SessionContext,
@@ -48,31 +46,24 @@ from stowage.actors import (
     Verdict,
     mailbox,
     open_mailbox,
-    run_compactor,
     run_persistence,
-    run_tool_executor,
 )
 from stowage.core import (
     IDENTITY_FIELDS,
-    AfterCompaction,
-    CallLimiter,
     CompactionHooks,
     ConfigError,
     Event,
     EventBus,
-    FencingError,
-    HistoryCompacted,
     HistoryEntry,
     ItemRecord,
     LogRepaired,
     LogStore,
     ModelGateway,
-    ModelRequest,
-    ModelResponse,
     ProtectedRecord,
     ProtectedState,
     Record,
     RewindRecord,
+    RuntimeLimits,
     SessionClosed,
     SessionExists,
     SessionFailedEvent,
@@ -86,7 +77,6 @@ from stowage.core import (
     SettingsChanged,
     SettingsChangedRecord,
     StowageError,
-    StreamEvent,
     SystemMessage,
     WriterLease,
     configure_logging,
@@ -115,9 +105,11 @@ from stowage.tools import (
     workspace_tools,
 )
 
+from ._actor_runs import between_runs, next_command, read_records, run_actors
 from ._descriptors import DescriptorBudget, DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
+from ._parts import Limiters, UnbuiltGateway, after_hook, fencing_error, limiters, tool_fields
 from ._session import Session
 from ._slots import SessionSlot, SlotState
 
@@ -135,16 +127,14 @@ class Runtime:
     lineages (``core.LineageStore``: a fork read with its parents, a rewind's branch left out;
     ``rt.store.inner`` is the store itself); ``fork`` and ``rewind`` start from a round.
 
-    Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
-    endpoint (rounds and summaries alike; a waiting summary goes before waiting rounds),
-    ``max_compactions`` in flight (sessions crossing the watermark together queue for them),
-    ``max_tool_calls`` in flight, ``max_running_sessions`` sessions whose actors run at once
-    (the others wait parked, first come first served: a burst of thousands of turns then holds
-    the working memory of that many, and a live session between turns costs the same either
-    way). ``idle_timeout`` seconds without work hibernate a session. A session is not started
+    ``limits`` (``RuntimeLimits``, declared there with their defaults and ranges) are shared
+    by every session: model calls, compactions and tool calls in flight, sessions running at
+    once (the others wait parked), ``idle_timeout`` before an idle session hibernates. A limit
+    given by name (``max_model_calls=20``) replaces its value in ``limits``; ``rt.limits``
+    holds the result, ``rt.limiters`` the limiters that keep it. A session is not started
     while the process's open descriptors are within a reserve of ``RLIMIT_NOFILE``
-    (``DescriptorLimitReached``; figures in ``descriptors``). Raises ``ConfigError``
-    for a limit below 1 or a timeout that is not positive.
+    (``DescriptorLimitReached``; figures in ``descriptors``). Raises ``ConfigError`` naming a
+    limit out of its range, ``TypeError`` for a name that is not a limit.
 
     Identity: a new session records what it runs with (``core.identity_of``: model, redacted
     endpoint, wire API, window, compaction settings, tool set, system prompt; never a key). A
@@ -173,30 +163,19 @@ class Runtime:
         store: LogStore | None = None,
         gateway: ModelGateway | None = None,
         tools: ToolRegistry | None = None,
-        max_model_calls: int | None = None,
-        max_compactions: int | None = None,
-        max_tool_calls: int | None = None,
-        max_running_sessions: int | None = None,
-        idle_timeout: float | None = None,
+        limits: RuntimeLimits | None = None,
         mailbox_capacity: int = 256,
         overrides: Mapping[str, Any] | None = None,
         mcp: Sequence[str | MCPServer] = (),
         compaction_hooks: CompactionHooks | None = None,
+        **limit_values: Any,
     ) -> None:
         if not structlog.is_configured():
             # structlog's own default prints every debug line to stdout; an embedding
             # application that configures structlog itself keeps its configuration
             configure_logging("console", "warning")
-        for name, limit in (
-            ("max_model_calls", max_model_calls),
-            ("max_compactions", max_compactions),
-            ("max_tool_calls", max_tool_calls),
-            ("max_running_sessions", max_running_sessions),
-        ):
-            if limit is not None and limit < 1:
-                raise ConfigError(f"{name} must be >= 1 (or None for no limit), got {limit}")
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise ConfigError(f"idle_timeout must be > 0 seconds, got {idle_timeout}")
+        #: the limits shared by its sessions
+        self.limits = (limits or RuntimeLimits()).with_(**limit_values)
         self.settings = settings or Settings()
         self._hooks = compaction_hooks or CompactionHooks()
         self.overrides: dict[str, Any] = dict(overrides or {})
@@ -221,7 +200,7 @@ class Runtime:
                 gateway = make_gateway(self.settings)
             except ConfigError as exc:
                 self._gateway_error = exc
-                gateway = _Unbuilt(exc)
+                gateway = UnbuiltGateway(exc)
         self.gateway = gateway
         if tools is None:
             tools = (
@@ -238,17 +217,8 @@ class Runtime:
         self._mcp_tg: TaskGroup | None = None
         self.events = EventBus()
         if self._hooks.after is not None:
-            self.events.subscribe(_after_hook(self._hooks.after))
-        # summaries are let in before waiting rounds (see ``CallLimiter``)
-        self._model_limiter = CallLimiter(max_model_calls) if max_model_calls else None
-        self._limits = {
-            "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
-            "tools": anyio.CapacityLimiter(max_tool_calls) if max_tool_calls else None,
-            "running": (
-                anyio.CapacityLimiter(max_running_sessions) if max_running_sessions else None
-            ),
-        }
-        self.idle_timeout = idle_timeout
+            self.events.subscribe(after_hook(self._hooks.after))
+        self._limiters = limiters(self.limits)
         self._capacity = mailbox_capacity
         # one record per session this runtime knows, by id: from the open or create that
         # claims the id until the session is gone; a hibernated one keeps its id, nothing more
@@ -261,10 +231,10 @@ class Runtime:
         self._persistence: MailboxSend[Append] | None = None
 
     @property
-    def limits(self) -> dict[str, CallLimiter | anyio.CapacityLimiter | None]:
+    def limiters(self) -> Limiters:
         """The shared limiters by name (``model``, ``compaction``, ``tools``, ``running``);
         None: unlimited."""
-        return {"model": self._model_limiter, **self._limits}
+        return self._limiters
 
     def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event of every session; returns the unsubscribe function."""
@@ -325,9 +295,9 @@ class Runtime:
         box = mailbox(self._capacity, Append)
         self._persistence = box.send
         self._tg.start_soon(run_persistence, self.store, box.receive)
-        if self.idle_timeout is not None:
+        if self.limits.idle_timeout is not None:
             self._reaper = anyio.CancelScope()
-            self._tg.start_soon(self._reap, self._reaper, self.idle_timeout)
+            self._tg.start_soon(self._reap, self._reaper, self.limits.idle_timeout)
         self._renewer = anyio.CancelScope()
         self._tg.start_soon(self._renew, self._renewer)
         return self
@@ -830,7 +800,7 @@ class Runtime:
     def _tools_for(self, settings: Settings) -> ToolRegistry:
         """The runtime's tools, or the tool set ``settings`` name when the runtime built its
         own and the session's differs."""
-        if self._tools_given or _tool_fields(settings) == _tool_fields(self.settings):
+        if self._tools_given or tool_fields(settings) == tool_fields(self.settings):
             return self.tools
         if settings.tools == "workspace":
             return workspace_tools(settings.workspace, settings=settings)
@@ -894,7 +864,7 @@ class Runtime:
         lost, slot.lost = slot.lost, None
         if lost is not None:
             return lost
-        fenced = _fencing_error(failure) if failure is not None else None
+        fenced = fencing_error(failure) if failure is not None else None
         if fenced is not None and await self._leases.confirm_lost(slot.lease):
             _log.error("lease_lost", session=slot.id, found_by="append")
             lost = SessionLeaseLost(slot.id, f"an append was fenced: {fenced}")
@@ -909,7 +879,7 @@ class Runtime:
             settings,
             has_stubs=bool(session.state.stubbed),
             history=lambda: session.state.history,
-            read_log=partial(_read_records, self.store, session.id),
+            read_log=partial(read_records, self.store, session.id),
         )
 
     async def _supervise(
@@ -930,18 +900,18 @@ class Runtime:
             publish=self.events.publish,
             persistence=self._persistence.clone(),
             # every round and summary takes a place: a round before its request is built
-            model_limiter=self._model_limiter,
-            compaction_limiter=self._limits["compaction"],
-            tool_limiter=self._limits["tools"],
+            model_limiter=self._limiters["model"],
+            compaction_limiter=self._limiters["compaction"],
+            tool_limiter=self._limiters["tools"],
             before_compaction=self._hooks.before,
-            read_log=partial(_read_records, self.store, session.id),
+            read_log=partial(read_records, self.store, session.id),
             window_learned=partial(self._windows.learn, settings),
         )
         committed = CompactorInbox(on_idle=doorbell.ring)
         plans: Slot[Verdict] = Slot()
         sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
         kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs())
-        runs = self._limits["running"]
+        runs = self._limiters["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
         try:
@@ -953,15 +923,15 @@ class Runtime:
                     # no command waiting and the compactor idle (or the input closed).
                     ended = False
                     while not ended:
-                        _between_runs(slot, SlotState.PARKED)
+                        between_runs(slot, SlotState.PARKED)
                         try:
-                            first = await _next_command(commands, doorbell)
+                            first = await next_command(commands, doorbell)
                         except anyio.EndOfStream:
                             break
                         # with a bound on running sessions, wait parked for a turn to run
                         async with runs or nullcontext():
-                            _between_runs(slot, SlotState.RUNNING)
-                            ended = await _run_actors(
+                            between_runs(slot, SlotState.RUNNING)
+                            ended = await run_actors(
                                 ctx, sampler, commands, first, committed, plans, kept, doorbell
                             )
                         del first  # answered: a parked session keeps no command (nor reply)
@@ -1000,142 +970,3 @@ class Runtime:
             finally:
                 # its askers never wait forever, whatever happened above
                 session.mark_stopped(failure)
-
-
-class _Unbuilt:
-    """The gateway of a runtime whose settings cannot make one: every call raises why."""
-
-    def __init__(self, error: ConfigError) -> None:
-        self.error = error
-
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        raise self.error
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        raise self.error
-        yield  # pragma: no cover - makes this an async generator
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _fencing_error(exc: BaseException) -> FencingError | None:
-    """The ``FencingError`` in ``exc``, its exception groups or its causes, if any."""
-    if isinstance(exc, FencingError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _fencing_error(inner)
-            if found is not None:
-                return found
-    if exc.__cause__ is not None:
-        return _fencing_error(exc.__cause__)
-    return None
-
-
-async def _next_command(
-    commands: MailboxReceive[SamplerCommand], doorbell: Doorbell
-) -> SamplerCommand:
-    """The next command, waited for on the doorbell (rung by every command and by the end of
-    input): a parked session then holds no waiter in its stream, only the doorbell's event
-    while it waits. Raises ``anyio.EndOfStream`` once the input ended and nothing is left."""
-    while True:
-        with suppress(anyio.WouldBlock):
-            return commands.receive_nowait()
-        await doorbell.wait()  # no await since the check: no ring is missed
-
-
-def _between_runs(slot: SessionSlot, to: SlotState) -> None:
-    """Parked or running, as the supervisor goes; a session being hibernated (closing) stays
-    closing while it finishes the work already sent."""
-    if slot.state is not SlotState.CLOSING:
-        slot.move(to)
-
-
-async def _run_actors(
-    ctx: SessionContext,
-    sampler: Sampler,
-    commands: MailboxReceive[SamplerCommand],
-    first: SamplerCommand,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
-    doorbell: Doorbell,
-) -> bool:
-    """One run of a session's actors, from ``first`` until the sampler parks (False) or the
-    input ends (True). The executor's inbox (and the executor, if the run needs it) is made
-    for the run and gone with it."""
-    committed.reopen()
-    async with anyio.create_task_group() as tg:
-        # the executor starts with the run's first round of several calls (a lone call runs
-        # in the sampler's task); its inbox is closed when the sampler's run ends
-        tools = ExecutorInbox(lambda inbox: tg.start_soon(_tool_executor, ctx, inbox))
-        tg.start_soon(_compactor, ctx, committed, plans, kept)
-        ended = await sampler.serve(commands, first, tools, doorbell)
-    return ended
-
-
-async def _tool_executor(ctx: SessionContext, inbox: MailboxReceive[RunTools]) -> None:
-    await run_tool_executor(
-        ctx.session_id,
-        ctx.tools,
-        inbox,
-        ctx.publish,
-        default_timeout=ctx.settings.tool_timeout,
-        limiter=ctx.tool_limiter,
-    )
-
-
-async def _read_records(store: LogStore, session_id: str) -> Sequence[Record]:
-    """The session's whole log, as a reader (``recall_artifact`` pages through it, a
-    re-grounded summary is made from it). This runtime holds the lease: nothing to repair,
-    and a reader never cuts."""
-    return (await store.read(session_id, repair=False)).records
-
-
-async def _compactor(
-    ctx: SessionContext,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
-) -> None:
-    await run_compactor(
-        ctx.session_id,
-        ctx.settings,
-        ctx.gateway,
-        committed,
-        plans,
-        ctx.publish,
-        kept=kept,
-        specs=ctx.tools.specs(),
-        limiter=ctx.compaction_limiter,
-        call_limiter=ctx.model_limiter,
-        before=ctx.before_compaction,
-        read_log=ctx.read_log,
-    )
-
-
-def _after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
-    """A bus subscriber calling ``hook`` on each ``HistoryCompacted``; a hook that raises is
-    logged and kept (the bus would drop a failing subscriber)."""
-
-    def deliver(event: Event) -> None:
-        if isinstance(event, HistoryCompacted):
-            try:
-                hook(event)
-            except Exception as exc:
-                _log.warning("compaction_hook_failed", hook="after", error=repr(exc))
-
-    return deliver
-
-
-def _tool_fields(settings: Settings) -> tuple[object, ...]:
-    """The settings the built-in tools are made from: a session whose differ from the
-    runtime's (a resumed session kept its sandbox) gets tools of its own."""
-    return (
-        settings.tools,
-        settings.workspace,
-        settings.sandbox,
-        settings.sandbox_network,
-        settings.command_env,
-    )
