@@ -1,14 +1,14 @@
 """One run of a session's actors, as the runtime's supervisor drives it: the sampler serving
 commands, the compactor beside it, the tool executor when a round has several calls.
 
-Between runs a parked session holds only its doorbell's event (``next_command``): no actor,
+Between runs a parked session holds only its doorbell's event (``_next_command``): no actor,
 no executor inbox, no waiter in its stream.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 
 import anyio
 from stowage.actors import (
@@ -26,14 +26,49 @@ from stowage.actors import (
     run_compactor,
     run_tool_executor,
 )
-from stowage.core import LogStore, Record
+from stowage.core import LogStore, Record, SessionState
 
 from ._slots import SessionSlot, SlotState
 
-__all__ = ["between_runs", "next_command", "read_records", "run_actors"]
+__all__ = ["read_records", "serve_commands"]
 
 
-async def next_command(
+async def serve_commands(
+    ctx: SessionContext,
+    state: SessionState,
+    slot: SessionSlot,
+    commands: MailboxReceive[SamplerCommand],
+    doorbell: Doorbell,
+    running: anyio.CapacityLimiter | None,
+) -> None:
+    """Recover the session, then serve its commands until its input ends: one run of its
+    actors while there is work, parked between runs (with a bound on running sessions,
+    ``running``, a session with work waits parked for its place)."""
+    committed = CompactorInbox(on_idle=doorbell.ring)
+    plans: Slot[Verdict] = Slot()
+    sampler = Sampler(ctx=ctx, state=state, committed=committed, plans=plans)
+    kept = CompactorKept.for_session(ctx.settings, ctx.session_id, ctx.tools.specs())
+    async with ctx.persistence:
+        await sampler.recover()
+        # Parked between runs: only this task waits, for the next command. A run of the
+        # actors lasts while there is work, and ends when the sampler finds no command
+        # waiting and the compactor idle (or the input closed).
+        ended = False
+        while not ended:
+            _between_runs(slot, SlotState.PARKED)
+            try:
+                first = await _next_command(commands, doorbell)
+            except anyio.EndOfStream:
+                break
+            async with running or nullcontext():
+                _between_runs(slot, SlotState.RUNNING)
+                ended = await _run_actors(
+                    ctx, sampler, commands, first, committed, plans, kept, doorbell
+                )
+            del first  # answered: a parked session keeps no command (nor reply)
+
+
+async def _next_command(
     commands: MailboxReceive[SamplerCommand], doorbell: Doorbell
 ) -> SamplerCommand:
     """The next command, waited for on the doorbell (rung by every command and by the end of
@@ -45,14 +80,14 @@ async def next_command(
         await doorbell.wait()  # no await since the check: no ring is missed
 
 
-def between_runs(slot: SessionSlot, to: SlotState) -> None:
+def _between_runs(slot: SessionSlot, to: SlotState) -> None:
     """Parked or running, as the supervisor goes; a session being hibernated (closing) stays
     closing while it finishes the work already sent."""
     if slot.state is not SlotState.CLOSING:
         slot.move(to)
 
 
-async def run_actors(
+async def _run_actors(
     ctx: SessionContext,
     sampler: Sampler,
     commands: MailboxReceive[SamplerCommand],

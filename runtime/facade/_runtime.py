@@ -23,7 +23,7 @@ as ``_slots.TRANSITIONS`` allows, its handle, settings, lease and stop scope.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
@@ -33,17 +33,12 @@ import structlog
 from anyio.abc import TaskGroup
 from stowage.actors import (
     Append,
-    CompactorInbox,
-    CompactorKept,
     Doorbell,
     MailboxReceive,
     MailboxSend,
-    Sampler,
     SamplerCommand,
     SessionContext,
-    Slot,
     TurnResult,
-    Verdict,
     mailbox,
     open_mailbox,
     run_persistence,
@@ -54,12 +49,9 @@ from stowage.core import (
     ConfigError,
     Event,
     EventBus,
-    HistoryEntry,
-    ItemRecord,
     LogRepaired,
     LogStore,
     ModelGateway,
-    ProtectedRecord,
     ProtectedState,
     Record,
     RewindRecord,
@@ -70,14 +62,11 @@ from stowage.core import (
     SessionHibernated,
     SessionLeaseLost,
     SessionLeaseLostEvent,
-    SessionRecord,
     SessionRehydrated,
     SessionState,
     Settings,
     SettingsChanged,
-    SettingsChangedRecord,
     StowageError,
-    SystemMessage,
     WriterLease,
     configure_logging,
     continue_settings,
@@ -85,32 +74,35 @@ from stowage.core import (
     lineage_store,
     new_session_id,
     prepare_all,
-    redact_url,
     replay,
-    tool_schema_tokens,
     user_ops,
     validate_session_id,
 )
 from stowage.model import make_gateway
-from stowage.policy import check_tool_count, check_window, fixed_request_tokens
+from stowage.policy import check_tool_count
 from stowage.storage import open_store
 from stowage.tools import (
     MCPServer,
-    MCPToolSource,
     ToolRegistry,
-    add_mcp_tools,
-    mcp_server,
     with_milestone,
     with_recall,
     workspace_tools,
 )
 
-from ._actor_runs import between_runs, next_command, read_records, run_actors
+from ._actor_runs import read_records, serve_commands
 from ._descriptors import DescriptorBudget, DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
+from ._mcp_tools import MCPServers
 from ._parts import Limiters, UnbuiltGateway, after_hook, fencing_error, limiters, tool_fields
 from ._session import Session
+from ._session_settings import (
+    Change,
+    check_fits,
+    endpoint_for,
+    first_records,
+    settings_records,
+)
 from ._slots import SessionSlot, SlotState
 
 __all__ = ["Runtime"]
@@ -210,11 +202,7 @@ class Runtime:
             )
         self.tools = tools
         # MCP servers (a command line, an http(s) URL, or an MCPServer): started on enter
-        self._mcp_servers = [mcp_server(spec) for spec in mcp]
-        if self._mcp_servers:
-            MCPToolSource.check_sdk()
-        self._mcp_sources: list[MCPToolSource] = []
-        self._mcp_tg: TaskGroup | None = None
+        self._mcp = MCPServers(mcp)
         self.events = EventBus()
         if self._hooks.after is not None:
             self.events.subscribe(after_hook(self._hooks.after))
@@ -289,7 +277,7 @@ class Runtime:
                 yield session_id, slot.lease
 
     async def __aenter__(self) -> Self:
-        await self._start_mcp()
+        self.tools = await self._mcp.start(self.tools)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         box = mailbox(self._capacity, Append)
@@ -342,42 +330,12 @@ class Runtime:
                 raise
             finally:
                 try:
-                    await self._stop_mcp()
+                    await self._mcp.stop()
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.gateway.aclose()
                         await self.store.aclose()
         return result
-
-    async def _start_mcp(self) -> None:
-        """Start the MCP servers and add their tools (prefixed on a clash). Raises
-        ``ConfigError`` naming a server that does not start (the others are stopped)."""
-        if not self._mcp_servers:
-            return
-        self._mcp_tg = anyio.create_task_group()
-        await self._mcp_tg.__aenter__()
-        tools = ToolRegistry(self.tools)
-        try:
-            for server in self._mcp_servers:
-                source = MCPToolSource(server)
-                listed = await self._mcp_tg.start(source.run)
-                self._mcp_sources.append(source)
-                add_mcp_tools(tools, source, listed)
-        except BaseException:
-            await self._stop_mcp()
-            raise
-        self.tools = tools
-
-    async def _stop_mcp(self) -> None:
-        """Stop every MCP server's connection and process (a stuck one is cancelled)."""
-        if self._mcp_tg is None:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            for source in self._mcp_sources:
-                await source.aclose()
-        tg, self._mcp_tg = self._mcp_tg, None
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
 
     # -- opening sessions ----------------------------------------------------------------
 
@@ -424,42 +382,15 @@ class Runtime:
         settings = self.settings.with_(**self.overrides) if self.overrides else self.settings
         if system is not None:
             settings = settings.with_(system=system)
-        system = settings.system
         # checked before the log exists: a bad constraint must not leave a half-made session
         protected, protected_ops = prepare_all(
             ProtectedState(), user_ops(objective=objective, add_constraints=constraints), "user"
         )
         found = await self._windows.find(settings)
         settings = found.applied(settings)
-        tools = self._tools_for(settings)
-        # refused before the log exists and before any model call
-        system_tokens, protected_tokens = fixed_request_tokens(
-            [HistoryEntry(seq=2, item=SystemMessage(text=system))] if system else [], protected
+        records = first_records(
+            settings, self._tools_for(settings), found.source, protected, protected_ops
         )
-        check_window(
-            settings,
-            tools.specs(),
-            system_tokens=system_tokens,
-            protected_tokens=protected_tokens,
-        )
-        records: list[Record] = [
-            SessionRecord(
-                seq=1,
-                model=settings.model,
-                context_window=settings.context_window,
-                tools=tuple(tools.names()),
-                settings={
-                    **settings.public(),
-                    "window_source": found.source,
-                    # the one figure of the tool schemas, for every view of the log
-                    "tool_tokens": tool_schema_tokens(tools.specs()),
-                },
-            )
-        ]
-        if system:
-            records.append(ItemRecord(seq=2, item=SystemMessage(text=system)))
-        if protected_ops:
-            records.append(ProtectedRecord(seq=len(records) + 1, ops=protected_ops, source="user"))
         return records, settings
 
     async def _create(
@@ -712,36 +643,17 @@ class Runtime:
             identity_from_records(tail) if whole else await session_identity(self.store, session_id)
         )
         settings, changes = continue_settings(self.settings, identity, self.overrides)
-        settings, moved = self._endpoint_for(session_id, settings)
-        written: list[SettingsChangedRecord] = []
-        if changes:
-            written.append(
-                SettingsChangedRecord(seq=state.last_seq + 1, changes=changes, source="user")
-            )
-        if moved:
-            written.append(
-                SettingsChangedRecord(
-                    seq=state.last_seq + 1 + len(written), changes=moved, source="runtime"
-                )
-            )
+        moved: dict[str, list[Any]] = {}
+        if self._own_gateway:
+            settings, moved = endpoint_for(session_id, settings, self.settings)
+        window: Change = ({}, "")
         if settings.context_window is None:
             found = await self._windows.find(settings)
             if found.context_window is not None:
                 settings = settings.with_(context_window=found.context_window)
-                written.append(
-                    SettingsChangedRecord(
-                        seq=state.last_seq + 1 + len(written),
-                        changes={"context_window": [None, found.context_window]},
-                        source=found.source,
-                    )
-                )
-        system_tokens, protected_tokens = fixed_request_tokens(state.history, state.protected)
-        check_window(
-            settings,
-            self._tools_for(settings).specs(),
-            system_tokens=system_tokens,
-            protected_tokens=protected_tokens,
-        )
+                window = ({"context_window": [None, found.context_window]}, found.source)
+        check_fits(settings, self._tools_for(settings).specs(), state.history, state.protected)
+        written = settings_records(state.last_seq, [(changes, "user"), (moved, "runtime"), window])
         if written:
             await self.store.append(session_id, written)
             for record in written:
@@ -753,44 +665,6 @@ class Runtime:
                     )
                 )
         return settings
-
-    def _endpoint_for(
-        self, session_id: str, settings: Settings
-    ) -> tuple[Settings, dict[str, list[Any]]]:
-        """The session's settings on this runtime's endpoint, and what that changes.
-
-        A runtime talks to one endpoint (a worker's is its operator's choice), so a session
-        recorded at another URL or wire API of a real endpoint moves to this one, recorded
-        and shown. A real session is never moved to the offline scripted model, nor the
-        other way round: that is refused with ``ConfigError``.
-        """
-        ours = self.settings
-        if not self._own_gateway or settings.model == "scripted" == ours.model:
-            return settings, {}
-        if (settings.model == "scripted") != (ours.model == "scripted"):
-            where = redact_url(settings.base_url) or "the default OpenAI endpoint"
-            raise ConfigError(
-                f"session {session_id} runs model {settings.model} at {where}, not this "
-                f"runtime's {ours.model} model: continue it with settings that name its model "
-                "and endpoint (the CLI does), or override model and base_url explicitly"
-            )
-        changes: dict[str, list[Any]] = {}
-        if redact_url(settings.base_url) != redact_url(ours.base_url):
-            changes["base_url"] = [redact_url(settings.base_url), redact_url(ours.base_url)]
-        if settings.wire_api != ours.wire_api:
-            changes["wire_api"] = [settings.wire_api, ours.wire_api]
-        if not changes:
-            return settings, {}
-        compaction = settings.compaction
-        if compaction == "provider" and ours.wire_api != "responses":
-            # the provider's item cannot go there: compacted locally from here on, and what
-            # items the history holds are summarized locally at its next turn
-            compaction = "auto"
-            changes["compaction"] = ["provider", "auto"]
-        moved = settings.with_(
-            base_url=ours.base_url, wire_api=ours.wire_api, compaction=compaction
-        )
-        return moved, changes
 
     def _check_tools(self, settings: Settings) -> None:
         """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than
@@ -907,34 +781,13 @@ class Runtime:
             read_log=partial(read_records, self.store, session.id),
             window_learned=partial(self._windows.learn, settings),
         )
-        committed = CompactorInbox(on_idle=doorbell.ring)
-        plans: Slot[Verdict] = Slot()
-        sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
-        kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs())
-        runs = self._limiters["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
         try:
             with stop:  # cancelled: stop now (lease lost, or interrupted)
-                async with ctx.persistence:
-                    await sampler.recover()
-                    # Parked between runs: only this task waits, for the next command. A run
-                    # of the actors lasts while there is work, and ends when the sampler finds
-                    # no command waiting and the compactor idle (or the input closed).
-                    ended = False
-                    while not ended:
-                        between_runs(slot, SlotState.PARKED)
-                        try:
-                            first = await next_command(commands, doorbell)
-                        except anyio.EndOfStream:
-                            break
-                        # with a bound on running sessions, wait parked for a turn to run
-                        async with runs or nullcontext():
-                            between_runs(slot, SlotState.RUNNING)
-                            ended = await run_actors(
-                                ctx, sampler, commands, first, committed, plans, kept, doorbell
-                            )
-                        del first  # answered: a parked session keeps no command (nor reply)
+                await serve_commands(
+                    ctx, session.state, slot, commands, doorbell, self._limiters["running"]
+                )
         except Exception as exc:
             raised = exc
         finally:
