@@ -22,7 +22,7 @@ as ``_slots.TRANSITIONS`` allows, its handle, settings, lease and stop scope.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from functools import partial
 from types import TracebackType
@@ -67,7 +67,6 @@ from stowage.core import (
     Settings,
     SettingsChanged,
     StowageError,
-    WriterLease,
     configure_logging,
     continue_settings,
     identity_from_records,
@@ -90,7 +89,7 @@ from stowage.tools import (
 )
 
 from ._actor_runs import read_records, serve_commands
-from ._descriptors import DescriptorBudget, DescriptorUse, descriptor_use
+from ._descriptors import DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
 from ._mcp_tools import MCPServers
@@ -103,6 +102,7 @@ from ._session_settings import (
     first_records,
     settings_records,
 )
+from ._slot_table import SlotTable
 from ._slots import SessionSlot, SlotState
 
 __all__ = ["Runtime"]
@@ -208,12 +208,10 @@ class Runtime:
             self.events.subscribe(after_hook(self._hooks.after))
         self._limiters = limiters(self.limits)
         self._capacity = mailbox_capacity
-        # one record per session this runtime knows, by id: from the open or create that
-        # claims the id until the session is gone; a hibernated one keeps its id, nothing more
-        self._slots: dict[str, SessionSlot] = {}
-        self._descriptors = DescriptorBudget()  # checked before a session starts
+        # one record per session this runtime knows, by id (see ``SlotTable``)
+        self._slots = SlotTable()
         self._reaper: anyio.CancelScope | None = None
-        self._leases = Leases(self.store, self._lease_lost, self._held_leases)
+        self._leases = Leases(self.store, self._lease_lost, self._slots.held_leases)
         self._renewer: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._persistence: MailboxSend[Append] | None = None
@@ -231,11 +229,7 @@ class Runtime:
     @property
     def sessions(self) -> dict[str, Session]:
         """The live sessions, by id."""
-        return {
-            session_id: slot.session
-            for session_id, slot in self._slots.items()
-            if slot.live and slot.session is not None
-        }
+        return self._slots.live()
 
     @property
     def descriptors(self) -> DescriptorUse:
@@ -247,13 +241,7 @@ class Runtime:
     @property
     def hibernated(self) -> frozenset[str]:
         """Ids of the sessions hibernated by this runtime and not woken since."""
-        return frozenset(
-            session_id
-            for session_id, slot in self._slots.items()
-            if slot.state is SlotState.HIBERNATED
-            # being woken: it is hibernated until its log has been read
-            or (slot.state is SlotState.CREATING and slot.from_hibernation)
-        )
+        return self._slots.hibernated()
 
     # read by tests/facade/test_hibernation.py: views of the records, by the names they had
     # as the runtime's own dicts
@@ -270,11 +258,6 @@ class Runtime:
             for i, s in self._slots.items()
             if s.state is SlotState.CLOSING and s.hibernating and s.session is not None
         }
-
-    def _held_leases(self) -> Iterator[tuple[str, WriterLease]]:
-        for session_id, slot in self._slots.items():
-            if slot.lease is not None:
-                yield session_id, slot.lease
 
     async def __aenter__(self) -> Self:
         self.tools = await self._mcp.start(self.tools)
@@ -359,7 +342,7 @@ class Runtime:
         records, settings = await self._first_records(
             system=system, objective=objective, constraints=constraints
         )
-        slot = await self._claim(session_id)
+        slot = await self._slots.claim(session_id)
         if slot is None:
             raise SessionExists(f"session {session_id!r} is live in this runtime")
         try:
@@ -467,7 +450,7 @@ class Runtime:
         """
         self._check_running()
         session_id = validate_session_id(session_id)
-        while (slot := await self._claim(session_id)) is None:
+        while (slot := await self._slots.claim(session_id)) is None:
             await self.close(session_id)
         try:
             slot.lease = await self._leases.acquire(session_id)
@@ -513,47 +496,10 @@ class Runtime:
         with scope:
             while True:
                 await anyio.sleep(interval)
-                now = anyio.current_time()
-                idle = [
-                    slot
-                    for slot in self._slots.values()
-                    if slot.live
-                    and slot.session is not None
-                    and not slot.session.busy
-                    and now - slot.session.last_active >= idle_timeout
-                ]
+                idle = self._slots.idle(anyio.current_time(), idle_timeout)
                 for slot in idle:
                     if slot.live:  # not closed or hibernated while the ones before were
                         await self._hibernate(slot)
-
-    async def _claim(self, session_id: str) -> SessionSlot | None:
-        """The id's record, moved to ``CREATING`` for the caller to open (a new record, or a
-        hibernated one to wake); None when the session is live here.
-
-        Waits while another open of the id or its close is under way: one open per id at a
-        time, never two sessions on one log, and a closing session's last writes land and its
-        lease is free before its log is read again. Raises ``DescriptorLimitReached`` (nothing
-        claimed) when a session to start would leave the process's descriptors too near its
-        limit (see ``_descriptors``).
-        """
-        while True:
-            slot = self._slots.get(session_id)
-            if slot is None:
-                self._descriptors.check(session_id)
-                slot = self._slots[session_id] = SessionSlot(session_id)
-                return slot
-            if slot.state is SlotState.CREATING:
-                await slot.wait_opened()
-            elif slot.state is SlotState.CLOSING:
-                assert slot.session is not None
-                await slot.session.close()
-            elif slot.state is SlotState.HIBERNATED:
-                self._descriptors.check(session_id)
-                slot.move(SlotState.CREATING)
-                slot.from_hibernation = True
-                return slot
-            else:
-                return None
 
     async def _unclaim(self, slot: SessionSlot) -> None:
         """An open or create that started nothing: its lease, if taken, is given back; a new
@@ -564,13 +510,7 @@ class Runtime:
         if slot.from_hibernation:
             slot.move(SlotState.HIBERNATED)
         else:
-            self._forget(slot, SlotState.CLOSED)
-
-    def _forget(self, slot: SessionSlot, to: SlotState) -> None:
-        """Move ``slot`` to ``to``, a state of a session gone, and drop the record."""
-        slot.move(to)
-        if self._slots.get(slot.id) is slot:
-            del self._slots[slot.id]
+            self._slots.forget(slot, SlotState.CLOSED)
 
     async def _give_back(self, slot: SessionSlot) -> None:
         """Release the slot's lease, if it holds one (never raises)."""
@@ -583,7 +523,7 @@ class Runtime:
             live = self._slots.get(session_id)
             if live is not None and live.live and live.session is not None:
                 return live.session
-            slot = await self._claim(session_id)
+            slot = await self._slots.claim(session_id)
             if slot is not None:
                 break
         try:
@@ -812,14 +752,14 @@ class Runtime:
                         SessionFailedEvent(session_id=session.id, error=repr(failure))
                     )
                 if failure is not None:
-                    self._forget(slot, SlotState.FAILED)
+                    self._slots.forget(slot, SlotState.FAILED)
                 elif slot.hibernating:
                     idle = slot.idle
                     slot.move(SlotState.HIBERNATED)
                     _log.debug("session_hibernated", session=session.id)
                     self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
                 else:
-                    self._forget(slot, SlotState.CLOSED)
+                    self._slots.forget(slot, SlotState.CLOSED)
             finally:
                 # its askers never wait forever, whatever happened above
                 session.mark_stopped(failure)
