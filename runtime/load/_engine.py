@@ -18,7 +18,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -715,32 +715,16 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """A ``LoadConfig`` from parsed options. Raises ``ConfigError`` for bad values."""
     parse_rates(args.faults)  # fail before anything starts
-    return LoadConfig(
-        sessions=args.sessions,
-        turns=args.turns,
-        latency=args.latency,
-        in_process=args.in_process,
-        base_url=args.base_url,
-        faults=args.faults,
-        slow_delay=args.slow_delay,
-        retry_after=args.retry_after,
-        store=args.store,
-        durability=args.durability,
-        wire_api=args.wire_api,
-        stream=not args.no_stream,
-        tool_kb=args.tool_kb,
-        tool_rounds=args.tool_rounds,
-        compact_threshold=args.compact_threshold,
-        policy=args.policy,
-        context_window=args.context_window,
-        background_compaction=not args.no_background_compaction,
-        limits=limits_from_args(RuntimeLimits, args),
-        seed=args.seed,
-        gc_threshold=args.gc_threshold or None,
-        progress=not args.no_progress,
-        json_path=args.json_path,
-        allow_failed_turns=args.allow_failed_turns,
-    )
+    # the options named as the fields, then those said another way (``--no-stream``) or whole
+    given = {f.name: getattr(args, f.name) for f in fields(LoadConfig) if f.name in args}
+    given |= {
+        "stream": not args.no_stream,
+        "background_compaction": not args.no_background_compaction,
+        "progress": not args.no_progress,
+        "gc_threshold": args.gc_threshold or None,
+        "limits": limits_from_args(RuntimeLimits, args),
+    }
+    return LoadConfig(**given)
 
 
 async def main_load(args: argparse.Namespace) -> int:
