@@ -290,7 +290,8 @@ async def _statements(args: argparse.Namespace) -> dict[str, Any]:
         store,
         Settings(workspace=workspace),
         gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
-        options=WorkerOptions(concurrency=args.concurrency, idle_timeout=0.2, poll_interval=1),
+        options=WorkerOptions(concurrency=args.concurrency, poll_interval=1),
+        idle_timeout=0.2,
     )
     worker.runtime.subscribe(on_event)
     conn = await asyncpg.connect(args.dsn)

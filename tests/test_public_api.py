@@ -27,7 +27,7 @@ SURFACE = {
         "ModelAuthError", "ModelConnectionError", "ModelError", "ModelGateway", "ModelRequest",
         "ModelResponse", "ModelResponseError", "OutputBudget", "ProtectedChanged", "ProtectedEntry",
         "ProtectedRefused", "ProtectedState", "ProtectedStateViolation", "RateLimitError",
-        "Record", "ResponseDone", "ResponseTooLarge", "RoundCommitted", "RoundStarted", "Runtime", "Session",
+        "Record", "ResponseDone", "ResponseTooLarge", "RoundCommitted", "RoundStarted", "Runtime", "RuntimeLimits", "Session",
         "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",
         "SessionFailedEvent", "SessionHibernated", "SessionLeaseLost", "SessionLeaseLostEvent",
         "SessionNotFound", "SessionRehydrated", "SessionState", "Settings",
@@ -42,7 +42,7 @@ SURFACE = {
         "decode_record", "encode_record", "load_syncfs", "open_store",
     ],
     "stowage.worker": [
-        "Client", "InboxMessage", "MessageFailed", "Sent", "Worker", "WorkerOptions",
+        "WORKER_LIMITS", "Client", "InboxMessage", "MessageFailed", "Sent", "Worker", "WorkerOptions",
         "new_message_id",
     ],
     "stowage.testing": [

@@ -5,6 +5,8 @@
 - The settings reference: the table made from the one declaration of every setting
   (``stowage.core.setting_infos``, rendered by ``stowage.cli._setting_options.settings_table``,
   the function the command line's own tests hold to the declarations).
+- The limits reference: the tables of ``RuntimeLimits`` and ``WorkerOptions``, made from their
+  declarations (``stowage.core.limit_infos``), the ones ``stowage worker``'s flags come from.
 - A tree shaped like the installed package for the API reference: the repository keeps
   ``stowage`` in three folders (``runtime/``, ``actors/``, ``storage/``), which mkdocstrings
   (griffe) reads from source, so it is given ``build/docs-stage/stowage`` with links to them.
@@ -141,10 +143,40 @@ def settings_reference() -> str:
     return table
 
 
+def limits_reference() -> str:
+    """The tables of the runtime's limits (``RuntimeLimits``) and a worker's pacing
+    (``WorkerOptions``), made from their declarations (``stowage.core.limit_infos``)."""
+    from stowage.core import RuntimeLimits, limit_infos
+    from stowage.worker import WORKER_LIMITS, WorkerOptions
+
+    out: list[str] = []
+    for title, declared, worker in (
+        ("`RuntimeLimits`", RuntimeLimits, WORKER_LIMITS),
+        ("`WorkerOptions`", WorkerOptions, WorkerOptions()),
+    ):
+        out += [
+            "",
+            f"### {title}",
+            "",
+            "| limit | flag | default | worker's | range | what it does |",
+        ]
+        out += ["| --- | --- | --- | --- | --- | --- |"]
+        for info in limit_infos(declared):
+            default = _NONE if info.default is None else f"`{info.default:g}`"
+            value = getattr(worker, info.name)
+            worker_default = _NONE if value is None else f"`{value:g}`"
+            out.append(
+                f'| <a id="{info.name}"></a>`{info.name}` | `{info.flag}` | {default} | '
+                f"{worker_default} | {_cell(info.allowed())} | {_cell(info.help)} |"
+            )
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
 #: a page's marker line -> what replaces it
 MARKERS: dict[str, Callable[[], str]] = {
     "<!-- generated: commands -->": commands_reference,
     "<!-- generated: settings -->": settings_reference,
+    "<!-- generated: limits -->": limits_reference,
 }
 
 
@@ -171,6 +203,7 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 __all__ = [
     "commands_reference",
+    "limits_reference",
     "on_config",
     "on_page_markdown",
     "render",

@@ -107,60 +107,23 @@ def add_worker_commands(subparsers: Any) -> None:
 
 
 def _worker_options(worker: argparse.ArgumentParser) -> None:
+    from stowage.core import add_limit_options
     from stowage.facade import GC_YOUNG_THRESHOLD
-    from stowage.worker import WorkerOptions
+    from stowage.worker import WORKER_LIMITS, WorkerOptions
 
     from ._run_options import add_model_options
 
-    d = WorkerOptions()
     store_options(worker)
     worker.add_argument("--log-level", default="info", help="debug, info (default), warning")
-    worker.add_argument(
-        "--concurrency",
-        type=_positive(int),
-        default=d.concurrency,
-        help=f"sessions with work served at once (default {d.concurrency})",
-    )
-    worker.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=d.idle_timeout,
-        help=f"seconds an idle session stays live before it hibernates (default {d.idle_timeout})",
-    )
-    worker.add_argument(
-        "--poll-interval",
-        type=_positive(float),
-        default=d.poll_interval,
-        help=f"seconds between claims without a NOTIFY (default {d.poll_interval})",
-    )
-    worker.add_argument(
-        "--grace",
-        type=_positive(float),
-        default=d.grace,
-        help=f"seconds turns in flight may take after SIGTERM (default {d.grace})",
-    )
+    # the worker's pacing and the runtime's limits: flags made from their declarations
+    add_limit_options(worker, WorkerOptions())
+    add_limit_options(worker, WORKER_LIMITS)
     worker.add_argument(
         "--lease-ttl",
         type=_positive(float),
         default=30.0,
         help="seconds a session's lease lasts past its last renewal: how soon another worker "
         "takes over from a dead one (default 30)",
-    )
-    worker.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port, "
-        "logged as metrics_serving)",
-    )
-    worker.add_argument("--max-model-calls", type=_positive(int), default=100)
-    worker.add_argument("--max-compactions", type=_positive(int), default=8)
-    worker.add_argument("--max-tool-calls", type=_positive(int), default=256)
-    worker.add_argument(
-        "--max-running-sessions",
-        type=_positive(int),
-        default=None,
-        help="sessions whose turns run at once; the others wait parked (default: no bound)",
     )
     worker.add_argument(
         "--gc-threshold",
@@ -217,19 +180,14 @@ def postgres_url(url: str) -> str:
 async def worker_main(args: argparse.Namespace) -> int:
     """Run a worker until SIGTERM or SIGINT; 0 once it drained and gave every lease back."""
     import anyio
+    from stowage.core import RuntimeLimits, limits_from_args
     from stowage.facade import tune_gc
     from stowage.storage import PostgresStore
     from stowage.worker import Worker, WorkerOptions
 
     from ._run_options import settings_from_options, tools_from_spec
 
-    options = WorkerOptions(
-        concurrency=args.concurrency,
-        idle_timeout=args.idle_timeout,
-        poll_interval=args.poll_interval,
-        grace=args.grace,
-        metrics_port=args.metrics_port,
-    )
+    options = limits_from_args(WorkerOptions, args)
     store = PostgresStore(
         postgres_url(args.store),
         schema=args.schema,
@@ -243,10 +201,7 @@ async def worker_main(args: argparse.Namespace) -> int:
         settings_from_options(args),
         options=options,
         tools=tools_from_spec(args.tools_from) if args.tools_from else None,
-        max_model_calls=args.max_model_calls,
-        max_compactions=args.max_compactions,
-        max_tool_calls=args.max_tool_calls,
-        max_running_sessions=args.max_running_sessions,
+        limits=limits_from_args(RuntimeLimits, args),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(_drain_on_signal, worker)

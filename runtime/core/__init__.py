@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from stowage._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._call_limiter import CallLimiter, CallPurpose
     from ._errors import (
         CompactionError,
         CompactionLoop,
@@ -102,7 +103,8 @@ if TYPE_CHECKING:
         item_to_dict,
     )
     from ._ledger import CallKey, Cycle, TurnLedger
-    from ._limits import CallLimiter, CallPurpose
+    from ._limit_options import add_limit_options, limits_from_args
+    from ._limits import LimitInfo, RuntimeLimits, check_limits, limit_field, limit_infos
     from ._lineage import (
         Lineage,
         LineageStore,
@@ -213,6 +215,13 @@ __all__ = [
     "AfterCompaction",
     "BeforeCompaction",
     "CallLimiter",
+    "LimitInfo",
+    "RuntimeLimits",
+    "add_limit_options",
+    "check_limits",
+    "limit_field",
+    "limit_infos",
+    "limits_from_args",
     "CallPurpose",
     "CompactionAbout",
     "CompactionHooks",
@@ -461,8 +470,15 @@ _EXPORTS = {
     "CallKey": "._ledger",
     "Cycle": "._ledger",
     "TurnLedger": "._ledger",
-    "CallLimiter": "._limits",
-    "CallPurpose": "._limits",
+    "CallLimiter": "._call_limiter",
+    "CallPurpose": "._call_limiter",
+    "LimitInfo": "._limits",
+    "RuntimeLimits": "._limits",
+    "check_limits": "._limits",
+    "limit_field": "._limits",
+    "limit_infos": "._limits",
+    "add_limit_options": "._limit_options",
+    "limits_from_args": "._limit_options",
     "Lineage": "._lineage",
     "LineageStore": "._lineage",
     "effective_records": "._lineage",

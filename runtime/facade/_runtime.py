@@ -22,8 +22,8 @@ as ``_slots.TRANSITIONS`` allows, its handle, settings, lease and stop scope.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
@@ -33,92 +33,76 @@ import structlog
 from anyio.abc import TaskGroup
 from stowage.actors import (
     Append,
-    CompactorInbox,
-    CompactorKept,
     Doorbell,
-    ExecutorInbox,
     MailboxReceive,
     MailboxSend,
-    RunTools,
-    Sampler,
     SamplerCommand,
     SessionContext,
-    Slot,
     TurnResult,
-    Verdict,
     mailbox,
     open_mailbox,
-    run_compactor,
     run_persistence,
-    run_tool_executor,
 )
 from stowage.core import (
     IDENTITY_FIELDS,
-    AfterCompaction,
-    CallLimiter,
     CompactionHooks,
     ConfigError,
     Event,
     EventBus,
-    FencingError,
-    HistoryCompacted,
-    HistoryEntry,
-    ItemRecord,
     LogRepaired,
     LogStore,
     ModelGateway,
-    ModelRequest,
-    ModelResponse,
-    ProtectedRecord,
     ProtectedState,
     Record,
     RewindRecord,
+    RuntimeLimits,
     SessionClosed,
     SessionExists,
     SessionFailedEvent,
     SessionHibernated,
     SessionLeaseLost,
     SessionLeaseLostEvent,
-    SessionRecord,
     SessionRehydrated,
     SessionState,
     Settings,
     SettingsChanged,
-    SettingsChangedRecord,
     StowageError,
-    StreamEvent,
-    SystemMessage,
-    WriterLease,
     configure_logging,
     continue_settings,
     identity_from_records,
     lineage_store,
     new_session_id,
     prepare_all,
-    redact_url,
     replay,
-    tool_schema_tokens,
     user_ops,
     validate_session_id,
 )
 from stowage.model import make_gateway
-from stowage.policy import check_tool_count, check_window, fixed_request_tokens
+from stowage.policy import check_tool_count
 from stowage.storage import open_store
 from stowage.tools import (
     MCPServer,
-    MCPToolSource,
     ToolRegistry,
-    add_mcp_tools,
-    mcp_server,
     with_milestone,
     with_recall,
     workspace_tools,
 )
 
-from ._descriptors import DescriptorBudget, DescriptorUse, descriptor_use
+from ._actor_runs import read_records, serve_commands
+from ._descriptors import DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
+from ._mcp_tools import MCPServers
+from ._parts import Limiters, UnbuiltGateway, after_hook, fencing_error, limiters, tool_fields
 from ._session import Session
+from ._session_settings import (
+    Change,
+    check_fits,
+    endpoint_for,
+    first_records,
+    settings_records,
+)
+from ._slot_table import SlotTable
 from ._slots import SessionSlot, SlotState
 
 __all__ = ["Runtime"]
@@ -135,16 +119,14 @@ class Runtime:
     lineages (``core.LineageStore``: a fork read with its parents, a rewind's branch left out;
     ``rt.store.inner`` is the store itself); ``fork`` and ``rewind`` start from a round.
 
-    Limits shared by every session (``None``: unlimited): ``max_model_calls`` in flight to the
-    endpoint (rounds and summaries alike; a waiting summary goes before waiting rounds),
-    ``max_compactions`` in flight (sessions crossing the watermark together queue for them),
-    ``max_tool_calls`` in flight, ``max_running_sessions`` sessions whose actors run at once
-    (the others wait parked, first come first served: a burst of thousands of turns then holds
-    the working memory of that many, and a live session between turns costs the same either
-    way). ``idle_timeout`` seconds without work hibernate a session. A session is not started
+    ``limits`` (``RuntimeLimits``, declared there with their defaults and ranges) are shared
+    by every session: model calls, compactions and tool calls in flight, sessions running at
+    once (the others wait parked), ``idle_timeout`` before an idle session hibernates. A limit
+    given by name (``max_model_calls=20``) replaces its value in ``limits``; ``rt.limits``
+    holds the result, ``rt.limiters`` the limiters that keep it. A session is not started
     while the process's open descriptors are within a reserve of ``RLIMIT_NOFILE``
-    (``DescriptorLimitReached``; figures in ``descriptors``). Raises ``ConfigError``
-    for a limit below 1 or a timeout that is not positive.
+    (``DescriptorLimitReached``; figures in ``descriptors``). Raises ``ConfigError`` naming a
+    limit out of its range, ``TypeError`` for a name that is not a limit.
 
     Identity: a new session records what it runs with (``core.identity_of``: model, redacted
     endpoint, wire API, window, compaction settings, tool set, system prompt; never a key). A
@@ -173,30 +155,19 @@ class Runtime:
         store: LogStore | None = None,
         gateway: ModelGateway | None = None,
         tools: ToolRegistry | None = None,
-        max_model_calls: int | None = None,
-        max_compactions: int | None = None,
-        max_tool_calls: int | None = None,
-        max_running_sessions: int | None = None,
-        idle_timeout: float | None = None,
+        limits: RuntimeLimits | None = None,
         mailbox_capacity: int = 256,
         overrides: Mapping[str, Any] | None = None,
         mcp: Sequence[str | MCPServer] = (),
         compaction_hooks: CompactionHooks | None = None,
+        **limit_values: Any,
     ) -> None:
         if not structlog.is_configured():
             # structlog's own default prints every debug line to stdout; an embedding
             # application that configures structlog itself keeps its configuration
             configure_logging("console", "warning")
-        for name, limit in (
-            ("max_model_calls", max_model_calls),
-            ("max_compactions", max_compactions),
-            ("max_tool_calls", max_tool_calls),
-            ("max_running_sessions", max_running_sessions),
-        ):
-            if limit is not None and limit < 1:
-                raise ConfigError(f"{name} must be >= 1 (or None for no limit), got {limit}")
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise ConfigError(f"idle_timeout must be > 0 seconds, got {idle_timeout}")
+        #: the limits shared by its sessions
+        self.limits = (limits or RuntimeLimits()).with_(**limit_values)
         self.settings = settings or Settings()
         self._hooks = compaction_hooks or CompactionHooks()
         self.overrides: dict[str, Any] = dict(overrides or {})
@@ -221,7 +192,7 @@ class Runtime:
                 gateway = make_gateway(self.settings)
             except ConfigError as exc:
                 self._gateway_error = exc
-                gateway = _Unbuilt(exc)
+                gateway = UnbuiltGateway(exc)
         self.gateway = gateway
         if tools is None:
             tools = (
@@ -231,40 +202,25 @@ class Runtime:
             )
         self.tools = tools
         # MCP servers (a command line, an http(s) URL, or an MCPServer): started on enter
-        self._mcp_servers = [mcp_server(spec) for spec in mcp]
-        if self._mcp_servers:
-            MCPToolSource.check_sdk()
-        self._mcp_sources: list[MCPToolSource] = []
-        self._mcp_tg: TaskGroup | None = None
+        self._mcp = MCPServers(mcp)
         self.events = EventBus()
         if self._hooks.after is not None:
-            self.events.subscribe(_after_hook(self._hooks.after))
-        # summaries are let in before waiting rounds (see ``CallLimiter``)
-        self._model_limiter = CallLimiter(max_model_calls) if max_model_calls else None
-        self._limits = {
-            "compaction": anyio.CapacityLimiter(max_compactions) if max_compactions else None,
-            "tools": anyio.CapacityLimiter(max_tool_calls) if max_tool_calls else None,
-            "running": (
-                anyio.CapacityLimiter(max_running_sessions) if max_running_sessions else None
-            ),
-        }
-        self.idle_timeout = idle_timeout
+            self.events.subscribe(after_hook(self._hooks.after))
+        self._limiters = limiters(self.limits)
         self._capacity = mailbox_capacity
-        # one record per session this runtime knows, by id: from the open or create that
-        # claims the id until the session is gone; a hibernated one keeps its id, nothing more
-        self._slots: dict[str, SessionSlot] = {}
-        self._descriptors = DescriptorBudget()  # checked before a session starts
+        # one record per session this runtime knows, by id (see ``SlotTable``)
+        self._slots = SlotTable()
         self._reaper: anyio.CancelScope | None = None
-        self._leases = Leases(self.store, self._lease_lost, self._held_leases)
+        self._leases = Leases(self.store, self._lease_lost, self._slots.held_leases)
         self._renewer: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._persistence: MailboxSend[Append] | None = None
 
     @property
-    def limits(self) -> dict[str, CallLimiter | anyio.CapacityLimiter | None]:
+    def limiters(self) -> Limiters:
         """The shared limiters by name (``model``, ``compaction``, ``tools``, ``running``);
         None: unlimited."""
-        return {"model": self._model_limiter, **self._limits}
+        return self._limiters
 
     def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event of every session; returns the unsubscribe function."""
@@ -273,11 +229,7 @@ class Runtime:
     @property
     def sessions(self) -> dict[str, Session]:
         """The live sessions, by id."""
-        return {
-            session_id: slot.session
-            for session_id, slot in self._slots.items()
-            if slot.live and slot.session is not None
-        }
+        return self._slots.live()
 
     @property
     def descriptors(self) -> DescriptorUse:
@@ -289,13 +241,7 @@ class Runtime:
     @property
     def hibernated(self) -> frozenset[str]:
         """Ids of the sessions hibernated by this runtime and not woken since."""
-        return frozenset(
-            session_id
-            for session_id, slot in self._slots.items()
-            if slot.state is SlotState.HIBERNATED
-            # being woken: it is hibernated until its log has been read
-            or (slot.state is SlotState.CREATING and slot.from_hibernation)
-        )
+        return self._slots.hibernated()
 
     # read by tests/facade/test_hibernation.py: views of the records, by the names they had
     # as the runtime's own dicts
@@ -313,21 +259,16 @@ class Runtime:
             if s.state is SlotState.CLOSING and s.hibernating and s.session is not None
         }
 
-    def _held_leases(self) -> Iterator[tuple[str, WriterLease]]:
-        for session_id, slot in self._slots.items():
-            if slot.lease is not None:
-                yield session_id, slot.lease
-
     async def __aenter__(self) -> Self:
-        await self._start_mcp()
+        self.tools = await self._mcp.start(self.tools)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         box = mailbox(self._capacity, Append)
         self._persistence = box.send
         self._tg.start_soon(run_persistence, self.store, box.receive)
-        if self.idle_timeout is not None:
+        if self.limits.idle_timeout is not None:
             self._reaper = anyio.CancelScope()
-            self._tg.start_soon(self._reap, self._reaper, self.idle_timeout)
+            self._tg.start_soon(self._reap, self._reaper, self.limits.idle_timeout)
         self._renewer = anyio.CancelScope()
         self._tg.start_soon(self._renew, self._renewer)
         return self
@@ -372,42 +313,12 @@ class Runtime:
                 raise
             finally:
                 try:
-                    await self._stop_mcp()
+                    await self._mcp.stop()
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.gateway.aclose()
                         await self.store.aclose()
         return result
-
-    async def _start_mcp(self) -> None:
-        """Start the MCP servers and add their tools (prefixed on a clash). Raises
-        ``ConfigError`` naming a server that does not start (the others are stopped)."""
-        if not self._mcp_servers:
-            return
-        self._mcp_tg = anyio.create_task_group()
-        await self._mcp_tg.__aenter__()
-        tools = ToolRegistry(self.tools)
-        try:
-            for server in self._mcp_servers:
-                source = MCPToolSource(server)
-                listed = await self._mcp_tg.start(source.run)
-                self._mcp_sources.append(source)
-                add_mcp_tools(tools, source, listed)
-        except BaseException:
-            await self._stop_mcp()
-            raise
-        self.tools = tools
-
-    async def _stop_mcp(self) -> None:
-        """Stop every MCP server's connection and process (a stuck one is cancelled)."""
-        if self._mcp_tg is None:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            for source in self._mcp_sources:
-                await source.aclose()
-        tg, self._mcp_tg = self._mcp_tg, None
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
 
     # -- opening sessions ----------------------------------------------------------------
 
@@ -431,7 +342,7 @@ class Runtime:
         records, settings = await self._first_records(
             system=system, objective=objective, constraints=constraints
         )
-        slot = await self._claim(session_id)
+        slot = await self._slots.claim(session_id)
         if slot is None:
             raise SessionExists(f"session {session_id!r} is live in this runtime")
         try:
@@ -454,42 +365,15 @@ class Runtime:
         settings = self.settings.with_(**self.overrides) if self.overrides else self.settings
         if system is not None:
             settings = settings.with_(system=system)
-        system = settings.system
         # checked before the log exists: a bad constraint must not leave a half-made session
         protected, protected_ops = prepare_all(
             ProtectedState(), user_ops(objective=objective, add_constraints=constraints), "user"
         )
         found = await self._windows.find(settings)
         settings = found.applied(settings)
-        tools = self._tools_for(settings)
-        # refused before the log exists and before any model call
-        system_tokens, protected_tokens = fixed_request_tokens(
-            [HistoryEntry(seq=2, item=SystemMessage(text=system))] if system else [], protected
+        records = first_records(
+            settings, self._tools_for(settings), found.source, protected, protected_ops
         )
-        check_window(
-            settings,
-            tools.specs(),
-            system_tokens=system_tokens,
-            protected_tokens=protected_tokens,
-        )
-        records: list[Record] = [
-            SessionRecord(
-                seq=1,
-                model=settings.model,
-                context_window=settings.context_window,
-                tools=tuple(tools.names()),
-                settings={
-                    **settings.public(),
-                    "window_source": found.source,
-                    # the one figure of the tool schemas, for every view of the log
-                    "tool_tokens": tool_schema_tokens(tools.specs()),
-                },
-            )
-        ]
-        if system:
-            records.append(ItemRecord(seq=2, item=SystemMessage(text=system)))
-        if protected_ops:
-            records.append(ProtectedRecord(seq=len(records) + 1, ops=protected_ops, source="user"))
         return records, settings
 
     async def _create(
@@ -566,7 +450,7 @@ class Runtime:
         """
         self._check_running()
         session_id = validate_session_id(session_id)
-        while (slot := await self._claim(session_id)) is None:
+        while (slot := await self._slots.claim(session_id)) is None:
             await self.close(session_id)
         try:
             slot.lease = await self._leases.acquire(session_id)
@@ -612,47 +496,10 @@ class Runtime:
         with scope:
             while True:
                 await anyio.sleep(interval)
-                now = anyio.current_time()
-                idle = [
-                    slot
-                    for slot in self._slots.values()
-                    if slot.live
-                    and slot.session is not None
-                    and not slot.session.busy
-                    and now - slot.session.last_active >= idle_timeout
-                ]
+                idle = self._slots.idle(anyio.current_time(), idle_timeout)
                 for slot in idle:
                     if slot.live:  # not closed or hibernated while the ones before were
                         await self._hibernate(slot)
-
-    async def _claim(self, session_id: str) -> SessionSlot | None:
-        """The id's record, moved to ``CREATING`` for the caller to open (a new record, or a
-        hibernated one to wake); None when the session is live here.
-
-        Waits while another open of the id or its close is under way: one open per id at a
-        time, never two sessions on one log, and a closing session's last writes land and its
-        lease is free before its log is read again. Raises ``DescriptorLimitReached`` (nothing
-        claimed) when a session to start would leave the process's descriptors too near its
-        limit (see ``_descriptors``).
-        """
-        while True:
-            slot = self._slots.get(session_id)
-            if slot is None:
-                self._descriptors.check(session_id)
-                slot = self._slots[session_id] = SessionSlot(session_id)
-                return slot
-            if slot.state is SlotState.CREATING:
-                await slot.wait_opened()
-            elif slot.state is SlotState.CLOSING:
-                assert slot.session is not None
-                await slot.session.close()
-            elif slot.state is SlotState.HIBERNATED:
-                self._descriptors.check(session_id)
-                slot.move(SlotState.CREATING)
-                slot.from_hibernation = True
-                return slot
-            else:
-                return None
 
     async def _unclaim(self, slot: SessionSlot) -> None:
         """An open or create that started nothing: its lease, if taken, is given back; a new
@@ -663,13 +510,7 @@ class Runtime:
         if slot.from_hibernation:
             slot.move(SlotState.HIBERNATED)
         else:
-            self._forget(slot, SlotState.CLOSED)
-
-    def _forget(self, slot: SessionSlot, to: SlotState) -> None:
-        """Move ``slot`` to ``to``, a state of a session gone, and drop the record."""
-        slot.move(to)
-        if self._slots.get(slot.id) is slot:
-            del self._slots[slot.id]
+            self._slots.forget(slot, SlotState.CLOSED)
 
     async def _give_back(self, slot: SessionSlot) -> None:
         """Release the slot's lease, if it holds one (never raises)."""
@@ -682,7 +523,7 @@ class Runtime:
             live = self._slots.get(session_id)
             if live is not None and live.live and live.session is not None:
                 return live.session
-            slot = await self._claim(session_id)
+            slot = await self._slots.claim(session_id)
             if slot is not None:
                 break
         try:
@@ -742,36 +583,17 @@ class Runtime:
             identity_from_records(tail) if whole else await session_identity(self.store, session_id)
         )
         settings, changes = continue_settings(self.settings, identity, self.overrides)
-        settings, moved = self._endpoint_for(session_id, settings)
-        written: list[SettingsChangedRecord] = []
-        if changes:
-            written.append(
-                SettingsChangedRecord(seq=state.last_seq + 1, changes=changes, source="user")
-            )
-        if moved:
-            written.append(
-                SettingsChangedRecord(
-                    seq=state.last_seq + 1 + len(written), changes=moved, source="runtime"
-                )
-            )
+        moved: dict[str, list[Any]] = {}
+        if self._own_gateway:
+            settings, moved = endpoint_for(session_id, settings, self.settings)
+        window: Change = ({}, "")
         if settings.context_window is None:
             found = await self._windows.find(settings)
             if found.context_window is not None:
                 settings = settings.with_(context_window=found.context_window)
-                written.append(
-                    SettingsChangedRecord(
-                        seq=state.last_seq + 1 + len(written),
-                        changes={"context_window": [None, found.context_window]},
-                        source=found.source,
-                    )
-                )
-        system_tokens, protected_tokens = fixed_request_tokens(state.history, state.protected)
-        check_window(
-            settings,
-            self._tools_for(settings).specs(),
-            system_tokens=system_tokens,
-            protected_tokens=protected_tokens,
-        )
+                window = ({"context_window": [None, found.context_window]}, found.source)
+        check_fits(settings, self._tools_for(settings).specs(), state.history, state.protected)
+        written = settings_records(state.last_seq, [(changes, "user"), (moved, "runtime"), window])
         if written:
             await self.store.append(session_id, written)
             for record in written:
@@ -784,44 +606,6 @@ class Runtime:
                 )
         return settings
 
-    def _endpoint_for(
-        self, session_id: str, settings: Settings
-    ) -> tuple[Settings, dict[str, list[Any]]]:
-        """The session's settings on this runtime's endpoint, and what that changes.
-
-        A runtime talks to one endpoint (a worker's is its operator's choice), so a session
-        recorded at another URL or wire API of a real endpoint moves to this one, recorded
-        and shown. A real session is never moved to the offline scripted model, nor the
-        other way round: that is refused with ``ConfigError``.
-        """
-        ours = self.settings
-        if not self._own_gateway or settings.model == "scripted" == ours.model:
-            return settings, {}
-        if (settings.model == "scripted") != (ours.model == "scripted"):
-            where = redact_url(settings.base_url) or "the default OpenAI endpoint"
-            raise ConfigError(
-                f"session {session_id} runs model {settings.model} at {where}, not this "
-                f"runtime's {ours.model} model: continue it with settings that name its model "
-                "and endpoint (the CLI does), or override model and base_url explicitly"
-            )
-        changes: dict[str, list[Any]] = {}
-        if redact_url(settings.base_url) != redact_url(ours.base_url):
-            changes["base_url"] = [redact_url(settings.base_url), redact_url(ours.base_url)]
-        if settings.wire_api != ours.wire_api:
-            changes["wire_api"] = [settings.wire_api, ours.wire_api]
-        if not changes:
-            return settings, {}
-        compaction = settings.compaction
-        if compaction == "provider" and ours.wire_api != "responses":
-            # the provider's item cannot go there: compacted locally from here on, and what
-            # items the history holds are summarized locally at its next turn
-            compaction = "auto"
-            changes["compaction"] = ["provider", "auto"]
-        moved = settings.with_(
-            base_url=ours.base_url, wire_api=ours.wire_api, compaction=compaction
-        )
-        return moved, changes
-
     def _check_tools(self, settings: Settings) -> None:
         """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than
         the session would send (its own and ``mark_milestone``)."""
@@ -830,7 +614,7 @@ class Runtime:
     def _tools_for(self, settings: Settings) -> ToolRegistry:
         """The runtime's tools, or the tool set ``settings`` name when the runtime built its
         own and the session's differs."""
-        if self._tools_given or _tool_fields(settings) == _tool_fields(self.settings):
+        if self._tools_given or tool_fields(settings) == tool_fields(self.settings):
             return self.tools
         if settings.tools == "workspace":
             return workspace_tools(settings.workspace, settings=settings)
@@ -894,7 +678,7 @@ class Runtime:
         lost, slot.lost = slot.lost, None
         if lost is not None:
             return lost
-        fenced = _fencing_error(failure) if failure is not None else None
+        fenced = fencing_error(failure) if failure is not None else None
         if fenced is not None and await self._leases.confirm_lost(slot.lease):
             _log.error("lease_lost", session=slot.id, found_by="append")
             lost = SessionLeaseLost(slot.id, f"an append was fenced: {fenced}")
@@ -909,7 +693,7 @@ class Runtime:
             settings,
             has_stubs=bool(session.state.stubbed),
             history=lambda: session.state.history,
-            read_log=partial(_read_records, self.store, session.id),
+            read_log=partial(read_records, self.store, session.id),
         )
 
     async def _supervise(
@@ -930,41 +714,20 @@ class Runtime:
             publish=self.events.publish,
             persistence=self._persistence.clone(),
             # every round and summary takes a place: a round before its request is built
-            model_limiter=self._model_limiter,
-            compaction_limiter=self._limits["compaction"],
-            tool_limiter=self._limits["tools"],
+            model_limiter=self._limiters["model"],
+            compaction_limiter=self._limiters["compaction"],
+            tool_limiter=self._limiters["tools"],
             before_compaction=self._hooks.before,
-            read_log=partial(_read_records, self.store, session.id),
+            read_log=partial(read_records, self.store, session.id),
             window_learned=partial(self._windows.learn, settings),
         )
-        committed = CompactorInbox(on_idle=doorbell.ring)
-        plans: Slot[Verdict] = Slot()
-        sampler = Sampler(ctx=ctx, state=session.state, committed=committed, plans=plans)
-        kept = CompactorKept.for_session(ctx.settings, session.id, ctx.tools.specs())
-        runs = self._limits["running"]
         raised: Exception | None = None
         failure: BaseException | None = None
         try:
             with stop:  # cancelled: stop now (lease lost, or interrupted)
-                async with ctx.persistence:
-                    await sampler.recover()
-                    # Parked between runs: only this task waits, for the next command. A run
-                    # of the actors lasts while there is work, and ends when the sampler finds
-                    # no command waiting and the compactor idle (or the input closed).
-                    ended = False
-                    while not ended:
-                        _between_runs(slot, SlotState.PARKED)
-                        try:
-                            first = await _next_command(commands, doorbell)
-                        except anyio.EndOfStream:
-                            break
-                        # with a bound on running sessions, wait parked for a turn to run
-                        async with runs or nullcontext():
-                            _between_runs(slot, SlotState.RUNNING)
-                            ended = await _run_actors(
-                                ctx, sampler, commands, first, committed, plans, kept, doorbell
-                            )
-                        del first  # answered: a parked session keeps no command (nor reply)
+                await serve_commands(
+                    ctx, session.state, slot, commands, doorbell, self._limiters["running"]
+                )
         except Exception as exc:
             raised = exc
         finally:
@@ -989,153 +752,14 @@ class Runtime:
                         SessionFailedEvent(session_id=session.id, error=repr(failure))
                     )
                 if failure is not None:
-                    self._forget(slot, SlotState.FAILED)
+                    self._slots.forget(slot, SlotState.FAILED)
                 elif slot.hibernating:
                     idle = slot.idle
                     slot.move(SlotState.HIBERNATED)
                     _log.debug("session_hibernated", session=session.id)
                     self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
                 else:
-                    self._forget(slot, SlotState.CLOSED)
+                    self._slots.forget(slot, SlotState.CLOSED)
             finally:
                 # its askers never wait forever, whatever happened above
                 session.mark_stopped(failure)
-
-
-class _Unbuilt:
-    """The gateway of a runtime whose settings cannot make one: every call raises why."""
-
-    def __init__(self, error: ConfigError) -> None:
-        self.error = error
-
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        raise self.error
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        raise self.error
-        yield  # pragma: no cover - makes this an async generator
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _fencing_error(exc: BaseException) -> FencingError | None:
-    """The ``FencingError`` in ``exc``, its exception groups or its causes, if any."""
-    if isinstance(exc, FencingError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _fencing_error(inner)
-            if found is not None:
-                return found
-    if exc.__cause__ is not None:
-        return _fencing_error(exc.__cause__)
-    return None
-
-
-async def _next_command(
-    commands: MailboxReceive[SamplerCommand], doorbell: Doorbell
-) -> SamplerCommand:
-    """The next command, waited for on the doorbell (rung by every command and by the end of
-    input): a parked session then holds no waiter in its stream, only the doorbell's event
-    while it waits. Raises ``anyio.EndOfStream`` once the input ended and nothing is left."""
-    while True:
-        with suppress(anyio.WouldBlock):
-            return commands.receive_nowait()
-        await doorbell.wait()  # no await since the check: no ring is missed
-
-
-def _between_runs(slot: SessionSlot, to: SlotState) -> None:
-    """Parked or running, as the supervisor goes; a session being hibernated (closing) stays
-    closing while it finishes the work already sent."""
-    if slot.state is not SlotState.CLOSING:
-        slot.move(to)
-
-
-async def _run_actors(
-    ctx: SessionContext,
-    sampler: Sampler,
-    commands: MailboxReceive[SamplerCommand],
-    first: SamplerCommand,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
-    doorbell: Doorbell,
-) -> bool:
-    """One run of a session's actors, from ``first`` until the sampler parks (False) or the
-    input ends (True). The executor's inbox (and the executor, if the run needs it) is made
-    for the run and gone with it."""
-    committed.reopen()
-    async with anyio.create_task_group() as tg:
-        # the executor starts with the run's first round of several calls (a lone call runs
-        # in the sampler's task); its inbox is closed when the sampler's run ends
-        tools = ExecutorInbox(lambda inbox: tg.start_soon(_tool_executor, ctx, inbox))
-        tg.start_soon(_compactor, ctx, committed, plans, kept)
-        ended = await sampler.serve(commands, first, tools, doorbell)
-    return ended
-
-
-async def _tool_executor(ctx: SessionContext, inbox: MailboxReceive[RunTools]) -> None:
-    await run_tool_executor(
-        ctx.session_id,
-        ctx.tools,
-        inbox,
-        ctx.publish,
-        default_timeout=ctx.settings.tool_timeout,
-        limiter=ctx.tool_limiter,
-    )
-
-
-async def _read_records(store: LogStore, session_id: str) -> Sequence[Record]:
-    """The session's whole log, as a reader (``recall_artifact`` pages through it, a
-    re-grounded summary is made from it). This runtime holds the lease: nothing to repair,
-    and a reader never cuts."""
-    return (await store.read(session_id, repair=False)).records
-
-
-async def _compactor(
-    ctx: SessionContext,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
-) -> None:
-    await run_compactor(
-        ctx.session_id,
-        ctx.settings,
-        ctx.gateway,
-        committed,
-        plans,
-        ctx.publish,
-        kept=kept,
-        specs=ctx.tools.specs(),
-        limiter=ctx.compaction_limiter,
-        call_limiter=ctx.model_limiter,
-        before=ctx.before_compaction,
-        read_log=ctx.read_log,
-    )
-
-
-def _after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
-    """A bus subscriber calling ``hook`` on each ``HistoryCompacted``; a hook that raises is
-    logged and kept (the bus would drop a failing subscriber)."""
-
-    def deliver(event: Event) -> None:
-        if isinstance(event, HistoryCompacted):
-            try:
-                hook(event)
-            except Exception as exc:
-                _log.warning("compaction_hook_failed", hook="after", error=repr(exc))
-
-    return deliver
-
-
-def _tool_fields(settings: Settings) -> tuple[object, ...]:
-    """The settings the built-in tools are made from: a session whose differ from the
-    runtime's (a resumed session kept its sandbox) gets tools of its own."""
-    return (
-        settings.tools,
-        settings.workspace,
-        settings.sandbox,
-        settings.sandbox_network,
-        settings.command_env,
-    )

@@ -18,7 +18,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,11 +43,14 @@ from stowage.core import (
     ModelGateway,
     RoundCommitted,
     RoundStarted,
+    RuntimeLimits,
     SessionError,
     SessionFailedEvent,
     SessionHibernated,
     SessionRehydrated,
     Settings,
+    add_limit_options,
+    limits_from_args,
 )
 from stowage.facade import GC_YOUNG_THRESHOLD, Runtime, tune_gc
 from stowage.model import ScriptedModel, make_gateway
@@ -94,12 +97,8 @@ class LoadConfig:
     context_window: int = 5000
     background_compaction: bool = True
     compact_threshold: int = 3000
-    max_model_calls: int | None = 100
-    max_compactions: int | None = 8
-    max_tool_calls: int | None = 256
-    #: sessions whose actors run at once (None: all that have work)
-    max_running_sessions: int | None = None
-    idle_timeout: float | None = None
+    #: the runtime's limits (``--max-model-calls``, ``--idle-timeout``, ...)
+    limits: RuntimeLimits = field(default_factory=RuntimeLimits)
     seed: int | None = 1
     #: young-generation threshold of Python's cyclic GC during the run, set with ``tune_gc``
     #: (None: leave the process's thresholds)
@@ -382,11 +381,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             settings,
             gateway=gateway,
             tools=synthetic_tools(config.tool_kb),
-            max_model_calls=config.max_model_calls,
-            max_compactions=config.max_compactions,
-            max_tool_calls=config.max_tool_calls,
-            max_running_sessions=config.max_running_sessions,
-            idle_timeout=config.idle_timeout,
+            limits=config.limits,
         )
         runtime.subscribe(meter)
         ids = [f"load-{n:05d}" for n in range(config.sessions)]
@@ -537,7 +532,10 @@ def _report(
         "every_session_checked": len(verdicts) == config.sessions,
         "failed_turns_within_allowance": failed_turns <= config.allow_failed_turns,
     }
-    config_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    # the limits at the top level of the report's config, where they were before they were one
+    figures = {**asdict(config), **asdict(config.limits)}
+    del figures["limits"]
+    config_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in figures.items()}
     return {
         "config": config_dict,
         "sessions": config.sessions,
@@ -692,16 +690,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.compact_threshold,
         help="the fixed threshold of --policy threshold",
     )
-    add("--max-model-calls", type=int, default=defaults.max_model_calls)
-    add("--max-compactions", type=int, default=defaults.max_compactions)
-    add("--max-tool-calls", type=int, default=defaults.max_tool_calls)
-    add(
-        "--max-running-sessions",
-        type=int,
-        default=None,
-        help="sessions whose turns run at once (default: all that have one)",
-    )
-    add("--idle-timeout", type=float, default=None, help="hibernate sessions idle this long")
+    add_limit_options(parser, defaults.limits)
     add("--seed", type=int, default=defaults.seed, help="seed of the injected faults")
     add(
         "--gc-threshold",
@@ -726,36 +715,16 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """A ``LoadConfig`` from parsed options. Raises ``ConfigError`` for bad values."""
     parse_rates(args.faults)  # fail before anything starts
-    return LoadConfig(
-        sessions=args.sessions,
-        turns=args.turns,
-        latency=args.latency,
-        in_process=args.in_process,
-        base_url=args.base_url,
-        faults=args.faults,
-        slow_delay=args.slow_delay,
-        retry_after=args.retry_after,
-        store=args.store,
-        durability=args.durability,
-        wire_api=args.wire_api,
-        stream=not args.no_stream,
-        tool_kb=args.tool_kb,
-        tool_rounds=args.tool_rounds,
-        compact_threshold=args.compact_threshold,
-        policy=args.policy,
-        context_window=args.context_window,
-        background_compaction=not args.no_background_compaction,
-        max_model_calls=args.max_model_calls or None,
-        max_compactions=args.max_compactions or None,
-        max_tool_calls=args.max_tool_calls or None,
-        max_running_sessions=args.max_running_sessions or None,
-        idle_timeout=args.idle_timeout,
-        seed=args.seed,
-        gc_threshold=args.gc_threshold or None,
-        progress=not args.no_progress,
-        json_path=args.json_path,
-        allow_failed_turns=args.allow_failed_turns,
-    )
+    # the options named as the fields, then those said another way (``--no-stream``) or whole
+    given = {f.name: getattr(args, f.name) for f in fields(LoadConfig) if f.name in args}
+    given |= {
+        "stream": not args.no_stream,
+        "background_compaction": not args.no_background_compaction,
+        "progress": not args.no_progress,
+        "gc_threshold": args.gc_threshold or None,
+        "limits": limits_from_args(RuntimeLimits, args),
+    }
+    return LoadConfig(**given)
 
 
 async def main_load(args: argparse.Namespace) -> int:

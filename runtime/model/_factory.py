@@ -5,6 +5,8 @@ offline model, ``show``, ``check``, ``list`` and ``context`` never use either.
 
 from __future__ import annotations
 
+from typing import Any
+
 from stowage.core import ModelGateway, Settings
 
 from ._scripted import ScriptedModel
@@ -21,29 +23,21 @@ def make_gateway(settings: Settings) -> ModelGateway:
     """
     if settings.model == "scripted":
         return ScriptedModel()
+    # what both gateways take from the settings, named as their arguments
+    endpoint: dict[str, Any] = {
+        "base_url": settings.base_url,
+        "api_key": settings.api_key,
+        "timeout": settings.request_timeout,
+        "stream_idle_timeout": settings.stream_idle_timeout,
+        "request_deadline": settings.request_deadline,
+        "max_retry_wait": settings.max_retry_wait,
+        "max_answer_chars": settings.max_answer_chars,
+        "http_client": settings.http_client,
+    }
     if settings.wire_api == "anthropic":
         from ._anthropic_gateway import AnthropicGateway
 
-        return AnthropicGateway(
-            base_url=settings.base_url,
-            api_key=settings.api_key,
-            timeout=settings.request_timeout,
-            stream_idle_timeout=settings.stream_idle_timeout,
-            request_deadline=settings.request_deadline,
-            max_retry_wait=settings.max_retry_wait,
-            max_answer_chars=settings.max_answer_chars,
-            http_client=settings.http_client,
-        )
+        return AnthropicGateway(**endpoint)
     from ._openai_gateway import OpenAIGateway
 
-    return OpenAIGateway(
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        wire_api=settings.wire_api,
-        timeout=settings.request_timeout,
-        stream_idle_timeout=settings.stream_idle_timeout,
-        request_deadline=settings.request_deadline,
-        max_retry_wait=settings.max_retry_wait,
-        max_answer_chars=settings.max_answer_chars,
-        http_client=settings.http_client,
-    )
+    return OpenAIGateway(wire_api=settings.wire_api, **endpoint)

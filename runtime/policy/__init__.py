@@ -60,8 +60,8 @@ if TYPE_CHECKING:
     )
     from ._fallback import digest, fallback_summary
     from ._forecast import Forecast
-    from ._machine import (
-        MIN_GROWTH,
+    from ._machine import MIN_GROWTH, step
+    from ._machine_terms import (
         Action,
         Answer,
         Apply,
@@ -80,7 +80,6 @@ if TYPE_CHECKING:
         Summarize,
         SummaryFailed,
         SummaryReady,
-        step,
     )
     from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
     from ._probes import draw_probes, fit_probes, kept_section, missed_probes, probe_focus
@@ -258,24 +257,24 @@ _EXPORTS = {
     "Stubs": "._snapshot",
     "snapshot_of": "._snapshot",
     "MIN_GROWTH": "._machine",
-    "Action": "._machine",
-    "Answer": "._machine",
-    "Apply": "._machine",
-    "Boundary": "._machine",
-    "Decided": "._machine",
-    "Event": "._machine",
-    "Hold": "._machine",
-    "Job": "._machine",
-    "JobKind": "._machine",
-    "MachineState": "._machine",
-    "Manual": "._machine",
-    "Phase": "._machine",
-    "Skipped": "._machine",
-    "Stop": "._machine",
-    "Stub": "._machine",
-    "Summarize": "._machine",
-    "SummaryFailed": "._machine",
-    "SummaryReady": "._machine",
+    "Action": "._machine_terms",
+    "Answer": "._machine_terms",
+    "Apply": "._machine_terms",
+    "Boundary": "._machine_terms",
+    "Decided": "._machine_terms",
+    "Event": "._machine_terms",
+    "Hold": "._machine_terms",
+    "Job": "._machine_terms",
+    "JobKind": "._machine_terms",
+    "MachineState": "._machine_terms",
+    "Manual": "._machine_terms",
+    "Phase": "._machine_terms",
+    "Skipped": "._machine_terms",
+    "Stop": "._machine_terms",
+    "Stub": "._machine_terms",
+    "Summarize": "._machine_terms",
+    "SummaryFailed": "._machine_terms",
+    "SummaryReady": "._machine_terms",
     "step": "._machine",
     "CAPABILITIES": "._capabilities",
     "Capabilities": "._capabilities",

@@ -27,234 +27,46 @@ stops the turn; no plan covers an open call; no compaction grows history.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
-from typing import Literal, TypeAlias, assert_never
+from dataclasses import replace
+from typing import Literal, NamedTuple, assert_never
 
 from stowage.core import ConfigError, FunctionCallOutput
 
-from ._accounting import Accounting
 from ._compaction import decide_compaction
-from ._forecast import Forecast
+from ._machine_terms import (
+    Answer,
+    Apply,
+    Boundary,
+    Decided,
+    Event,
+    Hold,
+    Job,
+    JobKind,
+    MachineState,
+    Manual,
+    Phase,
+    Skipped,
+    Step,
+    Stop,
+    Stub,
+    Summarize,
+    SummaryFailed,
+    SummaryReady,
+    Work,
+)
 from ._ruler import SUMMARY_ALLOWANCE_CHARS, Ruler, View
-from ._snapshot import Plan, Snapshot, Stubs
+from ._snapshot import Plan, Snapshot
 from ._tokens import TokenStatus
 from ._turns import loop_message
 from ._watermarks import PolicyDecision, decide
 
-__all__ = [
-    "MIN_GROWTH",
-    "Action",
-    "Answer",
-    "Apply",
-    "Boundary",
-    "Decided",
-    "Event",
-    "Hold",
-    "Job",
-    "JobKind",
-    "MachineState",
-    "Manual",
-    "Phase",
-    "Skipped",
-    "Stop",
-    "Stub",
-    "Summarize",
-    "SummaryFailed",
-    "SummaryReady",
-    "step",
-]
+__all__ = ["MIN_GROWTH", "step"]
 
 #: on the seed's threshold, usage must grow by this share of the threshold after a compaction
 #: before another one is worth its summary request
 MIN_GROWTH = 0.25
-
-
-class Phase(enum.Enum):
-    """Where the machine is: nothing in flight, a summary being made, a plan with the sampler,
-    or the open turn stopped (nothing more is decided for it)."""
-
-    IDLE = "idle"
-    SUMMARIZING = "summarizing"
-    ADVISED = "advised"
-    STOPPED = "stopped"
-
-
-JobKind: TypeAlias = Literal["auto", "manual", "phase", "threshold", "hard", "refusal"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Job:
-    """A summary to make: of ``snapshot``'s history through ``covers_through``. ``urgent``:
-    a failure falls back to a digest at once; ``hold``: the next request waits for it."""
-
-    id: int
-    snapshot: Snapshot
-    covers_through: int
-    reason: str
-    tokens: int | None
-    estimated: bool
-    urgent: bool
-    hold: bool
-    kind: JobKind = "auto"
-    focus: str | None = None
-    ask_id: int = 0
-    started: float = 0.0
-    #: make the summary from the original records since the last re-grounding
-    reground: bool = False
-    #: the figure it was decided at, as a fraction of usable
-    fraction: float | None = None
-
-
-# -- events ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    """A batch that ends at a boundary is durable (``snapshot.cause`` says which)."""
-
-    snapshot: Snapshot
-    now: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Manual:
-    """The user asked for a compaction now (``stowage compact``), on the last boundary."""
-
-    ask_id: int
-    focus: str | None = None
-    reground: bool = False
-    now: float = 0.0
-    #: why, when the runtime asked (the record's reason); None: the user asked
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryReady:
-    """Job ``job_id``'s summary came back as ``plan``."""
-
-    job_id: int
-    plan: Plan
-    now: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryFailed:
-    """Job ``job_id`` made no summary (``vetoed``: a before-compaction hook refused it)."""
-
-    job_id: int
-    error: str
-    vetoed: bool = False
-    now: float = 0.0
-
-
-Event: TypeAlias = Boundary | Manual | SummaryReady | SummaryFailed
-
-
-# -- actions ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Stub:
-    """Write these stubs (a ``microcompact`` record) at the next round boundary."""
-
-    stubs: Stubs
-
-
-@dataclass(frozen=True, slots=True)
-class Apply:
-    """Apply this plan (a ``compaction`` record) at the next round boundary."""
-
-    plan: Plan
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """The next request waits for a later verdict (a summary is being made for it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Stop the open turn: a real compaction loop, or nothing brings it under the limit."""
-
-    kind: Literal["loop", "overflow"]
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Summarize:
-    """Make this summary (a model call, or the provider's compaction) and report back."""
-
-    job: Job
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    """A watermark was crossed (logged and published as ``CompactionDecided``)."""
-
-    decision: PolicyDecision
-    round: int
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A compaction was considered and not made, and why (``CompactionSkipped``)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """This verdict answers the ask ``ask_id`` (a manual compaction)."""
-
-    ask_id: int
-
-
-Action: TypeAlias = Stub | Apply | Hold | Stop | Summarize | Decided | Skipped | Answer
-
-
-# -- state -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MachineState:
-    """One session's compaction state (``MachineState(accounting=...)`` to start)."""
-
-    accounting: Accounting
-    phase: Phase = Phase.IDLE
-    #: the summary being made (``SUMMARIZING``), or the plan with the sampler (``ADVISED``)
-    job: Job | None = None
-    plan: Plan | None = None
-    #: the newest boundary (what a summary that lands is checked against)
-    latest: Snapshot | None = None
-    #: outputs given to the sampler as stubs and not yet seen stubbed at a boundary: every
-    #: view counts them as stubs (the sampler writes them before its next request)
-    stubbing: frozenset[int] = frozenset()
-    forecast: Forecast = field(default_factory=Forecast)
-    #: microcompaction acts once per crossing of the soft mark (``micro_min_free``)
-    armed: bool = True
-    #: after a plan was skipped for freeing too little, none is asked for below the hard
-    #: mark until the context grew past this many tokens
-    hold_until: int | None = None
-    seen_compaction: int = 0
-    #: the last number given to a job or a plan
-    serial: int = 0
-    #: steps taken to bring a request under the limit since the last round committed under it
-    strikes: int = 0
-    #: the open turn (what ``fit``, ``ratio`` and a stop belong to)
-    turn: int = 0
-    #: tokens a request may carry after a refusal, and the chars per token it stated
-    fit: int | None = None
-    ratio: float | None = None
-
-    def limit(self) -> int | None:
-        """Tokens of history no request may reach: the hard mark, or a refusal's fit."""
-        return self.accounting.limit(self.fit)
-
-
-Step: TypeAlias = tuple[MachineState, tuple[Action, ...]]
 
 
 def step(state: MachineState, event: Event) -> Step:
@@ -276,27 +88,8 @@ def step(state: MachineState, event: Event) -> Step:
 # -- boundaries ------------------------------------------------------------------------------
 
 
-@dataclass(eq=False, slots=True)
-class _Work:
-    """What one step builds up: the state so far and the actions, in order."""
-
-    state: MachineState
-    actions: list[Action]
-
-    def add(self, action: Action) -> None:
-        self.actions.append(action)
-        if isinstance(action, Stub):
-            self.set(stubbing=self.state.stubbing | frozenset(action.stubs.seqs))
-
-    def set(self, **changes: object) -> None:
-        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
-
-    def done(self) -> Step:
-        return self.state, tuple(self.actions)
-
-
 def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
-    work = _Work(state, [])
+    work = Work(state, [])
     _new_boundary(work, snap)
     if snap.cause == "round":
         work.set(strikes=0)  # a request went and came back: what follows is a new attempt
@@ -358,7 +151,7 @@ def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
     return work.done()
 
 
-def _new_boundary(work: _Work, snap: Snapshot) -> None:
+def _new_boundary(work: Work, snap: Snapshot) -> None:
     """What a boundary settles before anything is decided: the plan the sampler applied or
     dropped, the turn that changed (a stop, a refusal's figures belong to one turn), a
     window or fit a refusal stated."""
@@ -421,12 +214,12 @@ def _trigger(state: MachineState, ruler: Ruler, view: View, snap: Snapshot) -> P
     return decide(status, scale, acc.marks)
 
 
-def _stop(work: _Work, message: str, kind: Literal["loop", "overflow"] = "overflow") -> None:
+def _stop(work: Work, message: str, kind: Literal["loop", "overflow"] = "overflow") -> None:
     work.set(phase=Phase.STOPPED, job=None, plan=None, strikes=0)
     work.add(Stop(kind, message))
 
 
-def _stop_loop(work: _Work, snap: Snapshot) -> None:
+def _stop_loop(work: Work, snap: Snapshot) -> None:
     """Stop the turn: the ledger found a real compaction loop (the message names the
     figures)."""
     acc = work.state.accounting
@@ -444,7 +237,7 @@ def _stop_loop(work: _Work, snap: Snapshot) -> None:
 
 
 def _start(
-    work: _Work,
+    work: Work,
     view: View,
     *,
     covers_through: int,
@@ -491,9 +284,7 @@ def _start(
     return job
 
 
-def _phase_plan(
-    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float
-) -> View:
+def _phase_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float) -> View:
     """A full compaction at the end of a phase, in every mode: a milestone above the soft
     mark (the preferred place, taken there rather than a few rounds later, and the summary
     is told the phase that ended), or ``compact_every_turns`` turns finished since the last
@@ -530,7 +321,7 @@ def _phase_plan(
     return view
 
 
-def _threshold(work: _Work, ruler: Ruler, view: View, now: float) -> None:
+def _threshold(work: Work, ruler: Ruler, view: View, now: float) -> None:
     """The seed's rule: after a committed round whose reported usage reached the threshold
     (with four entries or more), a summary of everything, which the next round waits for;
     not again until usage grew by ``MIN_GROWTH`` of the threshold since the last one."""
@@ -582,7 +373,7 @@ def _threshold(work: _Work, ruler: Ruler, view: View, now: float) -> None:
 
 
 def _watermarks(
-    work: _Work,
+    work: Work,
     ruler: Ruler,
     view: View,
     decision: PolicyDecision,
@@ -635,9 +426,7 @@ def _micro_due(state: MachineState, ruler: Ruler, decision: PolicyDecision) -> b
     return decision.tokens + max(steps) >= acc.marks.compact * acc.usable
 
 
-def _maybe_plan(
-    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float
-) -> None:
+def _maybe_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float) -> None:
     """A summary job at the compaction mark, or earlier (past the soft mark) when at the
     recent growth it would not be back before the hard mark; none while a skipped one's hold
     lasts below the hard mark, or when it cannot free enough."""
@@ -697,7 +486,7 @@ def _maybe_plan(
 
 
 def _after_compaction(
-    work: _Work, ruler: Ruler, view: View, decision: PolicyDecision
+    work: Work, ruler: Ruler, view: View, decision: PolicyDecision
 ) -> tuple[View, PolicyDecision]:
     """A compaction just landed and left more than the target: stub what it kept but the
     rounds spared; at or above the soft mark, every round but the open turn's; and when that
@@ -741,7 +530,7 @@ def _after_keeps(ruler: Ruler, view: View, keep_rounds: int) -> Sequence[int]:
 
 
 def _relieve(
-    work: _Work,
+    work: Work,
     ruler: Ruler,
     view: View,
     limit: int | None,
@@ -797,7 +586,7 @@ def _relieve(
 
 
 def _summary_relieves(
-    work: _Work, ruler: Ruler, view: View, target: int, refused: bool, now: float
+    work: Work, ruler: Ruler, view: View, target: int, refused: bool, now: float
 ) -> bool:
     """Ask for a summary that keeps what of the turn fits (after a refusal, half of what
     the provider takes), when it would free anything; True when asked."""
@@ -824,7 +613,7 @@ def _summary_relieves(
 
 
 def _digest(
-    work: _Work,
+    work: Work,
     ruler: Ruler,
     view: View,
     limit: int | None,
@@ -854,7 +643,7 @@ def _digest(
     return _advise(work, ruler, view, plan)
 
 
-def _advise(work: _Work, ruler: Ruler, view: View, plan: Plan) -> bool:
+def _advise(work: Work, ruler: Ruler, view: View, plan: Plan) -> bool:
     """Give ``plan`` to the sampler, unless it would grow history (said); True when given."""
     grows = ruler.grows(view, plan)
     if grows is not None:
@@ -872,7 +661,7 @@ def _advise(work: _Work, ruler: Ruler, view: View, plan: Plan) -> bool:
 def _manual(state: MachineState, event: Manual) -> Step:
     """A manual compaction, on the newest boundary: answered at once when there is nothing
     to compact or a compaction is under way; else its summary, which the asker waits for."""
-    work = _Work(state, [Answer(event.ask_id)])
+    work = Work(state, [Answer(event.ask_id)])
     snap = state.latest
     if snap is None or state.phase is not Phase.IDLE:
         return work.done()
@@ -899,13 +688,29 @@ def _manual(state: MachineState, event: Manual) -> Step:
     return work.done()
 
 
-def _landing(state: MachineState, job_id: int, now: float) -> tuple[_Work, Job] | None:
+class _Landing(NamedTuple):
+    """A summary job that ended, and the newest boundary it ended on, as the machine sees it."""
+
+    work: Work
+    job: Job
+    snap: Snapshot
+    ruler: Ruler
+    view: View
+    limit: int | None
+
+
+def _landing(state: MachineState, job_id: int, now: float) -> _Landing | None:
+    """Job ``job_id`` ended (its asker answered, the machine idle again); None when it is not
+    the job in flight (a job of a stopped turn, or one already ended)."""
     job = state.job
     if job is None or job.id != job_id or state.phase is not Phase.SUMMARIZING:
-        return None  # a job of a stopped turn, or one already ended
-    work = _Work(state, [Answer(job.ask_id)] if job.ask_id else [])
+        return None
+    work = Work(state, [Answer(job.ask_id)] if job.ask_id else [])
     work.set(job=None, phase=Phase.IDLE, forecast=state.forecast.plan_took(now - job.started))
-    return work, job
+    snap = work.state.latest or job.snapshot
+    ruler = Ruler(work.state.accounting)
+    view = _view(work.state, ruler, snap)
+    return _Landing(work, job, snap, ruler, view, work.state.limit())
 
 
 def _ready(state: MachineState, event: SummaryReady) -> Step:
@@ -915,11 +720,7 @@ def _ready(state: MachineState, event: SummaryReady) -> Step:
     landing = _landing(state, event.job_id, event.now)
     if landing is None:
         return state, ()
-    work, job = landing
-    snap = work.state.latest or job.snapshot
-    ruler = Ruler(work.state.accounting)
-    view = _view(work.state, ruler, snap)
-    limit = work.state.limit()
+    work, job, snap, ruler, view, limit = landing
     blocked = _over(view, limit)
     plan = event.plan
     if plan.based_on_compaction_seq != snap.last_compaction_seq:
@@ -956,11 +757,7 @@ def _failed(state: MachineState, event: SummaryFailed) -> Step:
     landing = _landing(state, event.job_id, event.now)
     if landing is None:
         return state, ()
-    work, job = landing
-    snap = work.state.latest or job.snapshot
-    ruler = Ruler(work.state.accounting)
-    view = _view(work.state, ruler, snap)
-    limit = work.state.limit()
+    work, job, _, ruler, view, limit = landing
     if event.vetoed:
         work.add(Skipped(event.error))
         return _unblock(work, ruler, view, limit, event.now)
@@ -973,7 +770,7 @@ def _failed(state: MachineState, event: SummaryFailed) -> Step:
     return work.done()
 
 
-def _unblock(work: _Work, ruler: Ruler, view: View, limit: int | None, now: float) -> Step:
+def _unblock(work: Work, ruler: Ruler, view: View, limit: int | None, now: float) -> Step:
     """No plan came of a summary: a request held at the limit takes the next step."""
     if _over(view, limit):
         _relieve(work, ruler, view, limit, now, refused=False)

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
     from ._client import Client, Sent
     from ._errors import MessageFailed
     from ._messages import InboxMessage, new_message_id
-    from ._options import WorkerOptions
+    from ._options import WORKER_LIMITS, WorkerOptions
     from ._worker import Worker
 
 __all__ = [
+    "WORKER_LIMITS",
     "Client",
     "InboxMessage",
     "MessageFailed",
@@ -37,6 +38,7 @@ _EXPORTS = {
     "InboxMessage": "._messages",
     "new_message_id": "._messages",
     "WorkerOptions": "._options",
+    "WORKER_LIMITS": "._options",
     "Worker": "._worker",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error

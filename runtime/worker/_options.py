@@ -1,45 +1,55 @@
-"""How a worker paces itself: sessions at once, idleness, polling, the shutdown grace."""
+"""How a worker paces itself: sessions at once, polling, the shutdown grace; and its limits.
+
+Declared as ``RuntimeLimits`` are (``limit_field``): ``stowage worker``'s flags are made from
+both declarations. How long an idle session stays live is the runtime's ``idle_timeout``; a
+worker's default (``WORKER_LIMITS``) is 2 s, so the leases of idle sessions go back to the
+fleet soon.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stowage.core import ConfigError
+from stowage.core import RuntimeLimits, check_limits, limit_field
 
-__all__ = ["WorkerOptions"]
+__all__ = ["WORKER_LIMITS", "WorkerOptions"]
+
+#: a worker's limits unless it is given others: the runtime's, and idle sessions hibernate
+#: after 2 s (a worker lingers that long for more input before it gives the lease back)
+WORKER_LIMITS = RuntimeLimits(idle_timeout=2.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
-    """A worker's settings; ``ConfigError`` names a bad one.
+    """A worker's settings; ``ConfigError`` names a bad one and its range."""
 
-    ``concurrency``: sessions with work served at once (claims stop there). ``idle_timeout``:
-    seconds a session with nothing queued stays live, its lease held, waiting for more input,
-    before it hibernates and its lease is given back (0: at once); an idle session gives its
-    place up early to a session with input. ``poll_interval``: seconds between claims when
-    no NOTIFY arrives (the fallback: NOTIFY wakes a worker at once). ``grace``: seconds turns
-    in flight may take to finish after SIGTERM before they are interrupted. ``turn_attempts``:
-    tries at one message whose turn the model keeps failing before it is given up on.
-    ``metrics_port``: serve Prometheus metrics on 127.0.0.1 at this port (0: any free one;
-    None: none).
-    """
-
-    concurrency: int = 32
-    idle_timeout: float = 2.0
-    poll_interval: float = 5.0
-    grace: float = 30.0
-    turn_attempts: int = 3
-    metrics_port: int | None = None
+    concurrency: int = limit_field(
+        32, "sessions with work served at once (claims stop there)", ge=1
+    )
+    poll_interval: float = limit_field(
+        5.0,
+        "seconds between claims when no NOTIFY arrives (the fallback: NOTIFY wakes a worker "
+        "at once)",
+        unit="seconds",
+        gt=0,
+    )
+    grace: float = limit_field(
+        30.0,
+        "seconds turns in flight may take to finish after SIGTERM before they are interrupted",
+        unit="seconds",
+        gt=0,
+    )
+    turn_attempts: int = limit_field(
+        3, "tries at one message whose turn the model keeps failing before it is given up", ge=1
+    )
+    metrics_port: int | None = limit_field(
+        None,
+        "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port, logged "
+        "as metrics_serving)",
+        none="no metrics page",
+        ge=0,
+        le=65535,
+    )
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.turn_attempts < 1:
-            raise ConfigError(f"turn_attempts must be >= 1, got {self.turn_attempts}")
-        for name in ("poll_interval", "grace"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
-        if not self.idle_timeout >= 0:
-            raise ConfigError(f"idle_timeout must be >= 0 seconds, got {self.idle_timeout}")
+        check_limits(self)

@@ -63,10 +63,10 @@ class Served:
         self.evicted = True
         self._wake.set()
 
-    async def linger(self, seconds: float) -> bool:
-        """Wait idle up to ``seconds`` for a wake-up since ``arm``; False when none came or
-        it was evicted (time to hibernate)."""
-        if seconds <= 0 or self.evicted:
+    async def linger(self, seconds: float | None) -> bool:
+        """Wait idle up to ``seconds`` (None: no bound) for a wake-up since ``arm``; False
+        when none came or it was evicted (time to hibernate)."""
+        if (seconds is not None and seconds <= 0) or self.evicted:
             return False
         self.idle_since = anyio.current_time()
         try:
@@ -83,10 +83,12 @@ async def serve_session(
     store: PostgresStore,
     served: Served,
     options: WorkerOptions,
+    idle_timeout: float | None,
     draining: Callable[[], bool],
 ) -> None:
     """Open the session and answer what is queued for it until nothing is (after lingering
-    ``options.idle_timeout``), it is evicted, or the worker drains; the caller hibernates it.
+    ``idle_timeout`` seconds; None: until evicted), it is evicted, or the worker drains; the
+    caller hibernates it.
 
     Raises what ``Runtime.open``, ``Session.send`` and the store's inbox calls raise
     (``SessionLeaseLost``, ``SessionFailed``, ``FencingError``, ``StoreError``, ...).
@@ -97,7 +99,7 @@ async def serve_session(
         served.arm()
         queued = await store.peek_inbox(served.session_id)
         if not queued:
-            if not await served.linger(options.idle_timeout):
+            if not await served.linger(idle_timeout):
                 return
             continue
         for entry, status in queued:

@@ -27,6 +27,7 @@ is given back and ``run`` returns.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import anyio
 import structlog
@@ -34,6 +35,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from stowage.core import (
     LeaseHolder,
     ModelGateway,
+    RuntimeLimits,
     SessionBusy,
     SessionLeaseLost,
     Settings,
@@ -45,7 +47,7 @@ from stowage.storage import PostgresStore
 from stowage.tools import ToolRegistry
 
 from ._metrics import WorkerMetrics, render_metrics, serve_metrics
-from ._options import WorkerOptions
+from ._options import WORKER_LIMITS, WorkerOptions
 from ._serve import Served, serve_session
 
 __all__ = ["Worker"]
@@ -61,9 +63,11 @@ class Worker:
     """Serves the sessions of ``store`` that have messages queued, until ``drain()``; it runs
     once (``run`` closes the store).
 
-    ``settings``, ``gateway``, ``tools`` and the limits are the runtime's (see ``Runtime``);
-    ``settings.system`` is the system message of sessions a worker creates (``send
-    --create``). Raises ``ConfigError`` for bad limits.
+    ``settings``, ``gateway``, ``tools`` and ``limits`` (``WORKER_LIMITS`` unless given; a
+    limit given by name, ``max_model_calls=20``, replaces its value) are the runtime's (see
+    ``Runtime``); ``settings.system`` is the system message of sessions a worker creates
+    (``send --create``). Raises ``ConfigError`` for a limit out of range, ``TypeError`` for
+    a name that is not a limit.
     """
 
     def __init__(
@@ -72,24 +76,22 @@ class Worker:
         settings: Settings,
         *,
         options: WorkerOptions | None = None,
+        limits: RuntimeLimits | None = None,
         gateway: ModelGateway | None = None,
         tools: ToolRegistry | None = None,
-        max_model_calls: int | None = None,
-        max_compactions: int | None = None,
-        max_tool_calls: int | None = None,
-        max_running_sessions: int | None = None,
+        **limit_values: Any,
     ) -> None:
         self.store = store
         self.options = options or WorkerOptions()
+        #: the runtime's limits; ``idle_timeout`` is how long a served session lingers idle
+        self.limits = (limits or WORKER_LIMITS).with_(**limit_values)
         self._runtime = Runtime(
             settings,
             store=store,
             gateway=gateway,
             tools=tools,
-            max_model_calls=max_model_calls,
-            max_compactions=max_compactions,
-            max_tool_calls=max_tool_calls,
-            max_running_sessions=max_running_sessions,
+            # the worker hibernates its idle sessions itself (see ``serve_session``)
+            limits=self.limits.with_(idle_timeout=None),
         )
         self._serving: dict[str, Served] = {}
         self._serving_group: TaskGroup | None = None
@@ -274,7 +276,12 @@ class Worker:
             if served.after is not None:
                 await served.after.wait()
             await serve_session(
-                self._runtime, self.store, served, self.options, lambda: self._draining
+                self._runtime,
+                self.store,
+                served,
+                self.options,
+                self.limits.idle_timeout,
+                lambda: self._draining,
             )
         except SessionLeaseLost as exc:
             log.error("lease_lost", reason=exc.reason)

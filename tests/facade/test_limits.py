@@ -20,6 +20,7 @@ from stowage import (
     ModelResponse,
     RateLimitError,
     Runtime,
+    RuntimeLimits,
     Settings,
     ToolRegistry,
 )
@@ -195,7 +196,7 @@ async def test_a_streamed_round_holds_its_place_until_the_stream_ends(tmp_path: 
         async with Runtime(
             settings, gateway=gateway, tools=counting_tools({}), max_model_calls=1
         ) as rt:
-            limiter = rt.limits["model"]
+            limiter = rt.limiters["model"]
             assert isinstance(limiter, CallLimiter)
             gateway.limiter = limiter
             assert (await rt.send("streamed", "hello")).stopped == "answered"
@@ -260,14 +261,27 @@ async def test_a_cancelled_wait_gives_up_its_place_and_a_token_handed_to_it_goes
         assert limiter.borrowed_tokens == 0 and limiter.waiting("round") == 0
 
 
-def test_limits_below_one_are_refused(tmp_path: Path) -> None:
+def test_limits_out_of_range_are_refused_naming_the_limit_and_its_range(tmp_path: Path) -> None:
     settings = Settings(store=tmp_path, tools="none")
-    with pytest.raises(ConfigError, match="max_model_calls"):
+    with pytest.raises(ConfigError, match="max_model_calls must be >= 1"):
         Runtime(settings, max_model_calls=0)
     with pytest.raises(ConfigError, match="max_running_sessions must be >= 1"):
-        Runtime(settings, max_running_sessions=0)
-    with pytest.raises(ConfigError, match="idle_timeout"):
-        Runtime(settings, idle_timeout=0)
+        Runtime(settings, limits=RuntimeLimits(max_running_sessions=0))
+    with pytest.raises(ConfigError, match=r"idle_timeout must be >= 0 \(seconds; None: never\)"):
+        Runtime(settings, idle_timeout=-1)
+    with pytest.raises(TypeError, match="not a runtime limit: max_model_call"):
+        Runtime(settings, max_model_call=3)
+
+
+def test_a_runtime_reads_its_limits_from_the_one_declaration(tmp_path: Path) -> None:
+    """The defaults are ``RuntimeLimits``'; a limit given by name replaces one of ``limits``,
+    and ``idle_timeout=0`` (hibernate at once, as a worker may) is allowed."""
+    settings = Settings(store=tmp_path, tools="none")
+    assert Runtime(settings).limits == RuntimeLimits()
+    rt = Runtime(settings, limits=RuntimeLimits(max_tool_calls=3), idle_timeout=0)
+    assert rt.limits == RuntimeLimits(max_tool_calls=3, idle_timeout=0)
+    assert rt.limiters["tools"] is not None and rt.limiters["tools"].total_tokens == 3
+    assert Runtime(settings, max_model_calls=None).limiters["model"] is None
 
 
 class TurnTracker(CountingGateway):

@@ -267,7 +267,7 @@ async def test_a_plan_back_while_the_round_waits_for_a_model_call_place_is_in_it
             anyio.create_task_group() as tg,
         ):
             rt.subscribe(events.append)
-            limiter = rt.limits["model"]
+            limiter = rt.limiters["model"]
             assert isinstance(limiter, CallLimiter)
 
             async def open_the_gate_once_a_round_waits() -> None:

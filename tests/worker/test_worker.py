@@ -29,15 +29,21 @@ WORKSPACE = Path(__file__).parent
 
 
 def make_worker(
-    schema: str, *, latency: float = 0.0, lease_ttl: float = 5.0, **options: float
+    schema: str,
+    *,
+    latency: float = 0.0,
+    lease_ttl: float = 5.0,
+    idle_timeout: float = 0.1,
+    **options: float,
 ) -> Worker:
     store = PostgresStore(DSN, schema=schema, lease_ttl=lease_ttl, max_size=4)
-    defaults: dict[str, float] = {"idle_timeout": 0.1, "poll_interval": 0.2, "grace": 10.0}
+    defaults: dict[str, float] = {"poll_interval": 0.2, "grace": 10.0}
     return Worker(
         store,
         Settings(workspace=WORKSPACE),
         gateway=ScriptedModel(tool_rounds=1, latency=latency),
         options=WorkerOptions(**{**defaults, **options}),  # type: ignore[arg-type]
+        idle_timeout=idle_timeout,
     )
 
 

@@ -26,7 +26,8 @@ def make_worker(schema: str, *, lease_ttl: float = 5.0, latency: float = 0.0) ->
         store,
         Settings(workspace=WORKSPACE),
         gateway=ScriptedModel(tool_rounds=1, latency=latency),
-        options=WorkerOptions(idle_timeout=0.1, poll_interval=0.2, grace=10.0),
+        options=WorkerOptions(poll_interval=0.2, grace=10.0),
+        idle_timeout=0.1,
     )
 
 
