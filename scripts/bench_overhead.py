@@ -595,7 +595,7 @@ async def _measured(args: argparse.Namespace) -> dict[str, float]:
     }
     async with setup["stowage" if args.child.startswith("variant:") else args.child](args) as one:
         await _sessions(args, one, warm=True)  # lazy imports, first-use caches, connections
-        profiler = cProfile.Profile() if args.profile is not None else None
+        profiler = cProfile.Profile(time.process_time) if args.profile is not None else None
         cpu, wall = time.process_time(), time.perf_counter()
         if profiler is not None:
             profiler.enable()

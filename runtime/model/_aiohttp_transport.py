@@ -66,8 +66,8 @@ def env_proxy(
     proxy = proxies.get(url.scheme or "")
     if not proxy or url.host is None:
         return None, None
-    no_proxy = proxies.get("no", "")
-    if no_proxy and _bypassed(url.host, no_proxy):
+    # the standard library's reading of no_proxy (hosts, domain suffixes, host:port, or *)
+    if urllib.request.proxy_bypass_environment(f"{url.host}:{url.port}", proxies):
         return None, None
     found = URL(proxy)
     if found.scheme not in ("http", "https"):
@@ -75,19 +75,6 @@ def env_proxy(
         return None, None
     auth = aiohttp.BasicAuth.from_url(found) if found.user else None
     return found.with_user(None), auth
-
-
-def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether ``no_proxy`` (comma-separated hosts and domain suffixes, or ``*``) exempts
-    ``host``."""
-    host = host.lower()
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        if entry == "*":
-            return True
-        entry = entry.removeprefix(".").partition(":")[0]
-        if entry and (host == entry or host.endswith("." + entry)):
-            return True
-    return False
 
 
 def _failure(exc: BaseException) -> TransportError:
