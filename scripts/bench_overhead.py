@@ -1,12 +1,22 @@
 """CPU per model call: stowage against a plain ``aiohttp`` loop speaking the same wire (the
-HTTP floor, as stowage sends through aiohttp too), and optionally a plain ``httpx`` loop and a
-bare ``openai.AsyncOpenAI`` agent loop.
+HTTP floor, as stowage sends through aiohttp too), the same loop made durable (the floor of a
+loop that loses no committed round), and optionally a plain ``httpx`` loop and a bare
+``openai.AsyncOpenAI`` agent loop.
 
     python scripts/bench_overhead.py                       # 50 and 200 sessions
     python scripts/bench_overhead.py --sessions-sweep      # 50, 200 and 1,000 sessions
     python scripts/bench_overhead.py --concurrency 50 --wire chat --stream off
     python scripts/bench_overhead.py --also httpx,bare     # the httpx loop and the SDK too
     python scripts/bench_overhead.py --also nosync         # stowage without fsync as well
+    python scripts/bench_overhead.py --best-of 2 --variant queue=/tmp/tree   # another tree
+
+The durable loop is the aiohttp loop that journals every history item to a file per session
+(one JSON line each) with one ``os.fdatasync`` before each model call and one at the end of
+each turn, called inline. stowage's goal is its CPU per call within ``--target`` (1.5) times
+the durable loop's; both ratios are printed side by side. ``--best-of N`` measures every
+client N times, in turn, and keeps each one's least CPU; ``--variant NAME=DIR`` measures
+stowage again imported from another tree (a copy of the package with a piece taken out),
+printed with its ratio to stowage: what that piece buys.
 
 All the clients run the same agent (the fake server's scripted brain: 3 tool rounds and an
 answer, so 4 model calls per turn; tools return ``--tool-kb`` KB) against the same fake OpenAI
