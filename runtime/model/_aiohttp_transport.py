@@ -64,8 +64,10 @@ def env_proxy(
     proxy = proxies.get(url.scheme or "")
     if not proxy or url.host is None:
         return None, None
-    # the standard library's reading of no_proxy (hosts, domain suffixes, host:port, or *)
-    if urllib.request.proxy_bypass_environment(f"{url.host}:{url.port}", proxies):
+    # the standard library's reading of no_proxy (hosts, domain suffixes, host:port, or *);
+    # urllib's own function, which typeshed does not list
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(f"{url.host}:{url.port}", proxies):
         return None, None
     found = URL(proxy)
     if found.scheme not in ("http", "https"):
