@@ -16,10 +16,8 @@ proxy auth), but it is looked up once, when the session is made: ``trust_env`` l
 and ``.netrc`` up again on every request, two trips to a thread each (measured: a third of the
 client's CPU per call), and a ``.netrc`` entry for the host would clash with the bearer token.
 A socket that does not connect within ``connect_timeout`` seconds fails; one that goes silent
-for ``read_timeout`` seconds fails too, timed by aiohttp or, for a request sent with a
-``progress`` callback, by the caller (``CallClock``: one timer handle for the whole call,
-where aiohttp re-arms one on every chunk); the gateway's own clocks (idle stream, request
-deadline) bound the rest. The headers name the ``Content-Type`` (JSON when the caller's do
+for ``read_timeout`` seconds fails too, both timed by aiohttp; the gateway's own clocks (idle
+stream, request deadline) bound the rest. The headers name the ``Content-Type`` (JSON when the caller's do
 not), so aiohttp adds none and needs no list of headers to skip; they go with each request,
 never as the session's, which aiohttp would send to a proxy too. Failures leave this module
 as ``TransportError``, error statuses as ``HttpStatusError`` with their headers and body (the
@@ -31,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -66,8 +64,10 @@ def env_proxy(
     proxy = proxies.get(url.scheme or "")
     if not proxy or url.host is None:
         return None, None
-    no_proxy = proxies.get("no", "")
-    if no_proxy and _bypassed(url.host, no_proxy):
+    # the standard library's reading of no_proxy (hosts, domain suffixes, host:port, or *);
+    # urllib's own function, which typeshed does not list
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(f"{url.host}:{url.port}", proxies):
         return None, None
     found = URL(proxy)
     if found.scheme not in ("http", "https"):
@@ -77,22 +77,15 @@ def env_proxy(
     return found.with_user(None), auth
 
 
-def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether ``no_proxy`` (comma-separated hosts and domain suffixes, or ``*``) exempts
-    ``host``."""
-    host = host.lower()
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        if entry == "*":
-            return True
-        entry = entry.removeprefix(".").partition(":")[0]
-        if entry and (host == entry or host.endswith("." + entry)):
-            return True
-    return False
-
-
-def _failure(exc: BaseException) -> TransportError:
-    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``."""
+def _failure(exc: BaseException, *, read_timeout: float | None = None) -> TransportError:
+    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``; ``read_timeout``:
+    the body was being read, so a timeout is the socket's silence."""
     if isinstance(exc, TimeoutError):  # aiohttp's socket timeouts are TimeoutErrors too
+        if read_timeout is not None:
+            return TransportError(
+                f"timed out: no data from the socket for {read_timeout:g} s (its read timeout)",
+                timeout=True,
+            )
         return TransportError(f"timed out: {type(exc).__name__}: {exc}", timeout=True)
     text = str(exc) or "connection closed"
     return TransportError(f"{type(exc).__name__}: {text}")
@@ -100,10 +93,8 @@ def _failure(exc: BaseException) -> TransportError:
 
 class AiohttpTransport:
     """POSTs JSON bodies to one URL with fixed headers (the caller's purpose header added per
-    request), on a session made lazily in the loop that sends.
-
-    ``connect_timeout`` and ``read_timeout`` are what it was given; a caller that passes
-    ``progress`` to ``post`` times the socket's silence itself, with ``read_timeout``."""
+    request), on a session made lazily in the loop that sends; ``connect_timeout`` and
+    ``read_timeout`` bound the socket."""
 
     def __init__(
         self,
@@ -125,10 +116,6 @@ class AiohttpTransport:
         self.read_timeout = read_timeout
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=read_timeout
-        )
-        # a watched request: the caller times the socket's silence
-        self._watched_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=None
         )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -182,13 +169,9 @@ class AiohttpTransport:
         purpose: str,
         *,
         max_error_bytes: int,
-        progress: Callable[[], None] | None = None,
     ) -> Any:
         """POST ``body``; returns the aiohttp response with its body unread (the caller reads
-        it with ``read`` or ``read_chunk`` and closes it with ``finish``). With ``progress``
-        the request is watched: the caller times the socket's silence, ``progress`` called
-        when the headers come and as each piece of an error body comes (aiohttp then times
-        only the connection).
+        it with ``read`` or ``read_chunk`` and closes it with ``finish``).
 
         Raises ``HttpStatusError`` for an error status (its body read, at most
         ``max_error_bytes`` of it), ``TransportError`` when the exchange fails.
@@ -201,19 +184,15 @@ class AiohttpTransport:
                 headers=self._headers_for(purpose),
                 proxy=self._proxy,
                 proxy_headers=self._proxy_headers,
-                timeout=self._timeout if progress is None else self._watched_timeout,
+                timeout=self._timeout,
                 # as the SDK's client: a redirect is an answer, never a second POST (or a GET)
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, OSError) as exc:
             raise _failure(exc) from exc
-        if progress is not None:
-            progress()
         if response.status >= 400:
             # read (as far as the cap) and released: a connection read to its end is kept
-            content = await self.read(
-                response, max_bytes=max_error_bytes, capped=False, progress=progress
-            )
+            content = await self.read(response, max_bytes=max_error_bytes, capped=False)
             raise HttpStatusError(response.status, response.headers, content)
         return response
 
@@ -223,10 +202,9 @@ class AiohttpTransport:
         *,
         max_bytes: int,
         capped: bool = True,
-        progress: Callable[[], None] | None = None,
     ) -> bytes:
         """The body of ``response``, which is released after (its connection kept when the
-        body was read whole); ``progress`` is called as each piece of it comes.
+        body was read whole).
 
         Raises ``TransportError`` if the body is cut; ``BodyTooLarge`` as soon as it passes
         ``max_bytes`` (the rest is never read), or, with ``capped`` False, returns what was
@@ -240,8 +218,6 @@ class AiohttpTransport:
                 chunk = await content.readany()
                 if not chunk:
                     break
-                if progress is not None:
-                    progress()
                 parts.append(chunk)
                 size += len(chunk)
                 if size > max_bytes:
@@ -250,15 +226,14 @@ class AiohttpTransport:
                     break
         except (aiohttp.ClientError, OSError) as exc:
             response.close()
-            raise _failure(exc) from exc
+            raise _failure(exc, read_timeout=self.read_timeout) from exc
         except BaseException:
             response.close()
             raise
         self.finish(response, ended=content.at_eof())
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    @staticmethod
-    async def read_chunk(response: Any) -> bytes:
+    async def read_chunk(self, response: Any) -> bytes:
         """What has arrived of the body of ``response`` (``b""`` at its end).
 
         Raises ``TransportError`` when the transport fails.
@@ -266,7 +241,7 @@ class AiohttpTransport:
         try:
             chunk: bytes = await response.content.readany()
         except (aiohttp.ClientError, OSError) as exc:
-            raise _failure(exc) from exc
+            raise _failure(exc, read_timeout=self.read_timeout) from exc
         return chunk
 
     @staticmethod

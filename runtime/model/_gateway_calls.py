@@ -207,29 +207,12 @@ class HttpModelCalls(ABC):
         )
 
     def _clock(self, *, idle: float | None = None) -> CallClock:
-        """The clock of one call: ``request_deadline``, ``idle`` (a stream's), and the
-        silence of the transport's socket (the SDK times its own)."""
-        transport = self._transport
-        if transport is None:
-            return CallClock(deadline=self.request_deadline, idle=idle)
-        silence = transport.read_timeout
-        return CallClock(
-            deadline=self.request_deadline,
-            silence=silence,
-            first_silence=transport.connect_timeout + silence,
-            idle=idle,
-        )
+        """The clock of one call: ``request_deadline`` and ``idle`` (a stream's); the socket's
+        silence is the transport's read timeout (the SDK times its own)."""
+        return CallClock(deadline=self.request_deadline, idle=idle)
 
     def _expired(self, clock: CallClock, request: ModelRequest, *, status: int | None) -> NoReturn:
-        """Raise the ``ModelError`` of a call whose ``clock`` ran out (a socket silent for the
-        read timeout is a transport failure, as when aiohttp times it)."""
-        if clock.expired == "silence" and self._transport is not None:
-            silent = TransportError(
-                f"timed out: no data from the socket for {self._transport.read_timeout:g} s "
-                "(its read timeout)",
-                timeout=True,
-            )
-            self._raise(silent, request, status=status)
+        """Raise the ``ModelError`` of a call whose ``clock`` ran out."""
         self._timed_out(request, idle=clock.expired == "idle", status=status)
 
     def _check_size(self, chars: int) -> None:
@@ -239,18 +222,13 @@ class HttpModelCalls(ABC):
         if reason is not None:
             raise ResponseTooLarge(reason)
 
-    async def _post_and_read(
-        self, transport: AiohttpTransport, body: bytes, purpose: str, clock: CallClock
-    ) -> Any:
-        """The raw JSON answer to ``body`` (each piece of it that comes is ``clock``'s
-        progress). Raises what the transport raises, ``ResponseTooLarge`` for a body past
-        ``max_body_bytes``."""
+    async def _post_and_read(self, transport: AiohttpTransport, body: bytes, purpose: str) -> Any:
+        """The raw JSON answer to ``body``. Raises what the transport raises,
+        ``ResponseTooLarge`` for a body past ``max_body_bytes``."""
         max_bytes = self.max_body_bytes
-        response = await transport.post(
-            body, purpose, max_error_bytes=max_bytes, progress=clock.progress
-        )
+        response = await transport.post(body, purpose, max_error_bytes=max_bytes)
         try:
-            return await transport.read(response, max_bytes=max_bytes, progress=clock.progress)
+            return await transport.read(response, max_bytes=max_bytes)
         except BodyTooLarge as exc:
             raise too_large_body(exc.size, max_bytes) from None
 
@@ -267,7 +245,7 @@ class HttpModelCalls(ABC):
             async with clock:
                 if self._transport is not None:
                     raw = await self._post_and_read(
-                        self._transport, orjson.dumps(body), request.purpose, clock
+                        self._transport, orjson.dumps(body), request.purpose
                     )
                 else:
                     assert self._sdk is not None
@@ -276,8 +254,6 @@ class HttpModelCalls(ABC):
             self._raise(exc, request)
         except TimeoutError:
             self._expired(clock, request, status=None)
-        finally:
-            clock.close()
         try:
             data = orjson.loads(raw) if self._sdk is None else self._sdk_data(raw)
             response = self._parse(data)
@@ -286,26 +262,19 @@ class HttpModelCalls(ABC):
             self._raise(exc, request, status=200)
         return response
 
-    async def _open_stream(self, request: ModelRequest, clock: CallClock) -> Events:
-        """Send a streaming request; the events of its answer, unread (each piece of it
-        that comes is ``clock``'s progress)."""
+    async def _open_stream(self, request: ModelRequest) -> Events:
+        """Send a streaming request; the events of its answer, unread."""
         body = self._request_body(request, stream=True)
         if self._transport is None:
             assert self._sdk is not None
             return self._sdk_events(await self._sdk.create(body, request.purpose))
         transport = self._transport
-        progress = clock.progress
         response = await transport.post(
-            orjson.dumps(body),
-            request.purpose,
-            max_error_bytes=self.max_body_bytes,
-            progress=progress,
+            orjson.dumps(body), request.purpose, max_error_bytes=self.max_body_bytes
         )
 
         async def read() -> bytes:
-            chunk = await transport.read_chunk(response)
-            progress()
-            return chunk
+            return await transport.read_chunk(response)
 
         async def close(ended: bool) -> None:
             transport.finish(response, ended=ended)
@@ -323,35 +292,32 @@ class HttpModelCalls(ABC):
         events: Events
         clock = self._clock(idle=self.stream_idle_timeout)
         try:
-            try:
-                async with clock:
-                    events = await self._open_stream(request, clock)
-            except self._boundary as exc:
-                self._raise(exc, request)
-            except TimeoutError:
-                self._expired(clock, request, status=None)
-            status = events.status
-            async with events:
-                while True:
-                    # one read at a time under the clock, never a yield: keep-alives are
-                    # skipped inside the read, so only a real event starts the idle time again
-                    try:
-                        async with clock:
-                            batch = await events.next_events()
-                        texts = [accumulator.feed(event) for event in batch or ()]
-                        # stop reading once the answer passes the cap: it is never held
-                        self._check_size(accumulator.answer_chars)
-                    except self._boundary as exc:
-                        self._raise(exc, request, status=status)
-                    except TimeoutError:
-                        self._expired(clock, request, status=status)
-                    if batch is None:
-                        break
-                    text = "".join(texts)
-                    if text:
-                        yield TextDelta(text=text)
-        finally:
-            clock.close()
+            async with clock:
+                events = await self._open_stream(request)
+        except self._boundary as exc:
+            self._raise(exc, request)
+        except TimeoutError:
+            self._expired(clock, request, status=None)
+        status = events.status
+        async with events:
+            while True:
+                # one read at a time under the clock, never a yield: keep-alives are
+                # skipped inside the read, so only a real event starts the idle time again
+                try:
+                    async with clock:
+                        batch = await events.next_events()
+                    texts = [accumulator.feed(event) for event in batch or ()]
+                    # stop reading once the answer passes the cap: it is never held
+                    self._check_size(accumulator.answer_chars)
+                except self._boundary as exc:
+                    self._raise(exc, request, status=status)
+                except TimeoutError:
+                    self._expired(clock, request, status=status)
+                if batch is None:
+                    break
+                text = "".join(texts)
+                if text:
+                    yield TextDelta(text=text)
         try:
             response = accumulator.finish()
         except ModelError as exc:

@@ -19,9 +19,9 @@ failure of either path is mapped here to a ``ModelError`` (``_http_errors``).
 Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
 an event (SSE comments and keep-alives do not count) and any request still unfinished after
 ``request_deadline`` seconds are abandoned as ``ModelConnectionError``, so a silent or dripping
-endpoint fails in bounded time and is retried. Those clocks and the socket's read timeout
-share one timer handle a call (``_call_clock``), which cancels through an
-``asyncio.timeout``: aiohttp runs on asyncio only, and it costs a fraction of a cancel scope.
+endpoint fails in bounded time and is retried. Those clocks (``_call_clock``) cancel through
+an ``asyncio.timeout`` (aiohttp runs on asyncio only, and it costs a fraction of a cancel
+scope); the socket's silence is aiohttp's read timeout.
 Every error names the endpoint (its URL redacted) and the HTTP status, and carries the
 longest wait the server asked for.
 
@@ -266,7 +266,7 @@ class OpenAIGateway(HttpModelCalls):
             async with clock:
                 if self._compactor is not None:
                     raw = await self._post_and_read(
-                        self._compactor, orjson.dumps(body), request.purpose, clock
+                        self._compactor, orjson.dumps(body), request.purpose
                     )
                 else:
                     assert self._sdk is not None
@@ -275,8 +275,6 @@ class OpenAIGateway(HttpModelCalls):
             self._raise(exc, request, url=self.compact_url)
         except TimeoutError:
             self._expired(clock, request, status=None)
-        finally:
-            clock.close()
         try:
             data = orjson.loads(raw)
             compaction = parse_compaction(data, covered=len(request.input))

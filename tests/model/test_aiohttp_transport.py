@@ -211,6 +211,8 @@ async def test_requests_go_through_the_proxy_the_environment_names(
         ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "localhost,.internal"}, None),
         ({"HTTP_PROXY": "http://proxy:3128", "no_proxy": "*"}, None),
         ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "other.example"}, "http://proxy:3128"),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "api.internal:8000"}, None),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "api.internal:9"}, "http://proxy:3128"),
     ],
 )
 def test_the_proxy_is_the_environments_for_the_endpoints_scheme_and_host(

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from stowage.core import ModelConnectionError, ModelRequest, ResponseDone, UserMessage
+from stowage.core import ModelConnectionError, ModelRequest, UserMessage
 from stowage.model._openai_gateway import OpenAIGateway
 
 REQUEST = ModelRequest(model="m", input=(UserMessage(text="hi"),))
@@ -135,45 +135,3 @@ async def test_a_stream_of_keep_alives_fails_after_the_idle_timeout() -> None:
                     pass
         finally:
             await gateway.aclose()
-
-
-async def test_a_stream_arms_one_timer_handle_for_all_its_chunks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Ten chunks, each its own read: the loop is asked for one timer handle for the call
-    (and one to connect), where a handle per read and per chunk would be twenty or more."""
-
-    async def reply(writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-        for _ in range(10):
-            writer.write(CHUNK)
-            await writer.drain()
-            await asyncio.sleep(0.01)
-        writer.write(LAST)
-        await writer.drain()
-
-    loop = asyncio.get_running_loop()
-    armed: list[str] = []
-    call_at = loop.call_at
-
-    def counting(when: float, callback: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        # the clocks' handles: a CallClock's, asyncio.timeout's, aiohttp's read timeout
-        name = getattr(callback, "__name__", "")
-        if name in ("_fire", "_on_timeout", "_on_read_timeout"):
-            armed.append(name)
-        return call_at(when, callback, *args, **kw)
-
-    async with asyncio.timeout(10), _server(reply, []) as port:
-        gateway = _gateway(port)
-        monkeypatch.setattr(loop, "call_at", counting)
-        try:
-            events = [event async for event in gateway.stream(REQUEST)]
-        finally:
-            monkeypatch.undo()
-            await gateway.aclose()
-    assert isinstance(events[-1], ResponseDone)
-    assert events[-1].response.text == "hi" * 10
-    # one for the call; at most one asyncio.timeout, aiohttp's for the new connection
-    assert armed.count("_fire") == 1
-    assert armed.count("_on_timeout") <= 1
-    assert "_on_read_timeout" not in armed

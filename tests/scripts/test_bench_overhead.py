@@ -1,6 +1,6 @@
 """scripts/bench_overhead.py on a tiny configuration: the plain aiohttp loop (the floor), the
-plain httpx loop, the bare openai loop, stowage, with syncfs and without fsync run the same agent
-against the fake server and make the same number of calls."""
+durable aiohttp loop, the plain httpx loop, the bare openai loop, stowage, with syncfs and
+without fsync run the same agent against the fake server and make the same number of calls."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ async def test_a_tiny_run_measures_the_four_clients(tmp_path: Path, wire: str, s
     (row,) = json.loads(out.read_text())
     # 2 sessions x 1 turn x (3 tool rounds + the answer): every client ran the whole agent
     assert row["calls"] == {
-        "aiohttp": 8, "httpx": 8, "bare": 8, "nosync": 8, "syncfs": 8, "stowage": 8
+        "aiohttp": 8, "durable": 8, "httpx": 8, "bare": 8, "nosync": 8, "syncfs": 8, "stowage": 8
     }  # fmt: skip
     assert row["aiohttp_ms"] > 0 and row["httpx_ms"] > 0
     assert row["bare_ms"] > 0 and row["stowage_ms"] > 0 and row["nosync_ms"] > 0
     assert row["nosync_ratio"] == pytest.approx(row["nosync_ms"] / row["aiohttp_ms"], rel=0.01)
     assert row["syncfs_ms"] > 0
     assert row["ratio_to_floor"] == pytest.approx(row["stowage_ms"] / row["aiohttp_ms"], rel=0.01)
+    assert row["ratio_to_durable"] == pytest.approx(row["stowage_ms"] / row["durable_ms"], rel=0.01)
     assert "stowage / aiohttp (the HTTP floor)" in result.stdout.decode()
+    assert "stowage / durable aiohttp loop" in result.stdout.decode()
