@@ -39,7 +39,7 @@ import functools
 import itertools
 import os
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -71,6 +71,7 @@ from ._jsonl_lock import LeaseTable, holder_of_file
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
+from ._sql import append_one, check_follows
 from ._syncfs import load_syncfs
 from ._writer_thread import WriterThread
 
@@ -79,6 +80,10 @@ __all__ = ["JsonlStore"]
 log = structlog.get_logger("stowage.storage")
 
 _PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loop
+
+
+#: reads a log: ``(session_id, path) -> (records, where it ends)``
+_Reader = Callable[[str, str], Awaitable[tuple[tuple[Record, ...], LogEnd]]]
 
 
 @dataclass(eq=False, slots=True)
@@ -296,9 +301,7 @@ class JsonlStore:
         the seqs do not continue the log exactly, when the log was deleted or replaced while
         this store held it, or on I/O failure (then nothing of the batch remains).
         """
-        error = (await self.append_batches(((session_id, records),)))[session_id]
-        if error is not None:
-            raise error
+        await append_one(self.append_batches, session_id, records)
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
@@ -361,16 +364,7 @@ class JsonlStore:
         Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError`` naming the file and
         line of a bad record that is not a torn tail, or of a seq out of place.
         """
-        path = self._files.path(session_id)
-        async with self._locks.hold((session_id,)):
-            self._check_open()
-            records, end = await self._read_locked(session_id, path)
-            if end.torn_bytes and repair:
-                cut = await self._repair_as_writer(session_id, path)
-                if cut is not False:
-                    records, _ = await self._read_locked(session_id, path)
-                    return LogRead(records=tuple(records), torn_tail=cut)
-            return LogRead(records=tuple(records), torn_tail=self._report(path, end))
+        return await self._read_repairing(session_id, self._read_whole, repair=repair)
 
     async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record, then every record from the newest compaction's
@@ -378,16 +372,7 @@ class JsonlStore:
 
         Torn tails and errors as ``read``.
         """
-        path = self._files.path(session_id)
-        async with self._locks.hold((session_id,)):
-            self._check_open()
-            records, end = await self._read_tail_or_all(session_id, path)
-            if end.torn_bytes and repair:
-                cut = await self._repair_as_writer(session_id, path)
-                if cut is not False:
-                    records, _ = await self._read_tail_or_all(session_id, path)
-                    return LogRead(records=records, torn_tail=cut)
-            return LogRead(records=records, torn_tail=self._report(path, end))
+        return await self._read_repairing(session_id, self._read_tail_or_all, repair=repair)
 
     async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
         """The item records whose line may hold every one of ``words``, in one streaming
@@ -551,13 +536,7 @@ class JsonlStore:
             for records, data in plan.batches:
                 if not records:
                     continue
-                first = records[0].seq
-                if first != last + 1:
-                    problem = "gap" if first > last + 1 else "regression"
-                    raise StoreError(
-                        f"session {session_id!r}: seq {problem}: batch starts at seq {first} "
-                        f"but the log ends at seq {last} (expected {last + 1})"
-                    )
+                check_follows(session_id, records[0].seq, last)
                 last = records[-1].seq
                 parts.append(data)
         except BaseException:
@@ -637,6 +616,24 @@ class JsonlStore:
         return TornTail(path=path, line=line, bytes_removed=end.torn_bytes, removed=False)
 
     # -- reading ----------------------------------------------------------------------------
+
+    async def _read_repairing(self, session_id: str, read: _Reader, *, repair: bool) -> LogRead:
+        """``read`` the log; a torn tail is cut first when ``repair`` and this store holds or
+        can take the lease, else reported (see ``read``)."""
+        path = self._files.path(session_id)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            records, end = await read(session_id, path)
+            if end.torn_bytes and repair:
+                cut = await self._repair_as_writer(session_id, path)
+                if cut is not False:
+                    records, _ = await read(session_id, path)
+                    return LogRead(records=records, torn_tail=cut)
+            return LogRead(records=records, torn_tail=self._report(path, end))
+
+    async def _read_whole(self, session_id: str, path: str) -> tuple[tuple[Record, ...], LogEnd]:
+        records, end = await self._read_locked(session_id, path)
+        return tuple(records), end
 
     async def _read_tail_or_all(
         self, session_id: str, path: str

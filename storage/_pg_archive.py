@@ -23,9 +23,10 @@ from ._archive import (
     HEAD_CHARS,
     IDENTITY_KINDS,
     ArchiveReport,
-    archive_through,
+    decode_candidates,
     head_like,
     identity_records,
+    move_in_batches,
 )
 from ._codec import decode_record
 
@@ -111,32 +112,31 @@ async def archive_session(
         head_like("compaction"),
     )
     where = f"{tables.records}#{session_id}"
-    candidates = []
-    for row in rows:
-        try:
-            candidates.append(decode_record(row["body"]))
-        except ValueError as exc:
-            raise CorruptLogError(str(exc), path=where, line=row["seq"]) from None
-    through = archive_through(candidates, cutoff=cutoff, tail_from=tail_from)
-    moved = 0
-    first = max(archived + 1, 2)  # seq 1, the session record, stays hot
-    while first <= through:
-        last = min(through, first + batch - 1)
-        count = await pool.fetchval(
-            f"WITH moved AS (DELETE FROM {tables.records} WHERE session_id = $1 "
-            f"AND seq BETWEEN $2 AND $3 AND NOT (left(body, {HEAD_CHARS}) LIKE ANY($4::text[])) "
-            "RETURNING session_id, seq, body), "
-            f"kept AS (INSERT INTO {tables.archive} (session_id, seq, body) "
-            "SELECT session_id, seq, body FROM moved RETURNING 1) SELECT count(*) FROM kept",
-            session_id,
-            first,
-            last,
-            _KEEP_PATTERNS,
+    candidates = decode_candidates(((row["seq"], row["body"]) for row in rows), where=where)
+
+    async def move(first: int, last: int) -> int:
+        return int(
+            await pool.fetchval(
+                f"WITH moved AS (DELETE FROM {tables.records} WHERE session_id = $1 "
+                "AND seq BETWEEN $2 AND $3 "
+                f"AND NOT (left(body, {HEAD_CHARS}) LIKE ANY($4::text[])) "
+                "RETURNING session_id, seq, body), "
+                f"kept AS (INSERT INTO {tables.archive} (session_id, seq, body) "
+                "SELECT session_id, seq, body FROM moved RETURNING 1) SELECT count(*) FROM kept",
+                session_id,
+                first,
+                last,
+                _KEEP_PATTERNS,
+            )
         )
-        moved += int(count)
-        if on_batch is not None:
-            on_batch(session_id, int(count))
-        first = last + 1
-    return ArchiveReport(
-        session_id=session_id, moved=moved, archived_through=max(archived, through)
+
+    return await move_in_batches(
+        session_id,
+        candidates,
+        cutoff=cutoff,
+        tail_from=tail_from,
+        archived=archived,
+        batch=batch,
+        move=move,
+        on_batch=on_batch,
     )

@@ -70,29 +70,26 @@ class LeaseStatements:
         )
         return session_id, int(granted["lease_token"]), self._mine(holder, granted["lease_since"])
 
+    async def lock(self, conn: Any, session_id: str, *, also: str = "") -> Any:
+        """The session row's lease (and the columns ``also`` names, comma-terminated), locked
+        ``FOR UPDATE``; None when there is no such row."""
+        return await conn.fetchrow(
+            f"SELECT {also}{LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1 FOR UPDATE",
+            session_id,
+        )
+
     async def extend(self, conn: Any, leases: Sequence[Lease]) -> set[str]:
         """Extend the leases still held under their tokens; returns their session ids."""
-        rows = await conn.fetch(
-            self._mine_sql("$4") + f"UPDATE {self._sessions} AS s "
-            "SET lease_expires = now() + make_interval(secs => $3), lease_renewed = now() "
-            "FROM mine WHERE s.session_id = mine.session_id RETURNING s.session_id",
-            [lease.session_id for lease in leases],
-            [lease.token for lease in leases],
-            self._ttl,
-            self._owner,
-        )
-        return {row["session_id"] for row in rows}
+        renew = "lease_expires = now() + make_interval(secs => $4), lease_renewed = now()"
+        return await self._update_mine(conn, leases, renew, self._ttl)
 
     async def free(self, conn: Any, leases: Sequence[Lease]) -> None:
         """Release the leases still held under their tokens."""
-        await conn.execute(
-            self._mine_sql("$3") + f"UPDATE {self._sessions} AS s SET lease_owner = NULL, "
-            "lease_expires = NULL, lease_pid = NULL, lease_host = NULL, lease_since = NULL "
-            "FROM mine WHERE s.session_id = mine.session_id",
-            [lease.session_id for lease in leases],
-            [lease.token for lease in leases],
-            self._owner,
+        release = (
+            "lease_owner = NULL, lease_expires = NULL, lease_pid = NULL, lease_host = NULL, "
+            "lease_since = NULL"
         )
+        await self._update_mine(conn, leases, release)
 
     async def claim(
         self, pool: Any, *, limit: int, others_only: bool
@@ -137,12 +134,22 @@ class LeaseStatements:
     def _mine(self, holder: LeaseHolder, since: Any) -> LeaseHolder:
         return LeaseHolder(owner=self._owner, pid=holder.pid, host=holder.host, since=since)
 
-    def _mine_sql(self, owner: str) -> str:
-        """A CTE ``mine``: the session rows of ``$1`` (ids) still under the tokens ``$2`` and
-        the owner ``owner``, locked in session id order."""
-        return (
+    async def _update_mine(
+        self, conn: Any, leases: Sequence[Lease], assignments: str, *arguments: Any
+    ) -> set[str]:
+        """``SET assignments`` on the session rows of ``leases`` still under their tokens and
+        this store as the owner, locked in session id order (``arguments`` from ``$4``);
+        returns the session ids updated."""
+        rows = await conn.fetch(
             f"WITH mine AS (SELECT s.session_id FROM {self._sessions} AS s "
             "JOIN unnest($1::text[], $2::bigint[]) AS u(session_id, token) "
             "ON s.session_id = u.session_id AND s.lease_token = u.token "
-            f"WHERE s.lease_owner = {owner} ORDER BY s.session_id FOR UPDATE OF s) "
+            "WHERE s.lease_owner = $3 ORDER BY s.session_id FOR UPDATE OF s) "
+            f"UPDATE {self._sessions} AS s SET {assignments} "
+            "FROM mine WHERE s.session_id = mine.session_id RETURNING s.session_id",
+            [lease.session_id for lease in leases],
+            [lease.token for lease in leases],
+            self._owner,
+            *arguments,
         )
+        return {row["session_id"] for row in rows}

@@ -61,7 +61,7 @@ from ._pg_pool import PgPool, core_ddl
 from ._pg_pool import resolve_schema as resolve_schema
 from ._pg_workers import WorkerTable
 from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import check_continues, decode_rows, plan_batch, plan_sessions
+from ._sql import SqlStoreBase, check_continues, decode_rows, plan_batch, plan_sessions
 from ._sql_leases import HeldLeases
 
 __all__ = ["PostgresStore"]
@@ -69,7 +69,7 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 
 
-class PostgresStore:
+class PostgresStore(SqlStoreBase):
     """Session logs in ``<schema>.stowage_records`` and ``<schema>.stowage_sessions``; records
     that old compactions cover may move to ``stowage_records_archive`` (``archive``), which
     every read but resume's reads with them (see ``_archive``).
@@ -150,10 +150,7 @@ class PostgresStore:
                     return self._leases.hand_out(held)
         got: Lease | Taken
         async with self._db.connection(transaction=True) as conn:
-            row = await conn.fetchrow(
-                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1 FOR UPDATE",
-                session_id,
-            )
+            row = await self._lease_sql.lock(conn, session_id)
             if row is None:
                 raise SessionNotFound(f"no log for session {session_id!r}")
             reused = self._leases.reusable(session_id, lease_row(row))
@@ -208,13 +205,6 @@ class PostgresStore:
             await self._insert(conn, batch.rows)
         if taken is not None:
             self._leases.grant(taken)
-
-    async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
-        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        error = (await self.append_batches(((session_id, records),)))[session_id]
-        if error is not None:
-            raise error
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
@@ -319,15 +309,6 @@ class PostgresStore:
             self._leases.grant(each)
         return outcomes
 
-    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
-        nothing: a transaction is never torn."""
-        return await self._read(session_id, tail=False)
-
-    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """The session record and every record from the newest compaction's covers_through + 1."""
-        return await self._read(session_id, tail=True)
-
     async def exists(self, session_id: str) -> bool:
         """Whether the session has a log; raises ``InvalidSessionId``."""
         validate_session_id(session_id)
@@ -405,11 +386,7 @@ class PostgresStore:
         validate_session_id(session_id)
         lease = self._leases.require(session_id)
         async with self._db.connection(transaction=True) as conn:
-            row = await conn.fetchrow(
-                f"SELECT inbox, {LEASE_COLUMNS} FROM {self._sessions} "
-                "WHERE session_id = $1 FOR UPDATE",
-                session_id,
-            )
+            row = await self._lease_sql.lock(conn, session_id, also="inbox, ")
             if row is None:
                 raise SessionNotFound(f"no log for session {session_id!r}")
             self._leases.check(lease, lease_row(row))
@@ -474,10 +451,7 @@ class PostgresStore:
         validate_session_id(session_id)
         lease = self._leases.require(session_id)
         async with self._db.connection(transaction=True) as conn:
-            row = await conn.fetchrow(
-                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1 FOR UPDATE",
-                session_id,
-            )
+            row = await self._lease_sql.lock(conn, session_id)
             if row is None:
                 raise SessionNotFound(f"no session {session_id!r}")
             self._leases.check(lease, lease_row(row))

@@ -33,7 +33,6 @@ import anyio
 import anyio.to_thread
 from stowage.core import (
     ConfigError,
-    CorruptLogError,
     Durability,
     ItemRecord,
     LeaseHolder,
@@ -45,11 +44,23 @@ from stowage.core import (
     validate_session_id,
 )
 
-from ._archive import ARCHIVE_BATCH, ArchiveReport, archive_through, identity_records
-from ._codec import decode_record
+from ._archive import (
+    ARCHIVE_BATCH,
+    ArchiveReport,
+    decode_candidates,
+    identity_records,
+    move_in_batches,
+)
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
+from ._sql import (
+    PlannedBatch,
+    SqlStoreBase,
+    check_continues,
+    decode_rows,
+    plan_batch,
+    plan_sessions,
+)
 from ._sql_leases import HeldLeases
 from ._sqlite_archive import (
     ARCHIVE_DDL,
@@ -88,7 +99,7 @@ CREATE TABLE IF NOT EXISTS leases (
 """
 
 
-class SqliteStore:
+class SqliteStore(SqlStoreBase):
     """Session logs as rows of one SQLite file (created by the first write if missing).
 
     ``durability="fsync"`` runs with ``synchronous=FULL`` (every commit synced); ``"none"`` with
@@ -192,13 +203,6 @@ class SqliteStore:
         if taken is not None:
             self._leases.grant(taken)
 
-    async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
-        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        error = (await self.append_batches(((session_id, records),)))[session_id]
-        if error is not None:
-            raise error
-
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
     ) -> dict[str, Exception | None]:
@@ -240,15 +244,6 @@ class SqliteStore:
             self._leases.grant(each)
         outcomes.update(refused)
         return outcomes
-
-    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
-        nothing: a transaction is never torn."""
-        return await self._read(session_id, tail=False)
-
-    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """The session record and every record from the newest compaction's covers_through + 1."""
-        return await self._read(session_id, tail=True)
 
     async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
         """The item records whose row may hold every one of ``words`` (``LIKE``, which
@@ -297,7 +292,7 @@ class SqliteStore:
         rows: list[tuple[int, str]] = await self._run(run, missing=lambda: [])
         if not rows or rows[0][0] != 1:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-        return LogRead(records=identity_records(_decoded(rows, where)))
+        return LogRead(records=identity_records(decode_candidates(rows, where=where)))
 
     async def archive(
         self,
@@ -336,22 +331,23 @@ class SqliteStore:
                 reports.append(ArchiveReport(session_id=each, moved=0, archived_through=0))
                 continue
             tail_from, archived, rows = state
-            candidates = _decoded(rows, f"{self._path}#{each}")
-            through = archive_through(candidates, cutoff=cutoff, tail_from=tail_from)
-            moved = 0
-            first = max(archived + 1, 2)  # seq 1, the session record, stays hot
-            while first <= through:
-                last = min(through, first + batch - 1)
-                count = await self._run(
-                    partial(move_batch, session_id=each, first=first, last=last), write=True
-                )
-                moved += count
-                if on_batch is not None:
-                    on_batch(each, count)
-                first = last + 1
-            reports.append(
-                ArchiveReport(session_id=each, moved=moved, archived_through=max(archived, through))
+            candidates = decode_candidates(rows, where=f"{self._path}#{each}")
+
+            async def move(first: int, last: int, each: str = each) -> int:
+                step = partial(move_batch, session_id=each, first=first, last=last)
+                return await self._run(step, write=True)
+
+            report = await move_in_batches(
+                each,
+                candidates,
+                cutoff=cutoff,
+                tail_from=tail_from,
+                archived=archived,
+                batch=batch,
+                move=move,
+                on_batch=on_batch,
             )
+            reports.append(report)
         return reports
 
     async def exists(self, session_id: str) -> bool:
@@ -597,17 +593,6 @@ class SqliteStore:
             self._conn.executescript(_SCHEMA + ARCHIVE_DDL)
             self._schema_ready = self._has_archive = True
         return self._conn
-
-
-def _decoded(rows: list[tuple[int, str]], where: str) -> list[Record]:
-    """Decode candidate rows; ``CorruptLogError`` naming ``where`` and the seq of a bad one."""
-    out: list[Record] = []
-    for seq, body in rows:
-        try:
-            out.append(decode_record(body))
-        except ValueError as exc:
-            raise CorruptLogError(str(exc), path=where, line=seq) from None
-    return out
 
 
 def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
