@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -53,7 +52,6 @@ from stowage.core import (
     ConfigError,
     Durability,
     FencingError,
-    InvalidSessionId,
     LeaseHolder,
     LogRead,
     Record,
@@ -71,7 +69,7 @@ from ._jsonl_lock import LeaseTable, holder_of_file
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
-from ._sql import append_one, check_follows
+from ._sql import append_one, check_consecutive, check_follows, group_by_session
 from ._syncfs import load_syncfs
 from ._writer_thread import WriterThread
 
@@ -97,12 +95,13 @@ class _Held:
     path: str | None = None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Plan:
-    """One session's batches of a group commit, checked and encoded, in their order."""
+    """One batch of a group commit, checked and encoded, and the log it goes to."""
 
     path: str
-    batches: list[tuple[Sequence[Record], bytes]]
+    records: Sequence[Record]
+    data: bytes
 
 
 @dataclass(eq=False, slots=True)
@@ -267,7 +266,7 @@ class JsonlStore:
         path = self._files.path(session_id)
         if records and records[0].seq != 1:
             raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {records[0].seq}")
-        _check_dense(session_id, records)
+        check_consecutive(session_id, [record.seq for record in records])
         data = _encode(session_id, records)
         async with self._locks.hold((session_id,)):
             self._check_open()
@@ -316,7 +315,7 @@ class JsonlStore:
         Raises ``StoreError`` only when the store is closed; anything unexpected in the
         writing thread cuts every file of the group back and is raised.
         """
-        planned, outcomes = self._plan(batches)
+        planned, outcomes = group_by_session(batches, self._plan)
         if not planned:
             return outcomes
         async with self._locks.hold(planned):
@@ -486,36 +485,19 @@ class JsonlStore:
 
     # -- group commits ----------------------------------------------------------------------
 
-    def _plan(
-        self, batches: Sequence[tuple[str, Sequence[Record]]]
-    ) -> tuple[dict[str, _Plan], dict[str, Exception | None]]:
-        """Group the batches by session and check and encode them; a session with a bad
-        batch is refused whole (its outcome holds why) and planned no further."""
-        planned: dict[str, _Plan] = {}
-        outcomes: dict[str, Exception | None] = {}
-        for session_id, records in batches:
-            if outcomes.get(session_id) is not None:
-                continue
-            try:
-                held = self._held.get(session_id)
-                path = held.path if held is not None else None
-                if path is None:
-                    path = self._files.path(session_id)
-                    if held is not None:
-                        held.path = path
-                _check_dense(session_id, records)
-                data = _encode(session_id, records)
-            except (InvalidSessionId, StoreError) as exc:
-                outcomes[session_id] = exc
-                planned.pop(session_id, None)
-                continue
-            outcomes[session_id] = None
-            planned.setdefault(session_id, _Plan(path=path, batches=[])).batches.append(
-                (records, data)
-            )
-        return planned, outcomes
+    def _plan(self, session_id: str, records: Sequence[Record]) -> _Plan:
+        """Check and encode one batch (see ``group_by_session``); raises ``InvalidSessionId``,
+        ``StoreError``."""
+        held = self._held.get(session_id)
+        path = held.path if held is not None else None
+        if path is None:
+            path = self._files.path(session_id)
+            if held is not None:
+                held.path = path
+        check_consecutive(session_id, [record.seq for record in records])
+        return _Plan(path=path, records=records, data=_encode(session_id, records))
 
-    async def _prepare(self, session_id: str, plan: _Plan) -> LogWrite | None:
+    async def _prepare(self, session_id: str, plans: list[_Plan]) -> LogWrite | None:
         """Check one session's batches against its log under its lease (taken here if not
         held): the write to make, or ``None`` when the batches hold no record.
 
@@ -523,22 +505,23 @@ class JsonlStore:
         for seqs that do not continue the log or a log deleted or replaced under the lease;
         a lease taken here is given back then.
         """
+        path = plans[0].path
         took_lease = session_id not in self._held
         if took_lease:
-            await self._take_locked(session_id, plan.path)
+            await self._take_locked(session_id, path)
         held = self._held[session_id]
         try:
             if session_id not in self._last_seq:  # a failed write forgot it
-                await self._check_still_the_log(session_id, plan.path, held.log_id)
-                await self._load_end(session_id, plan.path)
+                await self._check_still_the_log(session_id, path, held.log_id)
+                await self._load_end(session_id, path)
             last = self._last_seq[session_id]
             parts: list[bytes] = []
-            for records, data in plan.batches:
-                if not records:
+            for plan in plans:
+                if not plan.records:
                     continue
-                check_follows(session_id, records[0].seq, last)
-                last = records[-1].seq
-                parts.append(data)
+                check_follows(session_id, plan.records[0].seq, last)
+                last = plan.records[-1].seq
+                parts.append(plan.data)
         except BaseException:
             if took_lease:
                 with anyio.CancelScope(shield=True):
@@ -548,7 +531,7 @@ class JsonlStore:
             return None
         return LogWrite(
             session_id=session_id,
-            path=plan.path,
+            path=path,
             data=b"".join(parts),
             last_seq=last,
             log_id=held.log_id,
@@ -716,15 +699,6 @@ class JsonlStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-
-
-def _check_dense(session_id: str, records: Sequence[Record]) -> None:
-    for previous, record in itertools.pairwise(records):
-        if record.seq != previous.seq + 1:
-            raise StoreError(
-                f"session {session_id!r}: seqs in a batch must be consecutive, "
-                f"got {previous.seq} then {record.seq}"
-            )
 
 
 def _encode(session_id: str, records: Sequence[Record]) -> bytes:

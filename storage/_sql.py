@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from stowage.core import (
     CompactionRecord,
@@ -29,12 +30,16 @@ __all__ = [
     "PlannedBatch",
     "SqlStoreBase",
     "append_one",
+    "check_consecutive",
     "check_continues",
     "check_follows",
     "decode_rows",
+    "group_by_session",
     "plan_batch",
     "plan_sessions",
 ]
+
+P = TypeVar("P")
 
 #: a store's ``append_batches``
 GroupAppend = Callable[
@@ -72,12 +77,7 @@ def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = Fal
     seqs = [record.seq for record in records]
     if create and seqs and seqs[0] != 1:
         raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {seqs[0]}")
-    for previous, seq in itertools.pairwise(seqs):
-        if seq != previous + 1:
-            raise StoreError(
-                f"session {session_id!r}: seqs in a batch must be consecutive, "
-                f"got {previous} then {seq}"
-            )
+    check_consecutive(session_id, seqs)
     try:
         rows = [(session_id, r.seq, encode_record(r).decode()) for r in records]
     except TypeError as exc:
@@ -96,6 +96,16 @@ def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = Fal
     )
 
 
+def check_consecutive(session_id: str, seqs: Sequence[int]) -> None:
+    """Raises ``StoreError`` naming the session unless ``seqs`` (a batch's) are consecutive."""
+    for previous, seq in itertools.pairwise(seqs):
+        if seq != previous + 1:
+            raise StoreError(
+                f"session {session_id!r}: seqs in a batch must be consecutive, "
+                f"got {previous} then {seq}"
+            )
+
+
 def plan_sessions(
     batches: Sequence[tuple[str, Sequence[Record]]],
 ) -> tuple[dict[str, list[PlannedBatch]], dict[str, Exception | None]]:
@@ -105,19 +115,30 @@ def plan_sessions(
     session id: ``None`` so far, or the error that refuses the session whole (one bad batch
     refuses its session's other batches in the group too).
     """
-    planned: dict[str, list[PlannedBatch]] = {}
+    return group_by_session(batches, plan_batch)
+
+
+def group_by_session(
+    batches: Sequence[tuple[str, Sequence[Record]]],
+    plan: Callable[[str, Sequence[Record]], P],
+) -> tuple[dict[str, list[P]], dict[str, Exception | None]]:
+    """``plan`` each batch of a group commit, grouped by session in their order; a session
+    one of whose batches ``plan`` refuses (``InvalidSessionId``, ``StoreError``) is refused
+    whole: its outcome holds why, and it is planned no further. Returns the plans of every
+    session that passed and an outcome (``None`` so far) per distinct session id."""
+    planned: dict[str, list[P]] = {}
     outcomes: dict[str, Exception | None] = {}
     for session_id, records in batches:
         if outcomes.get(session_id) is not None:
             continue
         try:
-            batch = plan_batch(session_id, records)
+            one = plan(session_id, records)
         except (InvalidSessionId, StoreError) as exc:
             outcomes[session_id] = exc
             planned.pop(session_id, None)
             continue
         outcomes[session_id] = None
-        planned.setdefault(session_id, []).append(batch)
+        planned.setdefault(session_id, []).append(one)
     return planned, outcomes
 
 
