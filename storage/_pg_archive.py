@@ -12,9 +12,7 @@ archive's highest seq. Appends never wait on it: they write seqs past the newest
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from stowage.core import CorruptLogError, Record
@@ -22,11 +20,11 @@ from stowage.core import CorruptLogError, Record
 from ._archive import (
     HEAD_CHARS,
     IDENTITY_KINDS,
+    ArchivePass,
     ArchiveReport,
     decode_candidates,
     head_like,
     identity_records,
-    move_in_batches,
 )
 from ._codec import decode_record
 
@@ -87,14 +85,11 @@ async def archive_session(
     pool: Any,
     tables: ArchiveTables,
     session_id: str,
-    *,
-    cutoff: datetime,
-    batch: int,
-    on_batch: Callable[[str, int], None] | None = None,
+    archiving: ArchivePass,
 ) -> ArchiveReport:
-    """Move the session's records covered by a compaction recorded at or before ``cutoff``
-    into the archive, ``batch`` seqs a transaction; ``on_batch(session_id, moved)`` after each
-    committed batch. Raises what asyncpg raises (the store maps it)."""
+    """Move the session's records covered by a compaction recorded at or before the pass's
+    cutoff into the archive, a batch a transaction (see ``ArchivePass``). Raises what asyncpg
+    raises (the store maps it)."""
     state = await pool.fetchrow(
         f"SELECT s.tail_from, (SELECT coalesce(max(a.seq), 0) FROM {tables.archive} AS a "
         f"WHERE a.session_id = s.session_id) AS archived FROM {tables.sessions} AS s "
@@ -130,13 +125,6 @@ async def archive_session(
             )
         )
 
-    return await move_in_batches(
-        session_id,
-        candidates,
-        cutoff=cutoff,
-        tail_from=tail_from,
-        archived=archived,
-        batch=batch,
-        move=move,
-        on_batch=on_batch,
+    return await archiving.move(
+        session_id, candidates, tail_from=tail_from, archived=archived, move=move
     )

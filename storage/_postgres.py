@@ -49,7 +49,7 @@ from stowage.core import (
     validate_session_id,
 )
 
-from ._archive import ARCHIVE_BATCH, ArchiveReport
+from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport
 from ._codec import decode_record
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._pg_append import fast_append_sql, plan_fast
@@ -620,7 +620,11 @@ class PostgresStore(SqlStoreBase):
             validate_session_id(session_id)
         pool = await self._db.get(write=True)
         with self._db.mapped():
-            cutoff = await pool.fetchval("SELECT now()") - older_than
+            archiving = ArchivePass(
+                cutoff=await pool.fetchval("SELECT now()") - older_than,
+                batch=batch,
+                on_batch=on_batch,
+            )
             if session_id is None:
                 rows = await pool.fetch(
                     f"SELECT session_id FROM {self._sessions} WHERE tail_from > 1 "
@@ -629,12 +633,7 @@ class PostgresStore(SqlStoreBase):
                 ids = [row["session_id"] for row in rows]
             else:
                 ids = [session_id]
-            return [
-                await archive_session(
-                    pool, self._tables, each, cutoff=cutoff, batch=batch, on_batch=on_batch
-                )
-                for each in ids
-            ]
+            return [await archive_session(pool, self._tables, each, archiving) for each in ids]
 
     async def missing(self) -> str | None:
         """What of the store does not exist yet: its database, its schema, or the tables in

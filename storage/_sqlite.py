@@ -46,10 +46,10 @@ from stowage.core import (
 
 from ._archive import (
     ARCHIVE_BATCH,
+    ArchivePass,
     ArchiveReport,
     decode_candidates,
     identity_records,
-    move_in_batches,
 )
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._search import Found, decode_found, like_patterns, scan_windows
@@ -309,7 +309,9 @@ class SqliteStore(SqlStoreBase):
         ``CorruptLogError``, ``StoreError``."""
         if session_id is not None:
             validate_session_id(session_id)
-        cutoff = datetime.now(UTC) - older_than
+        archiving = ArchivePass(
+            cutoff=datetime.now(UTC) - older_than, batch=batch, on_batch=on_batch
+        )
 
         def compacted(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
@@ -337,17 +339,11 @@ class SqliteStore(SqlStoreBase):
                 step = partial(move_batch, session_id=each, first=first, last=last)
                 return await self._run(step, write=True)
 
-            report = await move_in_batches(
-                each,
-                candidates,
-                cutoff=cutoff,
-                tail_from=tail_from,
-                archived=archived,
-                batch=batch,
-                move=move,
-                on_batch=on_batch,
+            reports.append(
+                await archiving.move(
+                    each, candidates, tail_from=tail_from, archived=archived, move=move
+                )
             )
-            reports.append(report)
         return reports
 
     async def exists(self, session_id: str) -> bool:
