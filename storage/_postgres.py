@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -65,8 +65,6 @@ from ._sql import SqlStoreBase, check_continues, decode_rows, plan_batch, plan_s
 from ._sql_leases import HeldLeases
 
 __all__ = ["PostgresStore"]
-
-T = TypeVar("T")
 
 
 class PostgresStore(SqlStoreBase):
