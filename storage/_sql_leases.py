@@ -12,6 +12,7 @@ lease, ``FencingError`` if its row moved on) and ``free`` (give rows back).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from stowage.core import FencingError, LeaseHolder, SessionBusy
 
@@ -20,30 +21,21 @@ from ._lease import Lease, LeaseHook, LeaseRow, Taken, busy, check_lease_row, le
 __all__ = ["HeldLeases"]
 
 
+@dataclass(eq=False, kw_only=True)
 class HeldLeases:
-    """The writer leases one SQL store object holds, by session id.
+    """The writer leases one SQL store object (``owner``) holds, by session id.
 
     ``where`` names the store in errors; ``dead_pid_frees`` says whether a holder's dead pid
     frees its lease (one machine: SQLite) or only expiry does (PostgreSQL).
     """
 
-    def __init__(
-        self,
-        *,
-        owner: str,
-        renew_every: float,
-        where: str,
-        dead_pid_frees: bool,
-        extend: LeaseHook,
-        free: Callable[[Sequence[Lease]], Awaitable[None]],
-    ) -> None:
-        self.owner = owner
-        self._renew_every = renew_every
-        self._where = where
-        self._dead_pid_frees = dead_pid_frees
-        self._extend = extend
-        self._free = free
-        self._held: dict[str, Lease] = {}
+    owner: str
+    renew_every: float
+    where: str
+    dead_pid_frees: bool
+    extend: LeaseHook
+    free: Callable[[Sequence[Lease]], Awaitable[None]]
+    _held: dict[str, Lease] = field(default_factory=dict, init=False)
 
     def get(self, session_id: str) -> Lease | None:
         """The lease held for the session, lost or not."""
@@ -83,21 +75,21 @@ class HeldLeases:
         if held is None or held.lost or not self.carries(row, held):
             return None
         if held.handed_out:
-            raise SessionBusy(session_id, held.holder, where=self._where)
+            raise SessionBusy(session_id, held.holder, where=self.where)
         return held
 
     def check_free(self, session_id: str, row: LeaseRow) -> None:
         """Raises ``SessionBusy`` naming the holder unless a new grant may take ``row``."""
-        if not lease_is_free(row, dead_pid_frees=self._dead_pid_frees):
-            raise busy(session_id, row, where=self._where)
+        if not lease_is_free(row, dead_pid_frees=self.dead_pid_frees):
+            raise busy(session_id, row, where=self.where)
 
     def holder_of(self, row: LeaseRow) -> LeaseHolder | None:
         """Who holds ``row``'s lease: None when it is free."""
-        return None if lease_is_free(row, dead_pid_frees=self._dead_pid_frees) else row.holder
+        return None if lease_is_free(row, dead_pid_frees=self.dead_pid_frees) else row.holder
 
     def check(self, lease: Lease, row: LeaseRow) -> None:
         """Raises ``FencingError`` (and marks ``lease`` lost) unless ``row`` still carries it."""
-        check_lease_row(lease.session_id, lease, row, owner=self.owner, where=self._where)
+        check_lease_row(lease.session_id, lease, row, owner=self.owner, where=self.where)
 
     def check_write(self, session_id: str, row: LeaseRow) -> bool:
         """Whether a write must take the lease first (none held and ``row`` free). Raises
@@ -130,7 +122,7 @@ class HeldLeases:
             token=token,
             holder=holder,
             repaired=None,
-            renew_every=self._renew_every,
+            renew_every=self.renew_every,
             renew=self._renew,
             release=self._release,
         )
@@ -154,11 +146,11 @@ class HeldLeases:
     async def _renew(self, lease: Lease) -> None:
         if self._held.get(lease.session_id) is not lease:
             raise FencingError(f"session {lease.session_id!r}: lease {lease.token} is not held")
-        await self._extend(lease)
+        await self.extend(lease)
 
     async def _release(self, lease: Lease) -> None:
         if self._held.get(lease.session_id) is not lease:
             return
         del self._held[lease.session_id]
         if not lease.lost:
-            await self._free([lease])
+            await self.free([lease])
