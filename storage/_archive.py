@@ -20,12 +20,13 @@ wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from stowage.core import (
     CompactionRecord,
+    CorruptLogError,
     ForkedFromRecord,
     Record,
     RewindRecord,
@@ -33,12 +34,16 @@ from stowage.core import (
     SettingsChangedRecord,
 )
 
+from ._codec import decode_record
+
 __all__ = [
     "ARCHIVE_BATCH",
+    "ArchivePass",
     "HEAD_CHARS",
     "IDENTITY_KINDS",
     "ArchiveReport",
     "archive_through",
+    "decode_candidates",
     "head_like",
     "identity_records",
 ]
@@ -94,3 +99,51 @@ def identity_records(candidates: Iterable[Record]) -> tuple[Record, ...]:
     """The records among ``candidates`` that resume folds a session's identity from (see
     ``IDENTITY_KINDS``), in their order. Pure."""
     return tuple(r for r in candidates if isinstance(r, _IDENTITY_TYPES))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchivePass:
+    """One run of ``archive`` over a store: records a compaction recorded before ``cutoff``
+    covers move, ``batch`` seqs a transaction, ``on_batch(session_id, moved)`` after each."""
+
+    cutoff: datetime
+    batch: int
+    on_batch: Callable[[str, int], None] | None = None
+
+    async def move(
+        self,
+        session_id: str,
+        candidates: Iterable[Record],
+        *,
+        tail_from: int,
+        archived: int,
+        move: Callable[[int, int], Awaitable[int]],
+    ) -> ArchiveReport:
+        """Archive what ``candidates`` (the compactions past ``archived``, decoded) let move,
+        a batch a call of ``move(first, last)`` (one transaction: it returns the rows it
+        moved). Raises what ``move`` raises."""
+        through = archive_through(candidates, cutoff=self.cutoff, tail_from=tail_from)
+        moved = 0
+        first = max(archived + 1, 2)  # seq 1, the session record, stays hot
+        while first <= through:
+            last = min(through, first + self.batch - 1)
+            count = await move(first, last)
+            moved += count
+            if self.on_batch is not None:
+                self.on_batch(session_id, count)
+            first = last + 1
+        return ArchiveReport(
+            session_id=session_id, moved=moved, archived_through=max(archived, through)
+        )
+
+
+def decode_candidates(rows: Iterable[tuple[int, str]], *, where: str) -> list[Record]:
+    """Decode candidate ``(seq, body)`` rows; ``CorruptLogError`` naming ``where`` and the seq
+    of a bad one."""
+    out: list[Record] = []
+    for seq, body in rows:
+        try:
+            out.append(decode_record(body))
+        except ValueError as exc:
+            raise CorruptLogError(str(exc), path=where, line=seq) from None
+    return out

@@ -10,7 +10,7 @@ type and the field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 from stowage.core import (
@@ -43,11 +43,18 @@ from stowage.core import (
 
 __all__ = ["FORMAT_VERSION", "decode_record", "encode_record"]
 
+T = TypeVar("T")
+
 FORMAT_VERSION = 1
 """The ``v`` every line carries; a reader refuses any other."""
 
 
 # -- encoding ---------------------------------------------------------------------------------
+
+
+def _head(r: Record, kind: str) -> dict[str, Any]:
+    """What every line starts with: the format version, seq, ts and the record type."""
+    return {"v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": kind}
 
 
 def _usage_out(usage: Usage | None) -> dict[str, int] | None:
@@ -67,14 +74,13 @@ def _usage_out(usage: Usage | None) -> dict[str, int] | None:
 
 def _enc_session(r: SessionRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "session",
-        "model": r.model, "context_window": r.context_window,
+        **_head(r, "session"), "model": r.model, "context_window": r.context_window,
         "tools": list(r.tools), "settings": r.settings,
     }  # fmt: skip
 
 
 def _enc_item(r: ItemRecord) -> dict[str, Any]:
-    out = {"v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "item"}
+    out = _head(r, "item")
     out["item"] = item_to_dict(r.item)
     if r.round is not None:
         out["round"] = r.round
@@ -83,8 +89,7 @@ def _enc_item(r: ItemRecord) -> dict[str, Any]:
 
 def _enc_round_committed(r: RoundCommittedRecord) -> dict[str, Any]:
     out = {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "round_committed",
-        "round": r.round, "usage": _usage_out(r.usage),
+        **_head(r, "round_committed"), "round": r.round, "usage": _usage_out(r.usage),
         "first_seq": r.first_seq, "last_seq": r.last_seq, "interrupted": r.interrupted,
         "truncated": r.truncated, "reported_usage": _usage_out(r.reported_usage),
     }  # fmt: skip
@@ -135,7 +140,7 @@ def _enc_compaction(r: CompactionRecord) -> dict[str, Any]:
 
 def _enc_compaction_fields(r: CompactionRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "compaction",
+        **_head(r, "compaction"),
         "kind": r.kind, "summary": r.summary, "covers_through": r.covers_through,
         "retained": [{"seq": e.seq, "item": item_to_dict(e.item)} for e in r.retained],
         "reason": r.reason, "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
@@ -148,8 +153,7 @@ def _enc_compaction_fields(r: CompactionRecord) -> dict[str, Any]:
 
 def _enc_microcompact(r: MicrocompactRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "microcompact",
-        "stubbed": list(r.stubbed), "reason": r.reason,
+        **_head(r, "microcompact"), "stubbed": list(r.stubbed), "reason": r.reason,
         "tokens_before": r.tokens_before, "tokens_after": r.tokens_after,
         "estimated": r.estimated,
     }  # fmt: skip
@@ -157,29 +161,25 @@ def _enc_microcompact(r: MicrocompactRecord) -> dict[str, Any]:
 
 def _enc_protected(r: ProtectedRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "protected",
-        "ops": list(r.ops), "source": r.source,
+        **_head(r, "protected"), "ops": list(r.ops), "source": r.source,
     }  # fmt: skip
 
 
 def _enc_turn(r: TurnRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "turn",
-        "turn": r.turn, "phase": r.phase,
+        **_head(r, "turn"), "turn": r.turn, "phase": r.phase,
     }  # fmt: skip
 
 
 def _enc_error(r: ErrorRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "error",
-        "kind": r.kind, "message": r.message,
+        **_head(r, "error"), "kind": r.kind, "message": r.message,
     }  # fmt: skip
 
 
 def _enc_approval(r: ApprovalRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "approval",
-        "call_id": r.call_id, "decision": r.decision,
+        **_head(r, "approval"), "call_id": r.call_id, "decision": r.decision,
     }  # fmt: skip
     if r.reason is not None:
         out["reason"] = r.reason
@@ -190,15 +190,13 @@ def _enc_approval(r: ApprovalRecord) -> dict[str, Any]:
 
 def _enc_progress(r: ProgressRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "progress",
-        "call_id": r.call_id, "text": r.text,
+        **_head(r, "progress"), "call_id": r.call_id, "text": r.text,
     }  # fmt: skip
 
 
 def _enc_milestone(r: MilestoneRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "milestone",
-        "name": r.name, "source": r.source,
+        **_head(r, "milestone"), "name": r.name, "source": r.source,
     }  # fmt: skip
     if r.note is not None:
         out["note"] = r.note
@@ -207,22 +205,20 @@ def _enc_milestone(r: MilestoneRecord) -> dict[str, Any]:
 
 def _enc_settings_changed(r: SettingsChangedRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "settings_changed",
-        "changes": r.changes, "source": r.source,
+        **_head(r, "settings_changed"), "changes": r.changes, "source": r.source,
     }  # fmt: skip
 
 
 def _enc_forked_from(r: ForkedFromRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "forked_from",
-        "parent_id": r.parent_id, "through_seq": r.through_seq, "through_round": r.through_round,
+        **_head(r, "forked_from"), "parent_id": r.parent_id,
+        "through_seq": r.through_seq, "through_round": r.through_round,
     }  # fmt: skip
 
 
 def _enc_rewind(r: RewindRecord) -> dict[str, Any]:
     return {
-        "v": FORMAT_VERSION, "seq": r.seq, "ts": r.ts, "type": "rewind",
-        "to_round": r.to_round, "to_seq": r.to_seq,
+        **_head(r, "rewind"), "to_round": r.to_round, "to_seq": r.to_seq,
     }  # fmt: skip
 
 
@@ -331,36 +327,29 @@ def _usage_in(d: dict[str, Any]) -> Usage | None:
     )
 
 
-def _kind(value: Any) -> CompactionKind:
-    if value == "full":
-        return "full"
-    if value == "fallback":
-        return "fallback"
-    raise ValueError(f"field 'kind' must be 'full' or 'fallback', got {value!r}")
+_KINDS: tuple[CompactionKind, ...] = ("full", "fallback")
+_SOURCES: tuple[Literal["user", "summarizer", "tools"], ...] = ("user", "summarizer", "tools")
+_PHASES: tuple[Literal["started", "finished", "interrupted", "stopped"], ...] = (
+    "started",
+    "finished",
+    "interrupted",
+    "stopped",
+)
+_DECISIONS: tuple[Literal["requested", "approved", "denied"], ...] = (
+    "requested",
+    "approved",
+    "denied",
+)
+_MILESTONE_SOURCES: tuple[Literal["user", "model"], ...] = ("user", "model")
 
 
-def _source(value: Any) -> Literal["user", "summarizer", "tools"]:
-    if value == "user":
-        return "user"
-    if value == "summarizer":
-        return "summarizer"
-    if value == "tools":
-        return "tools"
-    raise ValueError(f"field 'source' must be 'user', 'summarizer' or 'tools', got {value!r}")
-
-
-def _phase(value: Any) -> Literal["started", "finished", "interrupted", "stopped"]:
-    if value == "started":
-        return "started"
-    if value == "finished":
-        return "finished"
-    if value == "interrupted":
-        return "interrupted"
-    if value == "stopped":
-        return "stopped"
-    raise ValueError(
-        f"field 'phase' must be 'started', 'finished', 'interrupted' or 'stopped', got {value!r}"
-    )
+def _choice(value: Any, key: str, choices: tuple[T, ...]) -> T:
+    """``value`` as the one of ``choices`` it equals; ``ValueError`` naming them otherwise."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    named = " or ".join((", ".join(map(repr, choices[:-1])), repr(choices[-1])))
+    raise ValueError(f"field {key!r} must be {named}, got {value!r}")
 
 
 def _dec_session(d: dict[str, Any]) -> SessionRecord:
@@ -449,7 +438,7 @@ def _dec_compaction(d: dict[str, Any]) -> CompactionRecord:
     return CompactionRecord(
         seq=_int(d, "seq"),
         ts=_str(d, "ts"),
-        kind=_kind(d.get("kind", "full")),
+        kind=_choice(d.get("kind", "full"), "kind", _KINDS),
         summary=_str(d, "summary"),
         covers_through=_int(d, "covers_through"),
         retained=tuple(_entry(e) for e in _list(d, "retained")),
@@ -534,12 +523,12 @@ def _dec_protected(d: dict[str, Any]) -> ProtectedRecord:
     ops = _list(d, "ops")
     if not all(isinstance(op, dict) for op in ops):
         raise ValueError("field 'ops' must be a list of objects")
-    source = _source(d.get("source", "user"))
+    source = _choice(d.get("source", "user"), "source", _SOURCES)
     return ProtectedRecord(seq=_int(d, "seq"), ts=_str(d, "ts"), ops=tuple(ops), source=source)
 
 
 def _dec_turn(d: dict[str, Any]) -> TurnRecord:
-    phase = _phase(d["phase"])
+    phase = _choice(d["phase"], "phase", _PHASES)
     return TurnRecord(seq=_int(d, "seq"), ts=_str(d, "ts"), turn=_int(d, "turn"), phase=phase)
 
 
@@ -550,11 +539,7 @@ def _dec_error(d: dict[str, Any]) -> ErrorRecord:
 
 
 def _dec_approval(d: dict[str, Any]) -> ApprovalRecord:
-    decision = d["decision"]
-    if decision not in ("requested", "approved", "denied"):
-        raise ValueError(
-            f"field 'decision' must be 'requested', 'approved' or 'denied', got {decision!r}"
-        )
+    decision = _choice(d["decision"], "decision", _DECISIONS)
     reason, detail = d.get("reason"), d.get("detail")
     for name, value in (("reason", reason), ("detail", detail)):
         if value is not None and not isinstance(value, str):
@@ -572,9 +557,7 @@ def _dec_progress(d: dict[str, Any]) -> ProgressRecord:
 
 
 def _dec_milestone(d: dict[str, Any]) -> MilestoneRecord:
-    source = d.get("source", "user")
-    if source not in ("user", "model"):
-        raise ValueError(f"field 'source' must be 'user' or 'model', got {source!r}")
+    source = _choice(d.get("source", "user"), "source", _MILESTONE_SOURCES)
     note = d.get("note")
     if note is not None and not isinstance(note, str):
         raise ValueError(f"field 'note' must be a string, got {type(note).__name__}")

@@ -36,12 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import os
-import secrets
 import weakref
-from collections.abc import Iterable, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -55,7 +52,6 @@ from stowage.core import (
     ConfigError,
     Durability,
     FencingError,
-    InvalidSessionId,
     LeaseHolder,
     LogRead,
     Record,
@@ -64,15 +60,16 @@ from stowage.core import (
     SessionNotFound,
     StoreError,
     TornTail,
-    validate_session_id,
 )
 
 from ._codec import encode_record
 from ._fdcache import FdCache
+from ._jsonl_files import FileId, LogFiles, LogWrite, log_gone
 from ._jsonl_lock import LeaseTable, holder_of_file
 from ._jsonl_scan import LogEnd, NeedFullScan, Suffix, parse_all, scan_end, tail_of, tail_records
 from ._lease import Lease, new_owner
 from ._search import Found, scan_file
+from ._sql import append_one, check_consecutive, check_follows, group_by_session
 from ._syncfs import load_syncfs
 from ._writer_thread import WriterThread
 
@@ -80,13 +77,11 @@ __all__ = ["JsonlStore"]
 
 log = structlog.get_logger("stowage.storage")
 
-_SUFFIX = ".jsonl"
-_LOCK_SUFFIX = ".lock"
 _PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loop
-_sync_data = getattr(os, "fdatasync", os.fsync)  # data + size is all an append needs
 
 
-_FileId = tuple[int, int]  # (st_dev, st_ino): which file a path named when the lease was taken
+#: reads a log: ``(session_id, path) -> (records, where it ends)``
+_Reader = Callable[[str, str], Awaitable[tuple[tuple[Record, ...], LogEnd]]]
 
 
 @dataclass(eq=False, slots=True)
@@ -95,29 +90,18 @@ class _Held:
     log file it writes (``None`` until the log exists)."""
 
     lease: Lease
-    log_id: _FileId | None = None
+    log_id: FileId | None = None
     #: the log's path, checked once under this lease (appends do not resolve it again)
     path: str | None = None
 
 
-@dataclass(eq=False, slots=True)
-class _Plan:
-    """One session's batches of a group commit, checked and encoded, in their order."""
-
-    path: str
-    batches: list[tuple[Sequence[Record], bytes]]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Write:
-    """What a group commit writes to one session's log, and what it needs to check first."""
+class _Plan:
+    """One batch of a group commit, checked and encoded, and the log it goes to."""
 
-    session_id: str
     path: str
+    records: Sequence[Record]
     data: bytes
-    last_seq: int
-    log_id: _FileId | None
-    took_lease: bool  # taken by this group commit: given back if the write fails
 
 
 @dataclass(eq=False, slots=True)
@@ -184,12 +168,6 @@ class _Holding:
                 del self._slots[session_id]
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:  # a regular file rarely writes short, but it is allowed to
-        view = view[os.write(fd, view) :]
-
-
 class JsonlStore:
     """Session logs as ``<root>/<session_id>.jsonl``, one record per line, each written under
     the session's writer lease: a lock on its byte of ``<root>/.leases.lock``, its holder named
@@ -219,10 +197,14 @@ class JsonlStore:
             raise ConfigError(f"store root {str(root)!r} exists and is not a directory")
         self._root = os.path.realpath(root)
         self._durability: Durability = durability
-        self._fsync = durability != "none"
-        # a group commit of several logs: one syncfs instead of an fdatasync each
-        self._syncfs = load_syncfs() if durability == "syncfs" else None
         self._fds = FdCache(max_open_files)
+        self._files = LogFiles(
+            self._root,
+            fds=self._fds,
+            fsync=durability != "none",
+            # a group commit of several logs: one syncfs instead of an fdatasync each
+            syncfs=load_syncfs() if durability == "syncfs" else None,
+        )
         self._locks = _SessionLocks()
         self._owner = new_owner()
         self._leases = LeaseTable(self._root, self._owner)
@@ -255,13 +237,15 @@ class JsonlStore:
         the lease out already, ``CorruptLogError`` for a bad line that is not a torn tail, and
         ``StoreError`` when the lock file cannot be written.
         """
-        path = self._path(session_id)
+        path = self._files.path(session_id)
         async with self._locks.hold((session_id,)):
             self._check_open()
             held = self._held.get(session_id)
             if held is not None:
                 if held.lease.handed_out:
-                    raise SessionBusy(session_id, held.lease.holder, where=self._lock_path(path))
+                    raise SessionBusy(
+                        session_id, held.lease.holder, where=self._files.lock_path(path)
+                    )
                 held.lease.handed_out = True  # taken by a write; now the caller's
                 return held.lease
             lease = await self._take_locked(session_id, path)
@@ -279,10 +263,10 @@ class JsonlStore:
         Raises ``InvalidSessionId``, ``SessionExists``, ``SessionBusy`` when another writer
         holds the lock of a session not created yet, or ``StoreError`` for bad seqs or I/O.
         """
-        path = self._path(session_id)
+        path = self._files.path(session_id)
         if records and records[0].seq != 1:
             raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {records[0].seq}")
-        _check_dense(session_id, records)
+        check_consecutive(session_id, [record.seq for record in records])
         data = _encode(session_id, records)
         async with self._locks.hold((session_id,)):
             self._check_open()
@@ -297,7 +281,7 @@ class JsonlStore:
                         ) from None
                     raise
             try:
-                log_id = await anyio.to_thread.run_sync(self._create_sync, session_id, path, data)
+                log_id = await anyio.to_thread.run_sync(self._files.create, session_id, path, data)
             except BaseException:
                 if taken is not None:
                     with anyio.CancelScope(shield=True):
@@ -316,9 +300,7 @@ class JsonlStore:
         the seqs do not continue the log exactly, when the log was deleted or replaced while
         this store held it, or on I/O failure (then nothing of the batch remains).
         """
-        error = (await self.append_batches(((session_id, records),)))[session_id]
-        if error is not None:
-            raise error
+        await append_one(self.append_batches, session_id, records)
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
@@ -333,12 +315,12 @@ class JsonlStore:
         Raises ``StoreError`` only when the store is closed; anything unexpected in the
         writing thread cuts every file of the group back and is raised.
         """
-        planned, outcomes = self._plan(batches)
+        planned, outcomes = group_by_session(batches, self._plan)
         if not planned:
             return outcomes
         async with self._locks.hold(planned):
             self._check_open()
-            writes: list[_Write] = []
+            writes: list[LogWrite] = []
             for session_id in sorted(planned):
                 try:
                     write = await self._prepare(session_id, planned[session_id])
@@ -350,7 +332,7 @@ class JsonlStore:
             if not writes:
                 return outcomes
             try:
-                failed = await self._writer.run(self._write_group, writes)
+                failed = await self._writer.run(self._files.write_group, writes)
             except BaseException:
                 for write in writes:  # the files are the truth again; reload on next use
                     self._last_seq.pop(write.session_id, None)
@@ -381,16 +363,7 @@ class JsonlStore:
         Raises ``InvalidSessionId``, ``SessionNotFound``, ``CorruptLogError`` naming the file and
         line of a bad record that is not a torn tail, or of a seq out of place.
         """
-        path = self._path(session_id)
-        async with self._locks.hold((session_id,)):
-            self._check_open()
-            records, end = await self._read_locked(session_id, path)
-            if end.torn_bytes and repair:
-                cut = await self._repair_as_writer(session_id, path)
-                if cut is not False:
-                    records, _ = await self._read_locked(session_id, path)
-                    return LogRead(records=tuple(records), torn_tail=cut)
-            return LogRead(records=tuple(records), torn_tail=self._report(path, end))
+        return await self._read_repairing(session_id, self._read_whole, repair=repair)
 
     async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
         """The session record, then every record from the newest compaction's
@@ -398,16 +371,7 @@ class JsonlStore:
 
         Torn tails and errors as ``read``.
         """
-        path = self._path(session_id)
-        async with self._locks.hold((session_id,)):
-            self._check_open()
-            records, end = await self._read_tail_or_all(session_id, path)
-            if end.torn_bytes and repair:
-                cut = await self._repair_as_writer(session_id, path)
-                if cut is not False:
-                    records, _ = await self._read_tail_or_all(session_id, path)
-                    return LogRead(records=records, torn_tail=cut)
-            return LogRead(records=records, torn_tail=self._report(path, end))
+        return await self._read_repairing(session_id, self._read_tail_or_all, repair=repair)
 
     async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
         """The item records whose line may hold every one of ``words``, in one streaming
@@ -415,14 +379,14 @@ class JsonlStore:
         no lock: a line still being appended is not a record yet, and a search must not keep
         the session's writes waiting. Raises ``InvalidSessionId``, ``SessionNotFound``,
         ``CorruptLogError``, ``StoreError``."""
-        path = self._path(session_id)
+        path = self._files.path(session_id)
         self._check_open()
         scan = functools.partial(scan_file, path, session_id, words, deadline=deadline)
         return await anyio.to_thread.run_sync(scan)
 
     async def exists(self, session_id: str) -> bool:
         """Whether a log exists for the id; raises ``InvalidSessionId``."""
-        path = self._path(session_id)
+        path = self._files.path(session_id)
         return await aiofiles.os.path.isfile(path)
 
     async def lease_holder(self, session_id: str) -> LeaseHolder | None:
@@ -431,14 +395,14 @@ class JsonlStore:
         held = self._held.get(session_id)
         if held is not None:
             return held.lease.holder
-        lock_path = self._lock_path(self._path(session_id))
+        lock_path = self._files.lock_path(self._files.path(session_id))
         return await anyio.to_thread.run_sync(holder_of_file, self._root, session_id, lock_path)
 
     async def list_sessions(self) -> list[str]:
         """Ids of every log under the root (none if it does not exist), sorted; raises
         ``StoreError`` if it cannot list."""
         try:
-            return await anyio.to_thread.run_sync(self._list_sync)
+            return await anyio.to_thread.run_sync(self._files.list_sessions)
         except OSError as exc:
             raise StoreError(f"cannot list store root {self._root!r}: {exc}") from exc
 
@@ -463,7 +427,7 @@ class JsonlStore:
     ) -> tuple[int, LeaseHolder]:
         """Take the session's lock: ``(token, holder)``; ``SessionBusy`` if held.
         With ``make_root``, the root is created first (in the same thread hop)."""
-        lock_path = self._lock_path(path)
+        lock_path = self._files.lock_path(path)
         try:
             return await anyio.to_thread.run_sync(self._lock_sync, session_id, lock_path, make_root)
         except OSError as exc:
@@ -472,7 +436,7 @@ class JsonlStore:
     async def _unlock(self, session_id: str, path: str, token: int) -> None:
         """Give back a lock ``_lock`` took."""
         release = self._leases.release
-        await anyio.to_thread.run_sync(release, session_id, self._lock_path(path), token)
+        await anyio.to_thread.run_sync(release, session_id, self._files.lock_path(path), token)
 
     def _hold(
         self,
@@ -481,7 +445,7 @@ class JsonlStore:
         holder: LeaseHolder,
         *,
         repaired: TornTail | None,
-        log_id: _FileId | None = None,
+        log_id: FileId | None = None,
     ) -> Lease:
         lease = Lease(
             session_id=session_id,
@@ -510,7 +474,7 @@ class JsonlStore:
             raise
         return self._hold(session_id, token, holder, repaired=repaired, log_id=log_id)
 
-    async def _log_id(self, session_id: str, path: str) -> _FileId:
+    async def _log_id(self, session_id: str, path: str) -> FileId:
         try:
             info = await aiofiles.os.stat(path)
         except FileNotFoundError:
@@ -521,36 +485,19 @@ class JsonlStore:
 
     # -- group commits ----------------------------------------------------------------------
 
-    def _plan(
-        self, batches: Sequence[tuple[str, Sequence[Record]]]
-    ) -> tuple[dict[str, _Plan], dict[str, Exception | None]]:
-        """Group the batches by session and check and encode them; a session with a bad
-        batch is refused whole (its outcome holds why) and planned no further."""
-        planned: dict[str, _Plan] = {}
-        outcomes: dict[str, Exception | None] = {}
-        for session_id, records in batches:
-            if outcomes.get(session_id) is not None:
-                continue
-            try:
-                held = self._held.get(session_id)
-                path = held.path if held is not None else None
-                if path is None:
-                    path = self._path(session_id)
-                    if held is not None:
-                        held.path = path
-                _check_dense(session_id, records)
-                data = _encode(session_id, records)
-            except (InvalidSessionId, StoreError) as exc:
-                outcomes[session_id] = exc
-                planned.pop(session_id, None)
-                continue
-            outcomes[session_id] = None
-            planned.setdefault(session_id, _Plan(path=path, batches=[])).batches.append(
-                (records, data)
-            )
-        return planned, outcomes
+    def _plan(self, session_id: str, records: Sequence[Record]) -> _Plan:
+        """Check and encode one batch (see ``group_by_session``); raises ``InvalidSessionId``,
+        ``StoreError``."""
+        held = self._held.get(session_id)
+        path = held.path if held is not None else None
+        if path is None:
+            path = self._files.path(session_id)
+            if held is not None:
+                held.path = path
+        check_consecutive(session_id, [record.seq for record in records])
+        return _Plan(path=path, records=records, data=_encode(session_id, records))
 
-    async def _prepare(self, session_id: str, plan: _Plan) -> _Write | None:
+    async def _prepare(self, session_id: str, plans: list[_Plan]) -> LogWrite | None:
         """Check one session's batches against its log under its lease (taken here if not
         held): the write to make, or ``None`` when the batches hold no record.
 
@@ -558,28 +505,23 @@ class JsonlStore:
         for seqs that do not continue the log or a log deleted or replaced under the lease;
         a lease taken here is given back then.
         """
+        path = plans[0].path
         took_lease = session_id not in self._held
         if took_lease:
-            await self._take_locked(session_id, plan.path)
+            await self._take_locked(session_id, path)
         held = self._held[session_id]
         try:
             if session_id not in self._last_seq:  # a failed write forgot it
-                await self._check_still_the_log(session_id, plan.path, held.log_id)
-                await self._load_end(session_id, plan.path)
+                await self._check_still_the_log(session_id, path, held.log_id)
+                await self._load_end(session_id, path)
             last = self._last_seq[session_id]
             parts: list[bytes] = []
-            for records, data in plan.batches:
-                if not records:
+            for plan in plans:
+                if not plan.records:
                     continue
-                first = records[0].seq
-                if first != last + 1:
-                    problem = "gap" if first > last + 1 else "regression"
-                    raise StoreError(
-                        f"session {session_id!r}: seq {problem}: batch starts at seq {first} "
-                        f"but the log ends at seq {last} (expected {last + 1})"
-                    )
-                last = records[-1].seq
-                parts.append(data)
+                check_follows(session_id, plan.records[0].seq, last)
+                last = plan.records[-1].seq
+                parts.append(plan.data)
         except BaseException:
             if took_lease:
                 with anyio.CancelScope(shield=True):
@@ -587,29 +529,27 @@ class JsonlStore:
             raise
         if not parts:
             return None
-        return _Write(
+        return LogWrite(
             session_id=session_id,
-            path=plan.path,
+            path=path,
             data=b"".join(parts),
             last_seq=last,
             log_id=held.log_id,
             took_lease=took_lease,
         )
 
-    async def _check_still_the_log(
-        self, session_id: str, path: str, log_id: _FileId | None
-    ) -> None:
+    async def _check_still_the_log(self, session_id: str, path: str, log_id: FileId | None) -> None:
         """Before a held log is read again: raises ``StoreError`` if it is gone or replaced."""
         if log_id is None:
             return
         try:
             info = await aiofiles.os.stat(path)
         except FileNotFoundError:
-            raise _log_gone(session_id, path, "deleted or moved away") from None
+            raise log_gone(session_id, path, "deleted or moved away") from None
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc}") from exc
         if (info.st_dev, info.st_ino) != log_id:
-            raise _log_gone(session_id, path, "replaced by another file")
+            raise log_gone(session_id, path, "replaced by another file")
 
     async def _drop_locked(self, lease: Lease) -> None:
         held = self._held.get(lease.session_id)
@@ -619,7 +559,7 @@ class JsonlStore:
         lease.released = True
         self._last_seq.pop(lease.session_id, None)  # another writer may append from now on
         self._fds.discard(lease.session_id)
-        await self._unlock(lease.session_id, self._path(lease.session_id), lease.token)
+        await self._unlock(lease.session_id, self._files.path(lease.session_id), lease.token)
 
     async def _release_lease(self, lease: Lease) -> None:
         async with self._locks.hold((lease.session_id,)):  # after the writes in flight
@@ -659,6 +599,24 @@ class JsonlStore:
         return TornTail(path=path, line=line, bytes_removed=end.torn_bytes, removed=False)
 
     # -- reading ----------------------------------------------------------------------------
+
+    async def _read_repairing(self, session_id: str, read: _Reader, *, repair: bool) -> LogRead:
+        """``read`` the log; a torn tail is cut first when ``repair`` and this store holds or
+        can take the lease, else reported (see ``read``)."""
+        path = self._files.path(session_id)
+        async with self._locks.hold((session_id,)):
+            self._check_open()
+            records, end = await read(session_id, path)
+            if end.torn_bytes and repair:
+                cut = await self._repair_as_writer(session_id, path)
+                if cut is not False:
+                    records, _ = await read(session_id, path)
+                    return LogRead(records=records, torn_tail=cut)
+            return LogRead(records=records, torn_tail=self._report(path, end))
+
+    async def _read_whole(self, session_id: str, path: str) -> tuple[tuple[Record, ...], LogEnd]:
+        records, end = await self._read_locked(session_id, path)
+        return tuple(records), end
 
     async def _read_tail_or_all(
         self, session_id: str, path: str
@@ -718,7 +676,7 @@ class JsonlStore:
     async def _cut(self, session_id: str, path: str, end: LogEnd) -> TornTail | None:
         if not end.torn_bytes:
             return None
-        await anyio.to_thread.run_sync(self._truncate_sync, path, end.good_end)
+        await anyio.to_thread.run_sync(self._files.truncate, path, end.good_end)
         line = end.last.seq + 1 if end.last is not None else 1
         log.warning(
             "log_torn_tail_repaired",
@@ -731,180 +689,16 @@ class JsonlStore:
 
     # -- blocking parts, run in a worker thread ---------------------------------------------
 
-    def _create_sync(self, session_id: str, path: str, data: bytes) -> _FileId:
-        # Written under a temporary name and linked into place, so a crash never leaves a
-        # half-created log, and link() refuses an existing name atomically.
-        temp = os.path.join(self._root, f".{session_id}.{secrets.token_hex(4)}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        try:
-            fd = os.open(temp, flags, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot create a log for session {session_id!r}: {exc}") from exc
-        try:
-            try:
-                _write_all(fd, data)
-                if self._fsync:
-                    _sync_data(fd)
-                os.link(temp, path)
-            finally:
-                with suppress(OSError):
-                    os.unlink(temp)
-            if self._fsync:
-                self._sync_root()
-        except FileExistsError:
-            os.close(fd)
-            raise SessionExists(f"session {session_id!r} already has a log at {path}") from None
-        except OSError as exc:
-            os.close(fd)
-            raise StoreError(f"cannot create {path}: {exc}") from exc
-        info = os.fstat(fd)
-        self._fds.adopt(session_id, fd)  # the same inode, now named path
-        return info.st_dev, info.st_ino
-
-    def _write_group(self, writes: list[_Write]) -> dict[str, StoreError]:
-        """Write each session's bytes to its own log, then sync each log once; returns the
-        sessions that failed on their own file (gone, replaced, a write or sync error), each
-        cut back to where it stood. Anything else cuts every file back and is raised."""
-        failed: dict[str, StoreError] = {}
-        pinned: list[str] = []
-        written: list[tuple[_Write, int, int]] = []  # (write, fd, size before the write)
-        try:
-            for write in writes:
-                opener = functools.partial(_open_append, write.path)
-                try:
-                    fd = self._fds.acquire(write.session_id, opener)
-                except FileNotFoundError:
-                    failed[write.session_id] = _log_gone(
-                        write.session_id, write.path, "deleted or moved away"
-                    )
-                    continue
-                except OSError as exc:
-                    failed[write.session_id] = _write_failed(write, exc)
-                    continue
-                pinned.append(write.session_id)
-                size: int | None = None
-                try:
-                    size = _size_of_the_same_log(write, fd)
-                    _write_all(fd, write.data)
-                except (OSError, StoreError) as exc:
-                    if size is not None:
-                        with suppress(OSError):
-                            os.ftruncate(fd, size)
-                    self._fds.discard(write.session_id)
-                    failed[write.session_id] = _write_failed(write, exc)
-                    continue
-                except BaseException:
-                    if size is not None:  # cut back with the others below
-                        written.append((write, fd, size))
-                    raise
-                written.append((write, fd, size))
-            if self._syncfs is not None and len(written) > 1:
-                try:
-                    self._syncfs(written[0][1])
-                except OSError as exc:
-                    # which log it was is not known: none of them is acknowledged
-                    for write, fd, size in written:
-                        failed[write.session_id] = self._cut_back(write, fd, size, exc)
-            elif self._fsync:
-                for write, fd, size in written:
-                    try:
-                        _sync_data(fd)
-                    except OSError as exc:
-                        failed[write.session_id] = self._cut_back(write, fd, size, exc)
-        except BaseException:
-            # Not one file's failure: cut every file back, so nothing unacknowledged survives.
-            for _, fd, size in written:
-                with suppress(OSError):
-                    os.ftruncate(fd, size)
-            for session_id in pinned:
-                self._fds.discard(session_id)
-            raise
-        finally:
-            for session_id in pinned:
-                self._fds.release(session_id)
-        return failed
-
-    def _cut_back(self, write: _Write, fd: int, size: int, exc: OSError) -> StoreError:
-        """A log whose write or sync failed, cut back to ``size`` (where it stood) and its
-        descriptor dropped; the error its session gets."""
-        with suppress(OSError):
-            os.ftruncate(fd, size)
-        self._fds.discard(write.session_id)
-        return _write_failed(write, exc)
-
     def _lock_sync(
         self, session_id: str, lock_path: str, make_root: bool
     ) -> tuple[int, LeaseHolder]:
         if make_root:
-            self._make_root()  # raises StoreError, not OSError: not a failure to lock
+            self._files.make_root()  # raises StoreError, not OSError: not a failure to lock
         return self._leases.take(session_id, lock_path)
-
-    def _make_root(self) -> None:
-        try:
-            Path(self._root).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create store root {self._root!r}: {exc}") from exc
-
-    def _list_sync(self) -> list[str]:
-        ids: list[str] = []
-        if not os.path.isdir(self._root):
-            return ids
-        with os.scandir(self._root) as entries:
-            for entry in entries:
-                if entry.name.endswith(_SUFFIX) and entry.is_file():
-                    with suppress(InvalidSessionId):
-                        ids.append(validate_session_id(entry.name[: -len(_SUFFIX)]))
-        return sorted(ids)
-
-    def _truncate_sync(self, path: str, size: int) -> None:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.ftruncate(fd, size)
-                if self._fsync:
-                    _sync_data(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(f"cannot cut the torn tail of {path}: {exc}") from exc
-
-    def _sync_root(self) -> None:
-        # A new file's name is durable only once its directory is synced.
-        fd = os.open(self._root, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _path(self, session_id: str) -> str:
-        validate_session_id(session_id)
-        path = os.path.join(self._root, session_id + _SUFFIX)
-        # Defence in depth: the id pattern already rules out separators and dot names, but a
-        # symlink planted under the root must not lead a write elsewhere either. The root is
-        # resolved already and the name has no separator, so only the name itself can be a
-        # link: one lstat, and the whole path resolved only when it is one.
-        if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != self._root:
-            raise InvalidSessionId(f"session id {session_id!r} resolves outside {self._root!r}")
-        return path
-
-    @staticmethod
-    def _lock_path(path: str) -> str:
-        return path[: -len(_SUFFIX)] + _LOCK_SUFFIX
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-
-
-def _check_dense(session_id: str, records: Sequence[Record]) -> None:
-    for previous, record in itertools.pairwise(records):
-        if record.seq != previous.seq + 1:
-            raise StoreError(
-                f"session {session_id!r}: seqs in a batch must be consecutive, "
-                f"got {previous.seq} then {record.seq}"
-            )
 
 
 def _encode(session_id: str, records: Sequence[Record]) -> bytes:
@@ -912,38 +706,3 @@ def _encode(session_id: str, records: Sequence[Record]) -> bytes:
         return b"".join(map(encode_record, records))
     except TypeError as exc:
         raise StoreError(f"session {session_id!r}: a record cannot be encoded: {exc}") from exc
-
-
-def _open_append(path: str) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-
-
-def _size_of_the_same_log(write: _Write, fd: int) -> int:
-    """The size of the open log ``fd``, once it is known to be the session's log still: the
-    file its path names (so not unlinked: ``st_nlink`` 0 never passes) and the file the lease
-    was taken on (``fd`` may have been reopened by path after the cache evicted it). Raises
-    ``StoreError`` naming the file otherwise."""
-    info = os.fstat(fd)
-    try:
-        named = os.stat(write.path, follow_symlinks=False)
-    except FileNotFoundError:
-        raise _log_gone(write.session_id, write.path, "deleted or moved away") from None
-    here = (info.st_dev, info.st_ino)
-    if (named.st_dev, named.st_ino) != here or write.log_id not in (None, here):
-        raise _log_gone(write.session_id, write.path, "replaced by another file")
-    return info.st_size
-
-
-def _log_gone(session_id: str, path: str, what: str) -> StoreError:
-    return StoreError(
-        f"session {session_id!r}: its log {path} was {what} while the session was being "
-        "written; nothing of the batch was written (a reader would never see it)"
-    )
-
-
-def _write_failed(write: _Write, exc: OSError | StoreError) -> StoreError:
-    if isinstance(exc, StoreError):
-        return exc
-    error = StoreError(f"cannot append to session {write.session_id!r} ({write.path}): {exc}")
-    error.__cause__ = exc
-    return error

@@ -22,7 +22,6 @@ __all__ = [
     "Lease",
     "LeaseHook",
     "Taken",
-    "register_lease",
     "LeaseRow",
     "busy",
     "check_lease_row",
@@ -183,26 +182,3 @@ def lease_times(ttl: float, renew_every: float | None) -> tuple[float, float]:
 #: a grant as a transaction made it: (session_id, token, holder), registered once committed
 Taken = tuple[str, int, LeaseHolder]
 LeaseHook = Callable[[Lease], Awaitable[None]]
-
-
-def register_lease(
-    held: dict[str, Lease],
-    taken: Taken,
-    *,
-    renew_every: float | None,
-    renew: LeaseHook,
-    release: LeaseHook,
-) -> Lease:
-    """Record a committed grant in a store's ``held`` map and return its lease. Raises nothing."""
-    session_id, token, holder = taken
-    lease = Lease(
-        session_id=session_id,
-        token=token,
-        holder=holder,
-        repaired=None,
-        renew_every=renew_every,
-        renew=renew,
-        release=release,
-    )
-    held[session_id] = lease
-    return lease

@@ -12,9 +12,7 @@ archive's highest seq. Appends never wait on it: they write seqs past the newest
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from stowage.core import CorruptLogError, Record
@@ -22,8 +20,9 @@ from stowage.core import CorruptLogError, Record
 from ._archive import (
     HEAD_CHARS,
     IDENTITY_KINDS,
+    ArchivePass,
     ArchiveReport,
-    archive_through,
+    decode_candidates,
     head_like,
     identity_records,
 )
@@ -86,14 +85,11 @@ async def archive_session(
     pool: Any,
     tables: ArchiveTables,
     session_id: str,
-    *,
-    cutoff: datetime,
-    batch: int,
-    on_batch: Callable[[str, int], None] | None = None,
+    archiving: ArchivePass,
 ) -> ArchiveReport:
-    """Move the session's records covered by a compaction recorded at or before ``cutoff``
-    into the archive, ``batch`` seqs a transaction; ``on_batch(session_id, moved)`` after each
-    committed batch. Raises what asyncpg raises (the store maps it)."""
+    """Move the session's records covered by a compaction recorded at or before the pass's
+    cutoff into the archive, a batch a transaction (see ``ArchivePass``). Raises what asyncpg
+    raises (the store maps it)."""
     state = await pool.fetchrow(
         f"SELECT s.tail_from, (SELECT coalesce(max(a.seq), 0) FROM {tables.archive} AS a "
         f"WHERE a.session_id = s.session_id) AS archived FROM {tables.sessions} AS s "
@@ -111,32 +107,24 @@ async def archive_session(
         head_like("compaction"),
     )
     where = f"{tables.records}#{session_id}"
-    candidates = []
-    for row in rows:
-        try:
-            candidates.append(decode_record(row["body"]))
-        except ValueError as exc:
-            raise CorruptLogError(str(exc), path=where, line=row["seq"]) from None
-    through = archive_through(candidates, cutoff=cutoff, tail_from=tail_from)
-    moved = 0
-    first = max(archived + 1, 2)  # seq 1, the session record, stays hot
-    while first <= through:
-        last = min(through, first + batch - 1)
-        count = await pool.fetchval(
-            f"WITH moved AS (DELETE FROM {tables.records} WHERE session_id = $1 "
-            f"AND seq BETWEEN $2 AND $3 AND NOT (left(body, {HEAD_CHARS}) LIKE ANY($4::text[])) "
-            "RETURNING session_id, seq, body), "
-            f"kept AS (INSERT INTO {tables.archive} (session_id, seq, body) "
-            "SELECT session_id, seq, body FROM moved RETURNING 1) SELECT count(*) FROM kept",
-            session_id,
-            first,
-            last,
-            _KEEP_PATTERNS,
+    candidates = decode_candidates(((row["seq"], row["body"]) for row in rows), where=where)
+
+    async def move(first: int, last: int) -> int:
+        return int(
+            await pool.fetchval(
+                f"WITH moved AS (DELETE FROM {tables.records} WHERE session_id = $1 "
+                "AND seq BETWEEN $2 AND $3 "
+                f"AND NOT (left(body, {HEAD_CHARS}) LIKE ANY($4::text[])) "
+                "RETURNING session_id, seq, body), "
+                f"kept AS (INSERT INTO {tables.archive} (session_id, seq, body) "
+                "SELECT session_id, seq, body FROM moved RETURNING 1) SELECT count(*) FROM kept",
+                session_id,
+                first,
+                last,
+                _KEEP_PATTERNS,
+            )
         )
-        moved += int(count)
-        if on_batch is not None:
-            on_batch(session_id, int(count))
-        first = last + 1
-    return ArchiveReport(
-        session_id=session_id, moved=moved, archived_through=max(archived, through)
+
+    return await archiving.move(
+        session_id, candidates, tail_from=tail_from, archived=archived, move=move
     )

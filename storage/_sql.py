@@ -1,4 +1,6 @@
-"""What the SQL stores share: batch checks before a transaction, row decoding after a query.
+"""What the SQL stores share: batch checks before a transaction, row decoding after a query;
+what every store's group commit shares (``append_one``, ``check_follows``); and the
+``LogStore`` methods both SQL stores write alike (``SqlStoreBase``).
 
 SQL stores keep each record's JSON line as its row body (the same bytes JSONL would hold) and a
 per-session row with ``last_seq`` and ``tail_from`` (the newest compaction's covers_through + 1),
@@ -8,13 +10,15 @@ so ``read_tail`` is one indexed range query instead of a scan for the compaction
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from stowage.core import (
     CompactionRecord,
     CorruptLogError,
     InvalidSessionId,
+    LogRead,
     Record,
     StoreError,
     validate_session_id,
@@ -22,7 +26,34 @@ from stowage.core import (
 
 from ._codec import decode_record, encode_record
 
-__all__ = ["PlannedBatch", "check_continues", "decode_rows", "plan_batch", "plan_sessions"]
+__all__ = [
+    "PlannedBatch",
+    "SqlStoreBase",
+    "append_one",
+    "check_consecutive",
+    "check_continues",
+    "check_follows",
+    "decode_rows",
+    "group_by_session",
+    "plan_batch",
+    "plan_sessions",
+]
+
+P = TypeVar("P")
+
+#: a store's ``append_batches``
+GroupAppend = Callable[
+    [Sequence[tuple[str, Sequence[Record]]]], Awaitable[dict[str, Exception | None]]
+]
+
+
+async def append_one(
+    append_batches: GroupAppend, session_id: str, records: Sequence[Record]
+) -> None:
+    """``append`` as a group commit of one batch: raises the refusal its session gets."""
+    error = (await append_batches(((session_id, records),)))[session_id]
+    if error is not None:
+        raise error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,12 +77,7 @@ def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = Fal
     seqs = [record.seq for record in records]
     if create and seqs and seqs[0] != 1:
         raise StoreError(f"session {session_id!r}: a log starts at seq 1, not {seqs[0]}")
-    for previous, seq in itertools.pairwise(seqs):
-        if seq != previous + 1:
-            raise StoreError(
-                f"session {session_id!r}: seqs in a batch must be consecutive, "
-                f"got {previous} then {seq}"
-            )
+    check_consecutive(session_id, seqs)
     try:
         rows = [(session_id, r.seq, encode_record(r).decode()) for r in records]
     except TypeError as exc:
@@ -70,6 +96,16 @@ def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = Fal
     )
 
 
+def check_consecutive(session_id: str, seqs: Sequence[int]) -> None:
+    """Raises ``StoreError`` naming the session unless ``seqs`` (a batch's) are consecutive."""
+    for previous, seq in itertools.pairwise(seqs):
+        if seq != previous + 1:
+            raise StoreError(
+                f"session {session_id!r}: seqs in a batch must be consecutive, "
+                f"got {previous} then {seq}"
+            )
+
+
 def plan_sessions(
     batches: Sequence[tuple[str, Sequence[Record]]],
 ) -> tuple[dict[str, list[PlannedBatch]], dict[str, Exception | None]]:
@@ -79,29 +115,47 @@ def plan_sessions(
     session id: ``None`` so far, or the error that refuses the session whole (one bad batch
     refuses its session's other batches in the group too).
     """
-    planned: dict[str, list[PlannedBatch]] = {}
+    return group_by_session(batches, plan_batch)
+
+
+def group_by_session(
+    batches: Sequence[tuple[str, Sequence[Record]]],
+    plan: Callable[[str, Sequence[Record]], P],
+) -> tuple[dict[str, list[P]], dict[str, Exception | None]]:
+    """``plan`` each batch of a group commit, grouped by session in their order; a session
+    one of whose batches ``plan`` refuses (``InvalidSessionId``, ``StoreError``) is refused
+    whole: its outcome holds why, and it is planned no further. Returns the plans of every
+    session that passed and an outcome (``None`` so far) per distinct session id."""
+    planned: dict[str, list[P]] = {}
     outcomes: dict[str, Exception | None] = {}
     for session_id, records in batches:
         if outcomes.get(session_id) is not None:
             continue
         try:
-            batch = plan_batch(session_id, records)
+            one = plan(session_id, records)
         except (InvalidSessionId, StoreError) as exc:
             outcomes[session_id] = exc
             planned.pop(session_id, None)
             continue
         outcomes[session_id] = None
-        planned.setdefault(session_id, []).append(batch)
+        planned.setdefault(session_id, []).append(one)
     return planned, outcomes
 
 
 def check_continues(batch: PlannedBatch, last_seq: int) -> None:
     """Raises ``StoreError`` naming the session and seqs unless the batch follows ``last_seq``."""
-    if batch.first_seq is None or batch.first_seq == last_seq + 1:
+    if batch.first_seq is not None:
+        check_follows(batch.session_id, batch.first_seq, last_seq)
+
+
+def check_follows(session_id: str, first_seq: int, last_seq: int) -> None:
+    """Raises ``StoreError`` naming the session and seqs unless ``first_seq`` follows
+    ``last_seq``."""
+    if first_seq == last_seq + 1:
         return
-    problem = "gap" if batch.first_seq > last_seq + 1 else "regression"
+    problem = "gap" if first_seq > last_seq + 1 else "regression"
     raise StoreError(
-        f"session {batch.session_id!r}: seq {problem}: batch starts at seq {batch.first_seq} "
+        f"session {session_id!r}: seq {problem}: batch starts at seq {first_seq} "
         f"but the log ends at seq {last_seq} (expected {last_seq + 1})"
     )
 
@@ -127,3 +181,31 @@ def decode_rows(
         out.append(record)
         expected = max(tail_from, 2) if seq == 1 else seq + 1
     return tuple(out)
+
+
+class SqlStoreBase:
+    """What both SQL stores' ``LogStore`` methods share: ``append`` is a group commit of one
+    batch, and ``read`` and ``read_tail`` are one query each (``_read``), never torn."""
+
+    async def append_batches(
+        self, batches: Sequence[tuple[str, Sequence[Record]]]
+    ) -> dict[str, Exception | None]:
+        """Append every batch; see ``LogStore.append_batches``."""
+        raise NotImplementedError
+
+    async def _read(self, session_id: str, *, tail: bool) -> LogRead:
+        raise NotImplementedError
+
+    async def append(self, session_id: str, records: Sequence[Record]) -> None:
+        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
+        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
+        await append_one(self.append_batches, session_id, records)
+
+    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
+        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
+        nothing: a transaction is never torn."""
+        return await self._read(session_id, tail=False)
+
+    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
+        """The session record and every record from the newest compaction's covers_through + 1."""
+        return await self._read(session_id, tail=True)

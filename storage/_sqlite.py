@@ -33,36 +33,35 @@ import anyio
 import anyio.to_thread
 from stowage.core import (
     ConfigError,
-    CorruptLogError,
     Durability,
-    FencingError,
     ItemRecord,
     LeaseHolder,
     LogRead,
     Record,
-    SessionBusy,
     SessionExists,
     SessionNotFound,
     StoreError,
     validate_session_id,
 )
 
-from ._archive import ARCHIVE_BATCH, ArchiveReport, archive_through, identity_records
-from ._codec import decode_record
-from ._lease import (
-    Lease,
-    LeaseRow,
-    Taken,
-    busy,
-    check_lease_row,
-    lease_is_free,
-    lease_times,
-    new_owner,
-    now_holder,
-    register_lease,
+from ._archive import (
+    ARCHIVE_BATCH,
+    ArchivePass,
+    ArchiveReport,
+    decode_candidates,
+    identity_records,
 )
+from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import PlannedBatch, check_continues, decode_rows, plan_batch, plan_sessions
+from ._sql import (
+    PlannedBatch,
+    SqlStoreBase,
+    check_continues,
+    decode_rows,
+    plan_batch,
+    plan_sessions,
+)
+from ._sql_leases import HeldLeases
 from ._sqlite_archive import (
     ARCHIVE_DDL,
     archive_state,
@@ -100,7 +99,7 @@ CREATE TABLE IF NOT EXISTS leases (
 """
 
 
-class SqliteStore:
+class SqliteStore(SqlStoreBase):
     """Session logs as rows of one SQLite file (created by the first write if missing).
 
     ``durability="fsync"`` runs with ``synchronous=FULL`` (every commit synced); ``"none"`` with
@@ -129,8 +128,14 @@ class SqliteStore:
         self._has_archive = False
         self._lock = anyio.Lock()
         self._closed = False
-        self._owner = new_owner()
-        self._held: dict[str, Lease] = {}
+        self._leases = HeldLeases(
+            owner=new_owner(),
+            renew_every=self._renew_every,
+            where=self._path,
+            dead_pid_frees=True,
+            extend=self._extend_one,
+            free=self._free_all,
+        )
 
     def __repr__(self) -> str:
         return f"SqliteStore({self._path!r})"
@@ -141,58 +146,42 @@ class SqliteStore:
         """Take the session's writer lease; raises ``InvalidSessionId``, ``SessionNotFound``,
         ``SessionBusy`` naming the holder (this store's own when it handed the lease out)."""
         validate_session_id(session_id)
-        held = self._held.get(session_id)
 
-        def run(conn: sqlite3.Connection) -> Taken | None:
-            if held is not None and not held.lost:
-                row = self._lease_row(conn, session_id)
-                if row.token == held.token and row.owner == self._owner:
-                    if held.handed_out:
-                        raise SessionBusy(session_id, held.holder, where=self._path)
-                    self._extend(conn, session_id, held.token)
-                    return None  # a lease a write took: the caller's now
+        def run(conn: sqlite3.Connection) -> Lease | Taken:
+            row = self._lease_row(conn, session_id)
+            reused = self._leases.reusable(session_id, row)
+            if reused is not None:  # a lease a write took: the caller's now
+                self._extend(conn, session_id, reused.token)
+                return reused
             if not _session_exists(conn, session_id):
                 raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-            return self._take(conn, session_id)
+            return self._take(conn, session_id, row)
 
-        def missing() -> Taken | None:
+        def missing() -> Lease | Taken:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
 
-        taken = await self._run(run, write=True, missing=missing)
-        if taken is None and held is not None:
-            held.handed_out = True
-            return held
-        assert taken is not None
-        if held is not None:  # lost to another writer meanwhile; this is a new grant
-            held.lost = True
-        lease = self._register(taken)
-        lease.handed_out = True
-        return lease
+        return self._leases.hand_out(await self._run(run, write=True, missing=missing))
 
     async def renew_leases(self) -> list[str]:
         """Renew every lease this store holds in one transaction; returns the ids of those lost
         to another writer, sorted."""
-        leases = list(self._held.values())
+        live = self._leases.live()
 
-        def run(conn: sqlite3.Connection) -> None:
-            for lease in leases:
-                if lease.lost:
-                    continue
-                row = self._lease_row(conn, lease.session_id)
-                if row.token == lease.token and row.owner == self._owner:
+        def run(conn: sqlite3.Connection) -> set[str]:
+            renewed = set()
+            for lease in live:
+                if self._leases.carries(self._lease_row(conn, lease.session_id), lease):
                     self._extend(conn, lease.session_id, lease.token)
-                else:
-                    lease.lost = True
+                    renewed.add(lease.session_id)
+            return renewed
 
-        if leases:
-            await self._run(run, write=True)
-        return sorted(lease.session_id for lease in leases if lease.lost)
+        return self._leases.renewed(live, await self._run(run, write=True) if live else set())
 
     async def create(self, session_id: str, records: Sequence[Record]) -> None:
         """Start a log and hold its lease; raises ``InvalidSessionId``, ``SessionExists``,
         ``StoreError``."""
         batch = plan_batch(session_id, records, create=True)
-        held = session_id in self._held
+        held = self._leases.get(session_id) is not None
 
         def run(conn: sqlite3.Connection) -> Taken | None:
             try:
@@ -204,20 +193,15 @@ class SqliteStore:
                 raise SessionExists(
                     f"session {session_id!r} already exists in {self._path}"
                 ) from None
-            taken = None if held else self._take(conn, session_id)
+            taken = (
+                None if held else self._take(conn, session_id, self._lease_row(conn, session_id))
+            )
             conn.executemany("INSERT INTO records VALUES (?, ?, ?)", batch.rows)
             return taken
 
         taken = await self._run(run, write=True)
         if taken is not None:
-            self._register(taken)
-
-    async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
-        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        error = (await self.append_batches(((session_id, records),)))[session_id]
-        if error is not None:
-            raise error
+            self._leases.grant(taken)
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
@@ -257,18 +241,9 @@ class SqliteStore:
 
         refused, taken = await self._run(run, write=True, missing=missing)
         for each in taken:
-            self._register(each)
+            self._leases.grant(each)
         outcomes.update(refused)
         return outcomes
-
-    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
-        nothing: a transaction is never torn."""
-        return await self._read(session_id, tail=False)
-
-    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """The session record and every record from the newest compaction's covers_through + 1."""
-        return await self._read(session_id, tail=True)
 
     async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
         """The item records whose row may hold every one of ``words`` (``LIKE``, which
@@ -317,7 +292,7 @@ class SqliteStore:
         rows: list[tuple[int, str]] = await self._run(run, missing=lambda: [])
         if not rows or rows[0][0] != 1:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-        return LogRead(records=identity_records(_decoded(rows, where)))
+        return LogRead(records=identity_records(decode_candidates(rows, where=where)))
 
     async def archive(
         self,
@@ -334,7 +309,9 @@ class SqliteStore:
         ``CorruptLogError``, ``StoreError``."""
         if session_id is not None:
             validate_session_id(session_id)
-        cutoff = datetime.now(UTC) - older_than
+        archiving = ArchivePass(
+            cutoff=datetime.now(UTC) - older_than, batch=batch, on_batch=on_batch
+        )
 
         def compacted(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
@@ -356,21 +333,16 @@ class SqliteStore:
                 reports.append(ArchiveReport(session_id=each, moved=0, archived_through=0))
                 continue
             tail_from, archived, rows = state
-            candidates = _decoded(rows, f"{self._path}#{each}")
-            through = archive_through(candidates, cutoff=cutoff, tail_from=tail_from)
-            moved = 0
-            first = max(archived + 1, 2)  # seq 1, the session record, stays hot
-            while first <= through:
-                last = min(through, first + batch - 1)
-                count = await self._run(
-                    partial(move_batch, session_id=each, first=first, last=last), write=True
-                )
-                moved += count
-                if on_batch is not None:
-                    on_batch(each, count)
-                first = last + 1
+            candidates = decode_candidates(rows, where=f"{self._path}#{each}")
+
+            async def move(first: int, last: int, each: str = each) -> int:
+                step = partial(move_batch, session_id=each, first=first, last=last)
+                return await self._run(step, write=True)
+
             reports.append(
-                ArchiveReport(session_id=each, moved=moved, archived_through=max(archived, through))
+                await archiving.move(
+                    each, candidates, tail_from=tail_from, archived=archived, move=move
+                )
             )
         return reports
 
@@ -389,8 +361,7 @@ class SqliteStore:
         validate_session_id(session_id)
 
         def run(conn: sqlite3.Connection) -> LeaseHolder | None:
-            row = self._lease_row(conn, session_id)
-            return None if lease_is_free(row, dead_pid_frees=True) else row.holder
+            return self._leases.holder_of(self._lease_row(conn, session_id))
 
         return await self._run(run, missing=lambda: None)
 
@@ -409,24 +380,22 @@ class SqliteStore:
             if self._closed:
                 return
             self._closed = True
-            leases, self._held = list(self._held.values()), {}
+            live = self._leases.close()
             if self._conn is None:
                 return
             conn, self._conn = self._conn, None
 
             def run(conn: sqlite3.Connection) -> None:
-                for lease in leases:
+                for lease in live:
                     self._free(conn, lease)
 
             with anyio.CancelScope(shield=True):
                 try:
-                    if leases:
+                    if live:
                         await anyio.to_thread.run_sync(self._transact, conn, run)
                 except sqlite3.Error:
                     pass  # the leases expire; closing must not fail
                 finally:
-                    for lease in leases:
-                        lease.released = True
                     await anyio.to_thread.run_sync(conn.close)
 
     # -- leases -----------------------------------------------------------------------------
@@ -447,20 +416,19 @@ class SqliteStore:
         expired = expires is None or expires < time.time()
         return LeaseRow(token=token, owner=owner, expired=expired, holder=holder)
 
-    def _take(self, conn: sqlite3.Connection, session_id: str) -> Taken:
-        """Grant this store the lease if it is free; ``SessionBusy`` naming the holder if not."""
-        row = self._lease_row(conn, session_id)
-        if not lease_is_free(row, dead_pid_frees=True):
-            raise busy(session_id, row, where=self._path)
+    def _take(self, conn: sqlite3.Connection, session_id: str, row: LeaseRow) -> Taken:
+        """Grant this store the lease if ``row`` is free; ``SessionBusy`` naming the holder if
+        not."""
+        self._leases.check_free(session_id, row)
         token = row.token + 1
-        holder = now_holder(self._owner, datetime.now(UTC))
+        holder = now_holder(self._leases.owner, datetime.now(UTC))
         conn.execute(
             "INSERT OR REPLACE INTO leases (session_id, token, owner, pid, host, since, expires) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 session_id,
                 token,
-                self._owner,
+                self._leases.owner,
                 holder.pid,
                 holder.host,
                 holder.since.isoformat(),
@@ -472,44 +440,27 @@ class SqliteStore:
     def _extend(self, conn: sqlite3.Connection, session_id: str, token: int) -> None:
         conn.execute(
             "UPDATE leases SET expires = ? WHERE session_id = ? AND token = ? AND owner = ?",
-            (time.time() + self._ttl, session_id, token, self._owner),
+            (time.time() + self._ttl, session_id, token, self._leases.owner),
         )
 
     def _free(self, conn: sqlite3.Connection, lease: Lease) -> None:
         conn.execute(
             "UPDATE leases SET owner = NULL, pid = NULL, host = NULL, since = NULL, "
             "expires = NULL WHERE session_id = ? AND token = ? AND owner = ?",
-            (lease.session_id, lease.token, self._owner),
+            (lease.session_id, lease.token, self._leases.owner),
         )
 
-    def _register(self, taken: Taken) -> Lease:
-        return register_lease(
-            self._held,
-            taken,
-            renew_every=self._renew_every,
-            renew=self._renew_lease,
-            release=self._release_lease,
-        )
-
-    async def _renew_lease(self, lease: Lease) -> None:
+    async def _extend_one(self, lease: Lease) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            row = self._lease_row(conn, lease.session_id)
-            check_lease_row(lease.session_id, lease, row, owner=self._owner, where=self._path)
+            self._leases.check(lease, self._lease_row(conn, lease.session_id))
             self._extend(conn, lease.session_id, lease.token)
 
-        if self._held.get(lease.session_id) is not lease:
-            raise FencingError(f"session {lease.session_id!r}: lease {lease.token} is not held")
         await self._run(run, write=True)
 
-    async def _release_lease(self, lease: Lease) -> None:
-        if self._held.get(lease.session_id) is not lease:
-            return
-        del self._held[lease.session_id]
-        if lease.lost:
-            return
-
+    async def _free_all(self, leases: Sequence[Lease]) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            self._free(conn, lease)
+            for lease in leases:
+                self._free(conn, lease)
 
         await self._run(run, write=True)
 
@@ -526,13 +477,10 @@ class SqliteStore:
         ).fetchone()
         if row is None:
             raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-        lease = self._held.get(session_id)
+        lease_row = self._lease_row(conn, session_id)
         taken = None
-        if lease is None:
-            taken = self._take(conn, session_id)  # undone with the savepoint if refused
-        else:
-            lease_row = self._lease_row(conn, session_id)
-            check_lease_row(session_id, lease, lease_row, owner=self._owner, where=self._path)
+        if self._leases.check_write(session_id, lease_row):
+            taken = self._take(conn, session_id, lease_row)  # undone with the savepoint if refused
         last_seq: int = row[0]
         for batch in batches:
             check_continues(batch, last_seq)
@@ -641,17 +589,6 @@ class SqliteStore:
             self._conn.executescript(_SCHEMA + ARCHIVE_DDL)
             self._schema_ready = self._has_archive = True
         return self._conn
-
-
-def _decoded(rows: list[tuple[int, str]], where: str) -> list[Record]:
-    """Decode candidate rows; ``CorruptLogError`` naming ``where`` and the seq of a bad one."""
-    out: list[Record] = []
-    for seq, body in rows:
-        try:
-            out.append(decode_record(body))
-        except ValueError as exc:
-            raise CorruptLogError(str(exc), path=where, line=seq) from None
-    return out
 
 
 def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-import stowage.storage._jsonl as jsonl_module
+import stowage.storage._jsonl_files as files_module
 import stowage.storage._jsonl_scan as scan_module
 from stowage.core import (
     ConfigError,
@@ -265,7 +265,7 @@ async def test_failed_write_leaves_no_part_of_the_batch(
         store = JsonlStore(tmp_path)
         await store.create("s", session_start())
         before = _bytes(path)
-        monkeypatch.setattr(jsonl_module, "_write_all", write_half_then_fail)
+        monkeypatch.setattr(files_module, "_write_all", write_half_then_fail)
         with pytest.raises(StoreError, match="No space left"):
             await store.append("s", round_records(4, 1))
         assert _bytes(path) == before
@@ -279,7 +279,7 @@ async def test_failed_write_leaves_no_part_of_the_batch(
 async def test_a_failed_fsync_fails_that_session_only_and_cuts_its_file_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_sync = jsonl_module._sync_data
+    real_sync = files_module._sync_data
 
     def fail_sync_of_b(fd: int) -> None:
         if os.fstat(fd).st_ino == (tmp_path / "b.jsonl").stat().st_ino:
@@ -291,7 +291,7 @@ async def test_a_failed_fsync_fails_that_session_only_and_cuts_its_file_back(
         for session_id in ("a", "b"):
             await store.create(session_id, session_start())
         before = _bytes(tmp_path / "b.jsonl")
-        monkeypatch.setattr(jsonl_module, "_sync_data", fail_sync_of_b)
+        monkeypatch.setattr(files_module, "_sync_data", fail_sync_of_b)
         outcomes = await store.append_batches(
             [("a", round_records(4, 1)), ("b", round_records(4, 1))]
         )

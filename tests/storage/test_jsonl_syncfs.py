@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 import stowage.storage._jsonl as jsonl_module
+import stowage.storage._jsonl_files as files_module
 from stowage.core import ConfigError, StoreError
 from stowage.storage import JsonlStore, load_syncfs, open_store
 from stowage.storage.contract import round_records, session_start
@@ -23,7 +24,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> tuple[list
     """(syncfs calls, fdatasync calls) of the stores made after this, by descriptor."""
     syncs: list[int] = []
     datasyncs: list[int] = []
-    real_sync_data = jsonl_module._sync_data
+    real_sync_data = files_module._sync_data
     real_load = jsonl_module.load_syncfs
 
     def sync_data(fd: int) -> None:
@@ -41,7 +42,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> tuple[list
 
         return syncfs
 
-    monkeypatch.setattr(jsonl_module, "_sync_data", sync_data)
+    monkeypatch.setattr(files_module, "_sync_data", sync_data)
     monkeypatch.setattr(jsonl_module, "load_syncfs", load)
     return syncs, datasyncs
 

@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 import stowage.storage._jsonl as jsonl_module
+import stowage.storage._jsonl_files as files_module
 from stowage.storage import JsonlStore
 from stowage.storage.contract import round_records, session_start
 
@@ -29,13 +30,13 @@ async def test_group_commits_run_on_one_thread_that_aclose_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writing_threads: list[int] = []
-    real_write = jsonl_module._write_all
+    real_write = files_module._write_all
 
     def recording_write(fd: int, data: bytes) -> None:
         writing_threads.append(threading.get_ident())
         real_write(fd, data)
 
-    monkeypatch.setattr(jsonl_module, "_write_all", recording_write)
+    monkeypatch.setattr(files_module, "_write_all", recording_write)
     with anyio.fail_after(10):
         store = JsonlStore(tmp_path)
         await store.create("a", session_start())
@@ -85,7 +86,7 @@ async def test_an_unexpected_error_in_the_thread_is_raised_in_the_caller(
         store = JsonlStore(tmp_path)
         await store.create("s", session_start())
         before = (tmp_path / "s.jsonl").read_bytes()
-        monkeypatch.setattr(jsonl_module, "_write_all", broken_write)
+        monkeypatch.setattr(files_module, "_write_all", broken_write)
         with pytest.raises(RuntimeError, match="the writer broke"):
             await store.append("s", round_records(4, 1))
         assert (tmp_path / "s.jsonl").read_bytes() == before
@@ -103,7 +104,7 @@ async def test_a_cancelled_group_commit_waits_for_its_write_and_keeps_it(
     the file is in a state the store knows (here: the batch written whole, and accepted)."""
     writing = threading.Event()
     may_finish = threading.Event()
-    real_write = jsonl_module._write_all
+    real_write = files_module._write_all
 
     def slow_write(fd: int, data: bytes) -> None:
         writing.set()
@@ -113,7 +114,7 @@ async def test_a_cancelled_group_commit_waits_for_its_write_and_keeps_it(
     with anyio.fail_after(10):
         store = JsonlStore(tmp_path)
         await store.create("s", session_start())
-        monkeypatch.setattr(jsonl_module, "_write_all", slow_write)
+        monkeypatch.setattr(files_module, "_write_all", slow_write)
         returned = anyio.Event()
         scope = anyio.CancelScope()
 
@@ -143,7 +144,7 @@ async def test_aclose_waits_for_a_write_in_flight(
 ) -> None:
     writing = threading.Event()
     may_finish = threading.Event()
-    real_write = jsonl_module._write_all
+    real_write = files_module._write_all
 
     def slow_write(fd: int, data: bytes) -> None:
         writing.set()
@@ -153,7 +154,7 @@ async def test_aclose_waits_for_a_write_in_flight(
     with anyio.fail_after(10):
         store = JsonlStore(tmp_path)
         await store.create("s", session_start())
-        monkeypatch.setattr(jsonl_module, "_write_all", slow_write)
+        monkeypatch.setattr(files_module, "_write_all", slow_write)
         closed = anyio.Event()
 
         async def close() -> None:
