@@ -12,7 +12,6 @@ this module is imported; only public names of it are used.
 from __future__ import annotations
 
 import json
-from types import TracebackType
 from typing import Any
 
 from stowage.core import ConfigError, IncompleteResponse, ModelConnectionError, ModelError
@@ -20,6 +19,7 @@ from stowage.core import ConfigError, IncompleteResponse, ModelConnectionError, 
 from ._anthropic_wire import ANTHROPIC_VERSION, event_error
 from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER
+from ._sdk_events import SdkEvents
 
 __all__ = ["AnthropicEvents", "AnthropicSdkClient", "map_anthropic_error", "plain_message"]
 
@@ -61,41 +61,23 @@ def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = No
     return event_error({"message": f"{type(exc).__name__}: {exc}"})
 
 
-class AnthropicEvents:
-    """The SDK's typed stream as plain JSON events, a batch of one at a time, used like
-    ``JsonEventStream``: an ``error`` event raises what ``event_error`` gives."""
+class AnthropicEvents(SdkEvents):
+    """The anthropic SDK's typed stream as plain JSON events: an ``error`` event raises what
+    ``event_error`` gives."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        response = getattr(stream, "response", None)
-        status = getattr(response, "status_code", None)
-        #: the HTTP status of the stream's response, if it can be read
-        self.status: int | None = status if isinstance(status, int) else None
-
-    async def __aenter__(self) -> AnthropicEvents:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._stream.close()
-
-    async def next_events(self) -> list[Any] | None:
-        """The next event as a batch of one, or None at the end of the stream."""
+    def sdk_errors(self) -> tuple[type[Exception], ...]:
         import anthropic
 
-        try:
-            event = await anext(self._stream)
-        except StopAsyncIteration:
-            return None
-        except (ModelError, anthropic.APIError, ValueError, TypeError, KeyError):
-            raise
-        except Exception as exc:  # the transport's own error classes: a broken stream
-            raise ModelConnectionError(f"the message stream broke: {exc!r}") from exc
+        return (anthropic.APIError,)
+
+    def broken(self, exc: Exception) -> Exception:
+        return ModelConnectionError(f"the message stream broke: {exc!r}")
+
+    def plain_event(self, event: Any) -> Any:
         data = plain_message(event)
         if isinstance(data, dict) and data.get("type") == "error":
             raise event_error(data.get("error"))
-        return [data]
+        return data
 
 
 class AnthropicSdkClient:

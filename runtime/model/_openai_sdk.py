@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stowage.core import (
@@ -29,6 +28,7 @@ from stowage.core import (
 
 from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER, context_error, is_context_length_error
+from ._sdk_events import SdkEvents
 
 if TYPE_CHECKING:
     import openai
@@ -74,39 +74,22 @@ def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None)
     return ModelResponseError(f"unusable model response: {type(exc).__name__}: {exc}")
 
 
-class PlainEvents:
-    """The SDK's typed ``AsyncStream`` as plain JSON events, used like ``JsonEventStream``: its
-    transport failures become ``openai.APIConnectionError``."""
+class PlainEvents(SdkEvents):
+    """The openai SDK's typed ``AsyncStream`` as plain JSON events: its transport failures
+    become ``openai.APIConnectionError``."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        response = getattr(stream, "response", None)
-        status = getattr(response, "status_code", None)
-        #: the HTTP status of the stream's response, if it can be read
-        self.status: int | None = status if isinstance(status, int) else None
-
-    async def __aenter__(self) -> PlainEvents:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._stream.close()
-
-    async def next_events(self) -> list[Any] | None:
-        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
-        the end."""
+    def sdk_errors(self) -> tuple[type[Exception], ...]:
         import openai
 
-        try:
-            event = await anext(self._stream)
-        except StopAsyncIteration:
-            return None
-        except (ModelError, openai.APIError, ValueError, TypeError, KeyError):
-            raise
-        except Exception as exc:  # the transport's own error classes: a broken stream
-            raise openai.APIConnectionError(request=self._stream.response.request) from exc
-        return [plain(event)]
+        return (openai.APIError,)
+
+    def broken(self, exc: Exception) -> Exception:
+        import openai
+
+        return openai.APIConnectionError(request=self._stream.response.request)
+
+    def plain_event(self, event: Any) -> Any:
+        return plain(event)
 
 
 def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:

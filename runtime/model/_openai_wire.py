@@ -11,7 +11,7 @@ limit stopped it), so a cut stream is retried instead of half used.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,20 +170,35 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     Without tools, neither ``tools`` nor ``tool_choice`` is sent: the API rejects a
     ``tool_choice`` that has no tools.
     """
-    body: dict[str, Any] = {"model": request.model, "messages": chat_messages(request.input)}
-    if request.tools:
-        body["tools"] = chat_tools(request.tools)
-        body["tool_choice"] = request.tool_choice
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.max_output_tokens is not None:
-        body["max_tokens"] = request.max_output_tokens
-    if request.cache_key:
-        body["prompt_cache_key"] = request.cache_key
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": chat_messages(request.input),
+        **_request_options(request, chat_tools, "max_tokens"),
+    }
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _request_options(
+    request: ModelRequest,
+    tools: Callable[[Iterable[ToolSpec]], list[dict[str, Any]]],
+    max_tokens_field: str,
+) -> dict[str, Any]:
+    """The fields both wire APIs take alike: the tools (as ``tools`` writes them) with the
+    choice among them, the output limit as ``max_tokens_field``, and the cache key."""
+    options: dict[str, Any] = {}
+    if request.tools:
+        options["tools"] = tools(request.tools)
+        options["tool_choice"] = request.tool_choice
+        if request.parallel_tool_calls is not None:
+            options["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.max_output_tokens is not None:
+        options[max_tokens_field] = request.max_output_tokens
+    if request.cache_key:
+        options["prompt_cache_key"] = request.cache_key
+    return options
 
 
 def compact_body(request: ModelRequest) -> dict[str, Any]:
@@ -229,16 +244,11 @@ def parse_compaction(data: Any, *, covered: int) -> ProviderCompaction:
 
 def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     """The whole JSON body of a Responses API request (tools as in ``chat_body``)."""
-    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
-    if request.tools:
-        body["tools"] = responses_tools(request.tools)
-        body["tool_choice"] = request.tool_choice
-        if request.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.max_output_tokens is not None:
-        body["max_output_tokens"] = request.max_output_tokens
-    if request.cache_key:
-        body["prompt_cache_key"] = request.cache_key
+    body: dict[str, Any] = {
+        "model": request.model,
+        "input": responses_input(request.input),
+        **_request_options(request, responses_tools, "max_output_tokens"),
+    }
     if stream:
         body["stream"] = True
     return body

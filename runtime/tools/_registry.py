@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 ArgsT = TypeVar("ArgsT", bound=pydantic.BaseModel)
+_R = TypeVar("_R")
 
 
 class ToolError(StowageError):
@@ -132,31 +133,26 @@ class FunctionTool(Generic[ArgsT]):
     def effects(self, arguments: Any) -> tuple[Effect, ...]:
         """What a call with these decoded JSON arguments touches (none it says, or when the
         arguments do not validate: such a call only gets an error output). Raises nothing."""
-        if self._effects is None:
-            return ()
-        try:
-            return self._effects(self._args_model.model_validate(arguments))
-        except Exception:
-            return ()
+        return self._ask(self._effects, arguments) or ()
 
     def preview(self, arguments: Any) -> str | None:
         """What a call with these decoded JSON arguments will do, for a person to approve;
         None when the tool says nothing or the arguments do not validate. Raises nothing."""
-        if self._preview is None:
-            return None
-        try:
-            return self._preview(self._args_model.model_validate(arguments))
-        except Exception:
-            return None
+        return self._ask(self._preview, arguments)
 
     def after_crash(self, arguments: Any) -> bool | None:
         """Whether a call with these decoded JSON arguments, whose process was killed before
         its output was logged, had been applied, as this tool finds it; None: it cannot
         tell. Raises nothing."""
-        if self._after_crash is None:
+        return self._ask(self._after_crash, arguments)
+
+    def _ask(self, hook: Callable[[ArgsT], _R] | None, arguments: Any) -> _R | None:
+        """What ``hook`` answers for the validated ``arguments``; None when there is no hook,
+        the arguments do not validate or the hook fails."""
+        if hook is None:
             return None
         try:
-            return self._after_crash(self._args_model.model_validate(arguments))
+            return hook(self._args_model.model_validate(arguments))
         except Exception:
             return None
 

@@ -1,0 +1,60 @@
+"""The part the two SDK paths share: an SDK's typed stream read as plain JSON events.
+
+Each SDK differs only in which of its errors pass through as they are, what a broken transport
+becomes and how an event turns plain; ``SdkEvents`` holds the rest once.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+from stowage.core import ModelError
+
+__all__ = ["SdkEvents"]
+
+
+class SdkEvents:
+    """An SDK's typed stream as plain JSON events, a batch of one at a time, used like
+    ``JsonEventStream``. A subclass names its SDK's error base (``sdk_errors``), what a transport
+    failure becomes (``broken``) and how an event turns plain (``plain_event``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        response = getattr(stream, "response", None)
+        status = getattr(response, "status_code", None)
+        #: the HTTP status of the stream's response, if it can be read
+        self.status: int | None = status if isinstance(status, int) else None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stream.close()
+
+    def sdk_errors(self) -> tuple[type[Exception], ...]:
+        """The SDK's own errors, raised as they are."""
+        raise NotImplementedError
+
+    def broken(self, exc: Exception) -> Exception:
+        """What a transport failure ``exc`` (none of ``sdk_errors``) is raised as."""
+        raise NotImplementedError
+
+    def plain_event(self, event: Any) -> Any:
+        """The typed ``event`` as plain JSON; raises what the event stands for, if an error."""
+        raise NotImplementedError
+
+    async def next_events(self) -> list[Any] | None:
+        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
+        the end of the stream."""
+        try:
+            event = await anext(self._stream)
+        except StopAsyncIteration:
+            return None
+        except (ModelError, ValueError, TypeError, KeyError, *self.sdk_errors()):
+            raise
+        except Exception as exc:  # the transport's own error classes: a broken stream
+            raise self.broken(exc) from exc
+        return [self.plain_event(event)]
