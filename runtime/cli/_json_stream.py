@@ -102,6 +102,60 @@ def _usage(usage: Usage | None) -> dict[str, int | None]:
     }
 
 
+def _round_line(
+    session_id: str, round_: int, calls: int, truncated: bool, usage: Usage | None
+) -> dict[str, Any]:
+    return _line(
+        "round", session_id, round=round_, calls=calls, truncated=truncated, **_usage(usage)
+    )
+
+
+def _tool_call(
+    session_id: str, round_: int | None, call_id: str, name: str, arguments: Any
+) -> dict[str, Any]:
+    return _line(
+        "tool_call", session_id, round=round_, call_id=call_id, name=name, arguments=arguments
+    )
+
+
+def _compaction(
+    session_id: str,
+    compaction: HistoryCompacted | CompactionRecord,
+    *,
+    retained: int,
+    decided_tokens: int | None,
+) -> dict[str, Any]:
+    """A ``compaction`` line, from the live event or the log's record of it."""
+    return _line(
+        "compaction",
+        session_id,
+        round=compaction.round,
+        kind=compaction.kind,
+        tokens_before=compaction.tokens_before,
+        tokens_after=compaction.tokens_after,
+        estimated=compaction.estimated,
+        removed=compaction.removed,
+        retained=retained,
+        decided_tokens=decided_tokens,
+        reason=compaction.reason,
+    )
+
+
+def _microcompaction(
+    session_id: str, micro: Microcompacted | MicrocompactRecord, *, stubbed: int
+) -> dict[str, Any]:
+    """A ``microcompaction`` line, from the live event or the log's record of it."""
+    return _line(
+        "microcompaction",
+        session_id,
+        stubbed=stubbed,
+        tokens_before=micro.tokens_before,
+        tokens_after=micro.tokens_after,
+        estimated=micro.estimated,
+        reason=micro.reason,
+    )
+
+
 def _tool_output(
     session_id: str, round_: int, name: str, output: FunctionCallOutput | None, chars: int
 ) -> dict[str, Any]:
@@ -196,16 +250,7 @@ class JsonTurn:
             case ToolStarted(round=round_, call_id=call_id, name=name):
                 call = self._find(FunctionCall, call_id)
                 arguments = call.arguments if isinstance(call, FunctionCall) else None
-                self.emit(
-                    _line(
-                        "tool_call",
-                        self.session_id,
-                        round=round_,
-                        call_id=call_id,
-                        name=name,
-                        arguments=arguments,
-                    )
-                )
+                self.emit(_tool_call(self.session_id, round_, call_id, name, arguments))
             case ToolFinished():
                 self._finished.append(event)
             case RoundCommitted(round=round_, usage=usage, calls=calls, truncated=truncated):
@@ -221,44 +266,18 @@ class JsonTurn:
                         )
                     )
                 self._finished.clear()
-                self.emit(
-                    _line(
-                        "round",
-                        self.session_id,
-                        round=round_,
-                        calls=calls,
-                        truncated=truncated,
-                        **_usage(usage),
-                    )
-                )
+                self.emit(_round_line(self.session_id, round_, calls, truncated, usage))
             case HistoryCompacted():
                 self.emit(
-                    _line(
-                        "compaction",
+                    _compaction(
                         self.session_id,
-                        round=event.round,
-                        kind=event.kind,
-                        tokens_before=event.tokens_before,
-                        tokens_after=event.tokens_after,
-                        estimated=event.estimated,
-                        removed=event.removed,
+                        event,
                         retained=event.retained,
                         decided_tokens=event.decided_tokens,
-                        reason=event.reason,
                     )
                 )
             case Microcompacted():
-                self.emit(
-                    _line(
-                        "microcompaction",
-                        self.session_id,
-                        stubbed=event.stubbed,
-                        tokens_before=event.tokens_before,
-                        tokens_after=event.tokens_after,
-                        estimated=event.estimated,
-                        reason=event.reason,
-                    )
-                )
+                self.emit(_microcompaction(self.session_id, event, stubbed=event.stubbed))
 
     def _find(self, kind: type, call_id: str) -> Item | None:
         for item in reversed(self.history()):
@@ -338,14 +357,7 @@ def record_lines(
                 calls[call.call_id] = call.name
                 round_calls += 1
                 lines.append(
-                    _line(
-                        "tool_call",
-                        session_id,
-                        round=round_,
-                        call_id=call.call_id,
-                        name=call.name,
-                        arguments=call.arguments,
-                    )
+                    _tool_call(session_id, round_, call.call_id, call.name, call.arguments)
                 )
             case ItemRecord(item=FunctionCallOutput() as output, round=round_):
                 name = calls.get(output.call_id, "")
@@ -355,13 +367,8 @@ def record_lines(
             case RoundCommittedRecord():
                 rounds += 1
                 lines.append(
-                    _line(
-                        "round",
-                        session_id,
-                        round=record.round,
-                        calls=round_calls,
-                        truncated=record.truncated,
-                        **_usage(record.usage),
+                    _round_line(
+                        session_id, record.round, round_calls, record.truncated, record.usage
                     )
                 )
                 if round_calls:
@@ -369,34 +376,17 @@ def record_lines(
                 round_calls = 0
             case CompactionRecord():
                 lines.append(
-                    _line(
-                        "compaction",
+                    _compaction(
                         session_id,
-                        round=record.round,
-                        kind=record.kind,
-                        tokens_before=record.tokens_before,
-                        tokens_after=record.tokens_after,
-                        estimated=record.estimated,
-                        removed=record.removed,
+                        record,
                         retained=len(record.retained),
                         decided_tokens=(
                             record.figures.decided_tokens if record.figures is not None else None
                         ),
-                        reason=record.reason,
                     )
                 )
             case MicrocompactRecord():
-                lines.append(
-                    _line(
-                        "microcompaction",
-                        session_id,
-                        stubbed=len(record.stubbed),
-                        tokens_before=record.tokens_before,
-                        tokens_after=record.tokens_after,
-                        estimated=record.estimated,
-                        reason=record.reason,
-                    )
-                )
+                lines.append(_microcompaction(session_id, record, stubbed=len(record.stubbed)))
             case ErrorRecord():
                 error = record
             case TurnRecord(phase=phase) if phase != "started":

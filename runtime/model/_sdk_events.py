@@ -49,11 +49,12 @@ class SdkEvents:
     async def next_events(self) -> list[Any] | None:
         """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
         the end of the stream."""
+        passes: tuple[type[Exception], ...] = (ModelError, ValueError, TypeError, KeyError)
         try:
             event = await anext(self._stream)
         except StopAsyncIteration:
             return None
-        except (ModelError, ValueError, TypeError, KeyError, *self.sdk_errors()):
+        except passes + self.sdk_errors():
             raise
         except Exception as exc:  # the transport's own error classes: a broken stream
             raise self.broken(exc) from exc
