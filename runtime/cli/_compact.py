@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TypeVar
 
 from stowage.core import (
     CompactionFailed,
@@ -25,8 +24,6 @@ from stowage.facade import Runtime
 from ._run_options import repair_notice, runtime_as_the_session, settings_notice
 
 __all__ = ["add_compact_arguments", "add_milestone_arguments", "compact_main", "milestone_main"]
-
-_E = TypeVar("_E", bound=Event)
 
 
 def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,13 +53,6 @@ async def _as_the_session(
     return await runtime_as_the_session(args, store, args.session, **extra)
 
 
-def _collected(rt: Runtime, kind: type[_E]) -> list[_E]:
-    """The events of ``kind`` ``rt`` publishes from now on, in a list that grows with them."""
-    seen: list[_E] = []
-    rt.subscribe(lambda e: seen.append(e) if isinstance(e, kind) else None)
-    return seen
-
-
 def _report(event: Event) -> None:
     if isinstance(event, CompactionFailed):
         fallback = "; falling back to the no-model digest" if event.fallback else ""
@@ -86,10 +76,12 @@ async def compact_main(
     (``SessionBusy`` among them) and ``ConfigError``.
     """
     runtime = await _as_the_session(args, store, store_dir, durability)
+    compacted: list[HistoryCompacted] = []
+    skipped: list[CompactionSkipped] = []
     async with runtime as rt:
         rt.subscribe(_report)
-        compacted = _collected(rt, HistoryCompacted)
-        skipped = _collected(rt, CompactionSkipped)
+        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
+        rt.subscribe(lambda e: skipped.append(e) if isinstance(e, CompactionSkipped) else None)
         session = await rt.resume(args.session)
         done = await session.compact(args.focus, reground=args.reground)
     if not done or not compacted:
@@ -121,10 +113,12 @@ async def milestone_main(
     Returns the exit status; raises what ``Runtime.resume`` raises and ``ConfigError``.
     """
     runtime = await _as_the_session(args, store, store_dir, durability)
+    compacted: list[HistoryCompacted] = []
+    reached: list[MilestoneReached] = []
     async with runtime as rt:
         rt.subscribe(_report)
-        compacted = _collected(rt, HistoryCompacted)
-        reached = _collected(rt, MilestoneReached)
+        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
+        rt.subscribe(lambda e: reached.append(e) if isinstance(e, MilestoneReached) else None)
         session = await rt.resume(args.session)
         await session.milestone(args.name, args.note)
     where = f" at round {reached[-1].round} of turn {reached[-1].turn}" if reached else ""

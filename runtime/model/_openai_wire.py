@@ -11,7 +11,7 @@ limit stopped it), so a cut stream is retried instead of half used.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,11 +170,8 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     Without tools, neither ``tools`` nor ``tool_choice`` is sent: the API rejects a
     ``tool_choice`` that has no tools.
     """
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": chat_messages(request.input),
-        **_request_options(request, chat_tools, "max_tokens"),
-    }
+    body: dict[str, Any] = {"model": request.model, "messages": chat_messages(request.input)}
+    body.update(_request_options(request, chat_tools(request.tools), "max_tokens"))
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -182,15 +179,13 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
 
 
 def _request_options(
-    request: ModelRequest,
-    tools: Callable[[Iterable[ToolSpec]], list[dict[str, Any]]],
-    max_tokens_field: str,
+    request: ModelRequest, tools: list[dict[str, Any]], max_tokens_field: str
 ) -> dict[str, Any]:
-    """The fields both wire APIs take alike: the tools (as ``tools`` writes them) with the
+    """The fields both wire APIs take alike: the ``tools`` (in the API's format) with the
     choice among them, the output limit as ``max_tokens_field``, and the cache key."""
     options: dict[str, Any] = {}
     if request.tools:
-        options["tools"] = tools(request.tools)
+        options["tools"] = tools
         options["tool_choice"] = request.tool_choice
         if request.parallel_tool_calls is not None:
             options["parallel_tool_calls"] = request.parallel_tool_calls
@@ -244,11 +239,8 @@ def parse_compaction(data: Any, *, covered: int) -> ProviderCompaction:
 
 def responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     """The whole JSON body of a Responses API request (tools as in ``chat_body``)."""
-    body: dict[str, Any] = {
-        "model": request.model,
-        "input": responses_input(request.input),
-        **_request_options(request, responses_tools, "max_output_tokens"),
-    }
+    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
+    body.update(_request_options(request, responses_tools(request.tools), "max_output_tokens"))
     if stream:
         body["stream"] = True
     return body

@@ -1,8 +1,4 @@
-"""The part the two SDK paths share: an SDK's typed stream read as plain JSON events.
-
-Each SDK differs only in which of its errors pass through as they are, what a broken transport
-becomes and how an event turns plain; ``SdkEvents`` holds the rest once.
-"""
+"""An SDK's typed stream read as plain JSON events: what the openai and anthropic paths share."""
 
 from __future__ import annotations
 
@@ -34,16 +30,13 @@ class SdkEvents:
     ) -> None:
         await self._stream.close()
 
-    def sdk_errors(self) -> tuple[type[Exception], ...]:
-        """The SDK's own errors, raised as they are."""
+    def sdk_errors(self) -> tuple[type[Exception], ...]:  # the SDK's own, raised as they are
         raise NotImplementedError
 
-    def broken(self, exc: Exception) -> Exception:
-        """What a transport failure ``exc`` (none of ``sdk_errors``) is raised as."""
+    def broken(self, exc: Exception) -> Exception:  # what a transport failure is raised as
         raise NotImplementedError
 
-    def plain_event(self, event: Any) -> Any:
-        """The typed ``event`` as plain JSON; raises what the event stands for, if an error."""
+    def plain_event(self, event: Any) -> Any:  # raises what an error event stands for
         raise NotImplementedError
 
     async def next_events(self) -> list[Any] | None:
