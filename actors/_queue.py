@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from abc import abstractmethod
 from collections import deque
-from types import TracebackType
-from typing import ClassVar, Generic, Self, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import anyio
+from anyio.abc import AsyncResource
 from anyio.streams.memory import MemoryObjectStreamStatistics
 
 __all__ = ["Flag", "MailboxReceive", "MailboxSend", "open_mailbox"]
@@ -190,9 +191,9 @@ class _State(Generic[T]):
         )
 
 
-class _End(Generic[T]):
-    """What both ends of a mailbox do alike: close (each its own way), as a context manager
-    too, and report the mailbox's figures."""
+class _End(AsyncResource, Generic[T]):
+    """What both ends of a mailbox do alike: close (each its own way), as an async context
+    manager too (``AsyncResource``), and report the mailbox's figures."""
 
     __slots__ = ("_closed", "_state")
 
@@ -200,25 +201,15 @@ class _End(Generic[T]):
         self._state = state
         self._closed = False
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Close this end."""
 
     async def aclose(self) -> None:
         self.close()
 
     def statistics(self) -> MemoryObjectStreamStatistics:
         return self._state.statistics()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class MailboxSend(_End[T]):
