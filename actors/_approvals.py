@@ -20,7 +20,7 @@ from stowage.core import ApprovalError, ApprovalRecord, FunctionCall, FunctionCa
 from stowage.tools import CallVerdict, ToolPolicy, call_effects, call_preview
 
 from ._context import SessionContext
-from ._journal import Journal
+from ._journal import Journal, SessionPart
 
 __all__ = ["Approvals", "AwaitingApproval"]
 
@@ -29,15 +29,13 @@ class AwaitingApproval(Exception):
     """A round's calls wait for a person's approval (the requests are written)."""
 
 
-class Approvals:
+class Approvals(SessionPart):
     """Asks for approvals, checks and logs the answers."""
 
     def __init__(
         self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
     ) -> None:
-        self.ctx = ctx
-        self.journal = journal
-        self._log = log
+        super().__init__(ctx, journal, log)
         self.policy = ToolPolicy.for_settings(ctx.settings)
 
     def refuse_while_awaiting(self, what: str) -> None:

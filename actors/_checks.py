@@ -8,32 +8,19 @@ turn is in a compaction loop is the compactor's call, on committed rounds.)
 
 from __future__ import annotations
 
-import structlog
 from stowage.core import ErrorRecord, ModelRequest, ModelResponse
 
-from ._context import SessionContext
-from ._journal import Journal
+from ._journal import SessionPart
 from ._responses import VettedUsage, vet_usage
 
 __all__ = ["ResponseChecks"]
 
-_log = structlog.get_logger("stowage.sampler")
 
-
-class ResponseChecks:
+class ResponseChecks(SessionPart):
     """Usage vetting of one session."""
 
-    def __init__(
-        self,
-        ctx: SessionContext,
-        journal: Journal,
-        log: structlog.typing.FilteringBoundLogger | None = None,
-    ) -> None:
-        self.journal = journal
-        # implausible usage is said once per live session, not once per round
-        self._usage_said = False
-        # the sampler's own logger when it builds this (one bound logger per live session)
-        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
+    #: implausible usage is said once per live session, not once per round
+    _usage_said = False
 
     async def usage(
         self, response: ModelResponse, request: ModelRequest, *, input_chars: int | None = None

@@ -32,7 +32,7 @@ from stowage.policy import Accounting, Manual, Plan, Stop, Stubs
 
 from ._context import SessionContext
 from ._inbox import CompactorInbox
-from ._journal import Journal
+from ._journal import Journal, SessionPart
 from ._mailbox import Slot
 from ._messages import Verdict
 from ._plans import PlanApplier
@@ -41,7 +41,7 @@ from ._refusals import Refusals
 __all__ = ["Gate"]
 
 
-class Gate:
+class Gate(SessionPart):
     """Applies one session's verdicts at round boundaries; counts the time requests waited."""
 
     def __init__(
@@ -53,12 +53,10 @@ class Gate:
         inbox: CompactorInbox,
         log: structlog.typing.FilteringBoundLogger,
     ) -> None:
-        self.ctx = ctx
-        self.journal = journal
+        super().__init__(ctx, journal, log)
         self.applier = applier
         self.verdicts = verdicts
         self.inbox = inbox
-        self._log = log
         self._asks = 0
         self._turn_seq = 0
         #: the newest boundary a verdict applied was on, and whether it said to hold

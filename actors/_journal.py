@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import structlog
 from stowage.core import ProtectedState, Record, SessionState
 from stowage.core import render as render_protected
 from stowage.policy import Accounting, BoundaryCause, Refusal, Snapshot, snapshot_of
@@ -20,7 +21,9 @@ from ._context import SessionContext
 from ._mailbox import Reply
 from ._messages import Append, BoundarySink
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "SessionPart"]
+
+_log = structlog.get_logger("stowage.sampler")
 
 
 @dataclass(eq=False)
@@ -113,3 +116,18 @@ class Journal:
         with anyio.CancelScope(shield=True):
             # a write already sent must be answered before this task may be cancelled
             await reply.wait_within(self.ctx.write_timeout)
+
+
+class SessionPart:
+    """A helper of one live session's sampler: its wiring, its journal and its logger (the
+    sampler's own when it builds the helper, one bound logger per live session)."""
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        journal: Journal,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.journal = journal
+        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import structlog
 from stowage.core import (
     CompactionError,
     CompactionFigures,
@@ -37,26 +36,13 @@ from stowage.core import (
 from stowage.core import render as render_protected
 from stowage.policy import Accounting, Plan
 
-from ._context import SessionContext
-from ._journal import Journal
+from ._journal import SessionPart
 
 __all__ = ["PlanApplier"]
 
-_log = structlog.get_logger("stowage.sampler")
 
-
-class PlanApplier:
+class PlanApplier(SessionPart):
     """Compaction and protected-state writes of one session, through its journal."""
-
-    def __init__(
-        self,
-        ctx: SessionContext,
-        journal: Journal,
-        log: structlog.typing.FilteringBoundLogger | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.journal = journal
-        self._log = log if log is not None else _log.bind(session=ctx.session_id, actor="sampler")
 
     async def apply(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal, TypeAlias
 
 import anyio
@@ -32,6 +33,8 @@ from stowage.core import (
     ProviderCompaction,
     Settings,
 )
+
+from ._summarizer import under_summary_limits
 
 __all__ = [
     "UNAVAILABLE_KIND",
@@ -129,21 +132,10 @@ async def compact_with_provider(
         model=model, input=tuple(items), tool_choice="none", purpose="summary", cache_key=cache_key
     )
 
-    async def call() -> ProviderCompaction:
-        if call_limiter is None:
-            return await gateway.compact(request)
-        await call_limiter.acquire("summary")
-        try:
-            return await gateway.compact(request)
-        finally:
-            call_limiter.release()
-
     try:
-        if limiter is None:
-            compaction = await call()
-        else:
-            async with limiter:
-                compaction = await call()
+        compaction = await under_summary_limits(
+            partial(gateway.compact, request), limiter=limiter, call_limiter=call_limiter
+        )
     except ContextLengthExceeded as exc:
         log.warning("provider_compaction_overflow", error=str(exc))
         return ProviderAttempt()

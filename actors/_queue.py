@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from abc import abstractmethod
 from collections import deque
-from types import TracebackType
 from typing import ClassVar, Generic, TypeVar
 
 import anyio
+from anyio.abc import AsyncResource
 from anyio.streams.memory import MemoryObjectStreamStatistics
 
 __all__ = ["Flag", "MailboxReceive", "MailboxSend", "open_mailbox"]
@@ -190,16 +191,36 @@ class _State(Generic[T]):
         )
 
 
-class MailboxSend(Generic[T]):
-    """The send end of a bounded mailbox (the subset of ``MemoryObjectSendStream`` the
-    actors use). Raises ``ClosedResourceError`` after its own close, ``BrokenResourceError``
-    once no receive end is open."""
+class _End(AsyncResource, Generic[T]):
+    """What both ends of a mailbox do alike: close (each its own way), as an async context
+    manager too (``AsyncResource``), and report the mailbox's figures."""
 
     __slots__ = ("_closed", "_state")
 
     def __init__(self, state: _State[T]) -> None:
         self._state = state
         self._closed = False
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close this end."""
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def statistics(self) -> MemoryObjectStreamStatistics:
+        return self._state.statistics()
+
+
+class MailboxSend(_End[T]):
+    """The send end of a bounded mailbox (the subset of ``MemoryObjectSendStream`` the
+    actors use). Raises ``ClosedResourceError`` after its own close, ``BrokenResourceError``
+    once no receive end is open."""
+
+    __slots__ = ()
+
+    def __init__(self, state: _State[T]) -> None:
+        super().__init__(state)
         state.open_send += 1
 
     def send_nowait(self, item: T) -> None:
@@ -253,33 +274,15 @@ class MailboxSend(Generic[T]):
         # a sender of this end waiting for room gets ClosedResourceError (others wait again)
         _wake_all(state.putters)
 
-    async def aclose(self) -> None:
-        self.close()
 
-    def statistics(self) -> MemoryObjectStreamStatistics:
-        return self._state.statistics()
-
-    async def __aenter__(self) -> MailboxSend[T]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class MailboxReceive(Generic[T]):
+class MailboxReceive(_End[T]):
     """The receive end of a bounded mailbox (the subset of ``MemoryObjectReceiveStream``
     the actors use)."""
 
-    __slots__ = ("_closed", "_state")
+    __slots__ = ()
 
     def __init__(self, state: _State[T]) -> None:
-        self._state = state
-        self._closed = False
+        super().__init__(state)
         state.open_receive += 1
 
     def receive_nowait(self) -> T:
@@ -330,12 +333,6 @@ class MailboxReceive(Generic[T]):
         # a receiver of this end waiting for an item gets ClosedResourceError
         _wake_all(state.getters)
 
-    async def aclose(self) -> None:
-        self.close()
-
-    def statistics(self) -> MemoryObjectStreamStatistics:
-        return self._state.statistics()
-
     def __aiter__(self) -> MailboxReceive[T]:
         return self
 
@@ -344,17 +341,6 @@ class MailboxReceive(Generic[T]):
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> MailboxReceive[T]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_mailbox(capacity: int) -> tuple[MailboxSend[T], MailboxReceive[T]]:

@@ -24,20 +24,18 @@ from stowage.core import (
 from stowage.policy import Accounting, Refusal, ratio_from_stated
 
 from ._context import SessionContext
-from ._journal import Journal
+from ._journal import Journal, SessionPart
 
 __all__ = ["Refusals"]
 
 
-class Refusals:
+class Refusals(SessionPart):
     """One session's refusals: the figures they taught, and the records that keep them."""
 
     def __init__(
         self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
     ) -> None:
-        self.ctx = ctx
-        self.journal = journal
-        self._log = log
+        super().__init__(ctx, journal, log)
         #: after a refusal in this turn: what a request may carry, and the provider's ratio
         self.fit: int | None = None
         self.ratio: float | None = None

@@ -49,7 +49,7 @@ from stowage.policy import cache_key_for, capabilities_for
 from ._context import SessionContext
 from ._gate import Gate
 from ._interrupt import TurnInterrupt
-from ._journal import Journal
+from ._journal import Journal, SessionPart
 from ._responses import answer_too_large
 from ._retry import call_with_retries
 
@@ -92,7 +92,7 @@ def abandon_reason(error: ModelError) -> str:
     return next((words for kind, words in _REASONS if isinstance(error, kind)), "model error")
 
 
-class Requester:
+class Requester(SessionPart):
     """One session's round requests: built from the journal's state, sent through the gateway
     under the model-call limiter, retried, checked whole."""
 
@@ -103,10 +103,8 @@ class Requester:
         gate: Gate,
         log: structlog.typing.FilteringBoundLogger,
     ) -> None:
-        self.ctx = ctx
-        self.journal = journal
+        super().__init__(ctx, journal, log)
         self.gate = gate
-        self._log = log
         #: the ``prompt_cache_key`` the session's round requests carry
         self._cache_key = cache_key_for(ctx.settings, ctx.session_id)
         #: what the model can take shapes every request (parallel calls or one a round)

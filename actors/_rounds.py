@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import structlog
 from stowage.core import (
     FunctionCall,
     FunctionCallOutput,
@@ -24,9 +23,8 @@ from stowage.core import (
 )
 from stowage.tools import trail_ops
 
-from ._context import SessionContext
 from ._interrupt import TurnInterrupt
-from ._journal import Journal
+from ._journal import SessionPart
 from ._mailbox import Reply
 from ._messages import RunTools
 from ._responses import VettedUsage, cut_call_outputs, merge_outputs
@@ -68,16 +66,9 @@ def commit_record(
     )
 
 
-class RoundWriter:
+class RoundWriter(SessionPart):
     """Runs a round's calls (a lone call here, several through the tool executor) and writes
     the committed round."""
-
-    def __init__(
-        self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
-    ) -> None:
-        self.ctx = ctx
-        self.journal = journal
-        self._log = log
 
     async def progress(self, call_id: str, text: str) -> None:
         """Make a piece of what a running call printed durable (a ``progress`` record; not a

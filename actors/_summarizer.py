@@ -15,10 +15,11 @@ words a later search would use.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 from stowage.core import (
@@ -45,7 +46,16 @@ from stowage.tools import SEARCH_TOOL
 
 from ._retry import call_with_retries
 
-__all__ = ["SEARCH_NOTE", "Breaker", "SummaryOutcome", "summarize", "with_search_note"]
+__all__ = [
+    "SEARCH_NOTE",
+    "Breaker",
+    "SummaryOutcome",
+    "summarize",
+    "under_summary_limits",
+    "with_search_note",
+]
+
+T = TypeVar("T")
 
 # how many times an overflowing summary request is trimmed and sent again
 _MAX_TRIMS = 4
@@ -130,6 +140,25 @@ def _rounds_to_fit(
     return min(rounds, groups)
 
 
+async def under_summary_limits(
+    call: Callable[[], Awaitable[T]],
+    *,
+    limiter: anyio.CapacityLimiter | None,
+    call_limiter: CallLimiter | None,
+) -> T:
+    """``call()`` (a summary's model call) holding a ``limiter`` place (compactions in flight),
+    then a ``call_limiter`` one (model calls in flight, where a summary goes before waiting
+    rounds). Raises what ``call`` raises."""
+    async with limiter if limiter is not None else nullcontext():
+        if call_limiter is None:
+            return await call()
+        await call_limiter.acquire("summary")
+        try:
+            return await call()
+        finally:
+            call_limiter.release()
+
+
 async def summarize(
     history: Sequence[HistoryEntry],
     *,
@@ -162,20 +191,10 @@ async def summarize(
         log.warning("compaction_fallback", reason=reason)
         return SummaryOutcome(kind="fallback", text=fallback_summary(items, reason=reason))
 
-    async def call(request: ModelRequest) -> ModelResponse:
-        if call_limiter is None:
-            return await gateway.create(request)
-        await call_limiter.acquire("summary")
-        try:
-            return await gateway.create(request)
-        finally:
-            call_limiter.release()
-
     async def create(request: ModelRequest) -> ModelResponse:
-        if limiter is None:
-            return await call(request)
-        async with limiter:
-            return await call(request)
+        return await under_summary_limits(
+            partial(gateway.create, request), limiter=limiter, call_limiter=call_limiter
+        )
 
     groups = len(round_groups(history))
     ratio = min(chars_per_token, 4.0)

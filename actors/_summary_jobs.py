@@ -10,30 +10,25 @@ from the log's original records instead of the summary before it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
-import anyio
 import structlog
 from stowage.core import (
     BeforeCompaction,
-    CallLimiter,
     CompactionAbout,
     CompactionError,
     CompactionRecord,
     CompactionSkipped,
     CompactionSummary,
     CompactionVetoed,
-    Event,
     FunctionCallOutput,
     HistoryEntry,
     Item,
     ItemRecord,
-    ModelGateway,
     ModelRequest,
-    Record,
     Settings,
     SummaryCheck,
     SystemMessage,
@@ -58,17 +53,15 @@ from stowage.policy import (
     summary_view,
 )
 
+from ._context import SessionContext
 from ._provider_compaction import ProviderCompactions, compact_with_provider
 from ._summarizer import Breaker, SummaryOutcome, summarize
 
-__all__ = ["ReadLog", "SummaryFailure", "Summarizer", "compact_prompt"]
+__all__ = ["SummaryFailure", "Summarizer", "compact_prompt"]
 
 # the share of the summary budget a re-grounded summary's items may take whole (the rest is
 # for the instructions, protected state and what the trim of ``summarize`` needs)
 _REGROUND_SHARE = 0.7
-
-#: reads a session's whole log, for a re-grounded summary (``Runtime`` gives its store's)
-ReadLog: TypeAlias = Callable[[], Awaitable[Sequence[Record]]]
 
 
 def compact_prompt(settings: Settings, log: structlog.typing.FilteringBoundLogger) -> str | None:
@@ -102,19 +95,13 @@ class Summarizer:
     and fallbacks (``summarize``), the protected-updates block cut out. ``breaker``,
     ``instructions`` and ``provider`` outlive one run of the session's actors."""
 
-    session_id: str
-    settings: Settings
-    gateway: ModelGateway
+    #: the session's wiring: its settings, gateway, bus, limiters, before hook and log reader
+    ctx: SessionContext
     specs: tuple[ToolSpec, ...]
     breaker: Breaker
     instructions: str | None
     provider: ProviderCompactions
-    publish: Callable[[Event], None]
     log: structlog.typing.FilteringBoundLogger
-    limiter: anyio.CapacityLimiter | None
-    call_limiter: CallLimiter | None
-    before: BeforeCompaction | None
-    read_log: ReadLog | None = None
 
     def _input_budget(self, accounting: Accounting) -> int | None:
         """Tokens the summary request's input may carry: the summary model's window less
@@ -130,9 +117,9 @@ class Summarizer:
         log = self.log.bind(round=snapshot.round)
         log.info("compaction_planning", reason=job.reason, covers_through=job.covers_through)
         focus = job.focus
-        if self.before is not None:
+        if self.ctx.before_compaction is not None:
             about = CompactionAbout(
-                session_id=self.session_id,
+                session_id=self.ctx.session_id,
                 round=snapshot.round,
                 manual=job.kind == "manual",
                 reason=job.reason,
@@ -140,11 +127,11 @@ class Summarizer:
                 focus=focus,
             )
             try:
-                focus = await _before(self.before, about, log)
+                focus = await _before(self.ctx.before_compaction, about, log)
             except CompactionVetoed as veto:
                 reason = f"vetoed by the before-compaction hook: {veto}"
                 log.info("compaction_vetoed", reason=reason)
-                self.publish(CompactionSkipped(session_id=self.session_id, reason=reason))
+                self.ctx.publish(CompactionSkipped(session_id=self.ctx.session_id, reason=reason))
                 return SummaryFailure(reason, vetoed=True)
         covered = tuple(e for e in snapshot.history if e.seq <= job.covers_through)
         stubbed = snapshot.stubbed
@@ -155,7 +142,7 @@ class Summarizer:
                 covered, stubbed = originals
                 regrounded = True
         refs = {e.item.call_id: e.seq for e in covered if isinstance(e.item, FunctionCallOutput)}
-        settings = self.settings
+        settings = self.ctx.settings
         specs = self.specs
 
         def build(items: list[Item], missed: str | None = None) -> ModelRequest:
@@ -169,7 +156,7 @@ class Summarizer:
                 projection,
                 model=settings.compact_model or settings.model,
                 tools=specs,
-                cache_key=cache_key_for(settings, self.session_id),
+                cache_key=cache_key_for(settings, self.ctx.session_id),
                 focus="\n\n".join(t for t in (focus, missed) if t) or None,
                 protected_updates=True,
                 refs=refs,
@@ -188,14 +175,14 @@ class Summarizer:
                 items.insert(at, SystemMessage(text=snapshot.protected_text))
             attempt = await compact_with_provider(
                 items,
-                gateway=self.gateway,
+                gateway=self.ctx.gateway,
                 # the session's own model: the item is for it to read
                 model=settings.model,
-                cache_key=cache_key_for(settings, self.session_id),
+                cache_key=cache_key_for(settings, self.ctx.session_id),
                 kept=self.provider,
                 log=log,
-                limiter=self.limiter,
-                call_limiter=self.call_limiter,
+                limiter=self.ctx.compaction_limiter,
+                call_limiter=self.ctx.model_limiter,
             )
             if attempt.compaction is not None:
                 return self._plan(
@@ -214,17 +201,17 @@ class Summarizer:
             return await summarize(
                 view,
                 build=builder,
-                gateway=self.gateway,
+                gateway=self.ctx.gateway,
                 breaker=self.breaker,
                 urgent=job.urgent,
                 attempts=settings.max_retries + 1,
                 input_budget=self._input_budget(accounting),
                 chars_per_token=snapshot.status.chars_per_token,
-                publish=self.publish,
-                session_id=self.session_id,
+                publish=self.ctx.publish,
+                session_id=self.ctx.session_id,
                 log=log,
-                limiter=self.limiter,
-                call_limiter=self.call_limiter,
+                limiter=self.ctx.compaction_limiter,
+                call_limiter=self.ctx.model_limiter,
             )
 
         outcome = await ask(build)
@@ -279,7 +266,7 @@ class Summarizer:
         """What the summary of ``job`` must keep (``stowage.policy.draw_probes``): the user's
         instructions and corrections it absorbs, and the probes of the compaction before."""
         snapshot = job.snapshot
-        if not self.settings.check_summaries:
+        if not self.ctx.settings.check_summaries:
             return ()
         try:
             gone = absorbed(
@@ -342,10 +329,10 @@ class Summarizer:
         the outputs to show as stubs: as many outputs are whole as fit the summary budget,
         newest first. None (said in the log) when the log cannot be read: the summary is
         then made as usual, from the summary before it."""
-        if self.read_log is None:
+        if self.ctx.read_log is None:
             return None
         try:
-            records = await self.read_log()
+            records = await self.ctx.read_log()
         except Exception as exc:  # the store failing must not fail the compaction
             log.warning("reground_unreadable", error=repr(exc))
             return None

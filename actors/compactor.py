@@ -17,12 +17,9 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 from stowage.core import (
-    BeforeCompaction,
-    CallLimiter,
     CompactionDecided,
     CompactionSkipped,
     Event,
-    ModelGateway,
     Settings,
     ToolSpec,
 )
@@ -46,14 +43,15 @@ from stowage.policy import (
 )
 from stowage.policy import Event as MachineEvent
 
+from ._context import SessionContext
 from ._inbox import CompactorInbox
 from ._mailbox import Slot
 from ._messages import Verdict
 from ._provider_compaction import ProviderCompactions
 from ._summarizer import Breaker
-from ._summary_jobs import ReadLog, Summarizer, SummaryFailure, compact_prompt
+from ._summary_jobs import Summarizer, SummaryFailure, compact_prompt
 
-__all__ = ["CompactorKept", "ReadLog", "run_compactor", "verdict_of"]
+__all__ = ["CompactorKept", "run_compactor", "verdict_of"]
 
 _log = structlog.get_logger("stowage.compactor")
 
@@ -102,40 +100,22 @@ def verdict_of(actions: Sequence[Action], basis_seq: int) -> Verdict:
 
 
 async def run_compactor(
-    session_id: str,
-    settings: Settings,
-    gateway: ModelGateway,
-    inbox: CompactorInbox,
-    verdicts: Slot[Verdict],
-    publish: Callable[[Event], None],
-    *,
-    kept: CompactorKept,
-    specs: Sequence[ToolSpec] = (),
-    limiter: anyio.CapacityLimiter | None = None,
-    call_limiter: CallLimiter | None = None,
-    before: BeforeCompaction | None = None,
-    read_log: ReadLog | None = None,
+    ctx: SessionContext, inbox: CompactorInbox, verdicts: Slot[Verdict], *, kept: CompactorKept
 ) -> None:
     """Step the machine on every event until ``inbox`` is closed (a summary job still being
-    made is finished first); ``before`` (a ``CompactionHooks.before``) sees each full
-    compaction before its summary is asked for; ``specs`` are the session's tool specs, sent
-    with each summary request so that it shares the rounds' cached prefix; ``read_log``
+    made is finished first); ``ctx.before_compaction`` (a ``CompactionHooks.before``) sees
+    each full compaction before its summary is asked for; the session's tool specs are sent
+    with each summary request so that it shares the rounds' cached prefix; ``ctx.read_log``
     reads the session's whole log (a re-grounded summary is made from its records)."""
+    session_id, publish = ctx.session_id, ctx.publish
     log = _log.bind(session=session_id, actor="compactor")
     summarizer = Summarizer(
-        session_id=session_id,
-        settings=settings,
-        gateway=gateway,
-        specs=tuple(specs),
+        ctx=ctx,
+        specs=tuple(ctx.tools.specs()),
         breaker=kept.breaker,
         instructions=kept.instructions,
         provider=kept.provider,
-        publish=publish,
         log=log,
-        limiter=limiter,
-        call_limiter=call_limiter,
-        before=before,
-        read_log=read_log,
     )
 
     async with anyio.create_task_group() as tg:

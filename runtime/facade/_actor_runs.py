@@ -134,17 +134,4 @@ async def _compactor(
     plans: Slot[Verdict],
     kept: CompactorKept,
 ) -> None:
-    await run_compactor(
-        ctx.session_id,
-        ctx.settings,
-        ctx.gateway,
-        committed,
-        plans,
-        ctx.publish,
-        kept=kept,
-        specs=ctx.tools.specs(),
-        limiter=ctx.compaction_limiter,
-        call_limiter=ctx.model_limiter,
-        before=ctx.before_compaction,
-        read_log=ctx.read_log,
-    )
+    await run_compactor(ctx, committed, plans, kept=kept)
