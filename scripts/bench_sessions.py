@@ -83,31 +83,42 @@ def _deep_size(value: Any, seen: set[int]) -> int:
     return size + sum(_deep_size(v, seen) for v in inner)
 
 
-async def _memory(args: argparse.Namespace) -> dict[str, Any]:
+def _runtime(store: str, args: argparse.Namespace, *, max_running: int = 0) -> Any:
+    """The runtime sessions are measured on: a JSONL store without fsync in ``store``, the
+    scripted model (two tool rounds a turn), synthetic tools of ``--tool-kb`` outputs."""
     from stowage import Runtime, Settings
     from stowage.core._logging import configure_logging
     from stowage.load._engine import synthetic_tools
     from stowage.model._scripted import ScriptedModel
 
     configure_logging("console", "warning")
+    settings = Settings(
+        store=Path(store),
+        durability="none",
+        tools="none",
+        system="You are a careful agent.",
+        compact_threshold=args.compact_threshold,
+    )
+    return Runtime(
+        settings,
+        gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
+        tools=synthetic_tools(args.tool_kb),
+        max_running_sessions=max_running or None,
+    )
+
+
+async def _warm_up(rt: Any) -> None:
+    """One session run and hibernated: first-use caches are not per-session memory."""
+    await rt.send("warm-up", "warm up")
+    await rt.hibernate("warm-up")
+    gc.collect()
+
+
+async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stowage-mem-") as store:
-        settings = Settings(
-            store=Path(store),
-            durability="none",
-            tools="none",
-            system="You are a careful agent.",
-            compact_threshold=args.compact_threshold,
-        )
         ids = [f"m-{n:05d}" for n in range(args.sessions)]
-        async with Runtime(
-            settings,
-            gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
-            tools=synthetic_tools(args.tool_kb),
-            max_running_sessions=args.max_running or None,
-        ) as rt:
-            await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
-            await rt.hibernate("warm-up")
-            gc.collect()
+        async with _runtime(store, args, max_running=args.max_running) as rt:
+            await _warm_up(rt)
             rss_base = _rss()
             fds_base = _descriptors()
             trace = not args.no_trace
@@ -182,30 +193,11 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _sizes(args: argparse.Namespace) -> dict[str, Any]:
-    from stowage import Runtime, Settings
-    from stowage.core._logging import configure_logging
-    from stowage.load._engine import synthetic_tools
-    from stowage.model._scripted import ScriptedModel
-
     sizes = sorted({int(size) for size in args.sizes.split(",")})
-    configure_logging("console", "warning")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="stowage-sizes-") as store:
-        settings = Settings(
-            store=Path(store),
-            durability="none",
-            tools="none",
-            system="You are a careful agent.",
-            compact_threshold=args.compact_threshold,
-        )
-        async with Runtime(
-            settings,
-            gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
-            tools=synthetic_tools(args.tool_kb),
-        ) as rt:
-            await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
-            await rt.hibernate("warm-up")
-            gc.collect()
+        async with _runtime(store, args) as rt:
+            await _warm_up(rt)
             rss_base = _rss()
             at_once = anyio.Semaphore(args.at_once)
 
