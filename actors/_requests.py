@@ -119,6 +119,11 @@ class Requester(SessionPart):
         # the stub items of the last projection: the same objects while the outputs are
         self._stubs: StubCache = {}
 
+    def park(self) -> None:
+        """Let go of the last request's lines (a copy of the history's text): a parked
+        session keeps none; its next run's first request makes them again."""
+        self._lines.forget()
+
     def projection(self, protected: str | None = None) -> tuple[Item, ...]:
         state = self.journal.state
         if protected is None:

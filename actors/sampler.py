@@ -182,6 +182,7 @@ class Sampler:
         finally:
             self.committed.close()
             self.tools = None  # the executor's inbox was this run's: a parked session holds none
+            self._requests.park()
 
     async def recover(self) -> None:
         """Close a round the log left open: every logged call without an output gets the

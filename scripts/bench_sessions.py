@@ -3,6 +3,7 @@
     python scripts/bench_sessions.py memory --sessions 2000 --turns 3
     python scripts/bench_sessions.py memory --sessions 10000 --no-trace   # resident memory only
     python scripts/bench_sessions.py memory --sessions 10000 --no-trace --at-once 100
+    python scripts/bench_sessions.py sizes --sizes 25000,50000,100000 --at-once 500
     python scripts/bench_sessions.py resume --records 100000
 
 ``memory`` runs the sessions in process (scripted model, JSONL store), then measures Python
@@ -14,7 +15,11 @@ and where the live memory goes (by source file); with ``--no-trace`` only the re
 and the descriptors. ``--at-once N`` runs the turns of at most N sessions at a time (all
 of them at once by default): the live figure is the same, the resident one is not, as the
 allocator keeps much of what the turns in flight together needed; ``--max-running N`` sends
-them all at once to a runtime that runs at most N at a time. ``resume`` writes a log of
+them all at once to a runtime that runs at most N at a time. ``sizes`` grows one runtime's
+live sessions to each of ``--sizes`` in turn (a turn each, ``--at-once`` at a time) and at
+each size prints the resident memory per live session, the descriptors in use and the turn
+throughput with all of them live (``--probe`` turns of sessions spread over them, after the
+memory was read): flat is the goal. ``resume`` writes a log of
 ``--records`` records whose newest compaction is near the end, then times ``Runtime.resume``
 (read_tail + replay + start) against a whole-log read and replay.
 """
@@ -78,31 +83,42 @@ def _deep_size(value: Any, seen: set[int]) -> int:
     return size + sum(_deep_size(v, seen) for v in inner)
 
 
-async def _memory(args: argparse.Namespace) -> dict[str, Any]:
+def _runtime(store: str, args: argparse.Namespace, *, max_running: int = 0) -> Any:
+    """The runtime sessions are measured on: a JSONL store without fsync in ``store``, the
+    scripted model (two tool rounds a turn), synthetic tools of ``--tool-kb`` outputs."""
     from stowage import Runtime, Settings
     from stowage.core._logging import configure_logging
     from stowage.load._engine import synthetic_tools
     from stowage.model._scripted import ScriptedModel
 
     configure_logging("console", "warning")
+    settings = Settings(
+        store=Path(store),
+        durability="none",
+        tools="none",
+        system="You are a careful agent.",
+        compact_threshold=args.compact_threshold,
+    )
+    return Runtime(
+        settings,
+        gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
+        tools=synthetic_tools(args.tool_kb),
+        max_running_sessions=max_running or None,
+    )
+
+
+async def _warm_up(rt: Any) -> None:
+    """One session run and hibernated: first-use caches are not per-session memory."""
+    await rt.send("warm-up", "warm up")
+    await rt.hibernate("warm-up")
+    gc.collect()
+
+
+async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stowage-mem-") as store:
-        settings = Settings(
-            store=Path(store),
-            durability="none",
-            tools="none",
-            system="You are a careful agent.",
-            compact_threshold=args.compact_threshold,
-        )
         ids = [f"m-{n:05d}" for n in range(args.sessions)]
-        async with Runtime(
-            settings,
-            gateway=ScriptedModel(tool_rounds=2, keep_requests=False),
-            tools=synthetic_tools(args.tool_kb),
-            max_running_sessions=args.max_running or None,
-        ) as rt:
-            await rt.send("warm-up", "warm up")  # first-use caches are not per-session memory
-            await rt.hibernate("warm-up")
-            gc.collect()
+        async with _runtime(store, args, max_running=args.max_running) as rt:
+            await _warm_up(rt)
             rss_base = _rss()
             fds_base = _descriptors()
             trace = not args.no_trace
@@ -173,6 +189,58 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         "descriptor_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "live_kb_per_session_by_file": by_file(live_snapshot, 12),
         "hibernated_kb_per_session_by_file": by_file(hibernated_snapshot, 8),
+    }
+
+
+async def _sizes(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = sorted({int(size) for size in args.sizes.split(",")})
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="stowage-sizes-") as store:
+        async with _runtime(store, args) as rt:
+            await _warm_up(rt)
+            rss_base = _rss()
+            at_once = anyio.Semaphore(args.at_once)
+
+            async def turns(ids: list[str], turn: int) -> float:
+                async def drive(session_id: str) -> None:
+                    async with at_once:
+                        await rt.send(session_id, f"task {turn}: fetch the blob and the log")
+
+                started = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for session_id in ids:
+                        tg.start_soon(drive, session_id)
+                return time.perf_counter() - started
+
+            live = 0
+            for size in sizes:
+                grown = await turns([f"s-{n:06d}" for n in range(live, size)], 0)
+                grown_turns, live = size - live, size
+                gc.collect()
+                rss, fds = _rss(), _descriptors()
+                # the probe: turns of sessions spread over all those live, each already parked
+                step = max(1, size // args.probe)
+                probe = [f"s-{n:06d}" for n in range(0, size, step)][: args.probe]
+                probed = await turns(probe, 1)
+                row = {
+                    "live_sessions": len(rt.sessions),
+                    "hibernated": len(rt.hibernated - {"warm-up"}),
+                    "rss_mb": round(rss / 2**20, 1),
+                    "rss_kb_per_live_session": round((rss - rss_base) / 1024 / size, 1),
+                    "descriptors_in_use": fds,
+                    "descriptor_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                    "turns_per_second_growing": round(grown_turns / grown, 1),
+                    "turns_per_second_all_live": round(len(probe) / probed, 1),
+                }
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)  # progress, size by size
+    return {
+        "sizes": sizes,
+        "turns_per_session": 1,
+        "sessions_at_once": args.at_once,
+        "probe_turns": args.probe,
+        "rss_mb_before_sessions": round(rss_base / 2**20, 1),
+        "by_size": rows,
     }
 
 
@@ -302,14 +370,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="the runtime's max_running_sessions (default: no bound)",
     )
+    sizes = sub.add_parser("sizes")
+    sizes.add_argument(
+        "--sizes", default="25000,50000,100000", help="live sessions to grow to, in turn"
+    )
+    sizes.add_argument("--at-once", type=int, default=500, metavar="N")
+    sizes.add_argument(
+        "--probe",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="turns timed at each size with every session live",
+    )
+    sizes.add_argument("--tool-kb", type=float, default=2.0)
+    sizes.add_argument("--compact-threshold", type=int, default=3000)
     resume = sub.add_parser("resume")
     resume.add_argument("--records", type=int, default=100_000)
     resume.add_argument("--output-chars", type=int, default=200)
     resume.add_argument("--repeat", type=int, default=5)
-    for p in (memory, resume):
+    for p in (memory, sizes, resume):
         p.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    run = _memory if args.what == "memory" else _resume
+    run = {"memory": _memory, "sizes": _sizes, "resume": _resume}[args.what]
     report = anyio.run(run, args)
     text = json.dumps(report, indent=2)
     print(text)

@@ -16,6 +16,9 @@ choice, output cap, cache key), each input item, each tool. Items and entries ar
 so a session keeps its last request's lines, running hashes and section layout and carries
 them on where the new request starts the same (a round appends): a request costs the lines,
 the sections and the hashing of what is new since the last one, not a pass over the history.
+A parked session lets go of all that (``LineCache.forget``): it is a copy of the history's
+text, and a hundred thousand idle sessions must not each keep one; the first request of its
+next run makes it again in one pass, as a resumed session's does.
 """
 
 from __future__ import annotations
@@ -109,8 +112,13 @@ class LineCache:
     __slots__ = ("_by_id", "_header", "_history", "_last", "_layout", "_tools")
 
     def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Let go of everything kept (a session that parks calls this): the next request's
+        figures are the same, made from nothing in one pass over its input."""
         self._by_id: dict[int, tuple[Item, bytes, int]] = {}
-        self._last = _Request(items=(), lines=[], chars=[], runs={})
+        self._last = _NO_REQUEST
         # the last history's entries, and its runs of one kind of entry (no protected state)
         self._history: tuple[HistoryEntry, ...] = ()
         self._layout: list[_Span] = []
@@ -242,6 +250,10 @@ class _Request:
     lines: list[bytes]
     chars: list[int]
     runs: dict[tuple[str, int], _Run]
+
+
+# the "last request" of a cache that has none: shared, as nothing ever changes it
+_NO_REQUEST = _Request(items=(), lines=[], chars=[], runs={})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

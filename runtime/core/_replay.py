@@ -9,8 +9,10 @@ check it anyway.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import orjson
 
 from ._errors import CorruptLogError, ProtectedStateViolation
 from ._history import compose_history
@@ -51,6 +53,29 @@ __all__ = ["SessionState", "replay"]
 _CALIBRATION_CARRY = 1000
 # what of an open call's progress is kept: its first and last characters
 _PARTIAL_KEEP = 4000
+
+
+# the settings most sessions of a process were opened with are the same: a live session's
+# state points at one dict for them all, not a copy of its own (a bounded table of them)
+_SHARED_SETTINGS: dict[bytes, dict[str, Any]] = {}
+_SHARED_SETTINGS_MAX = 64
+
+
+def _shared_settings(record: SessionRecord) -> SessionRecord:
+    """``record`` with its settings the table's equal dict (added when new), or as it is."""
+    try:
+        key = orjson.dumps(record.settings, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not a JSON value: kept as it is
+        return record
+    shared = _SHARED_SETTINGS.get(key)
+    if shared is None:
+        if len(_SHARED_SETTINGS) >= _SHARED_SETTINGS_MAX:
+            del _SHARED_SETTINGS[next(iter(_SHARED_SETTINGS))]
+        _SHARED_SETTINGS[key] = record.settings
+        return record
+    if shared is record.settings or shared != record.settings:  # a tuple is not its list
+        return record
+    return replace(record, settings=shared)
 
 
 def _head_and_tail(text: str) -> str:
@@ -222,7 +247,7 @@ class SessionState:
                 self.turn_open = record.phase == "started"
                 self.ledger = TurnLedger() if self.turn_open else None
             case SessionRecord():
-                self.meta = record
+                self.meta = _shared_settings(record)
             case ErrorRecord():
                 pass
             case MilestoneRecord():

@@ -88,6 +88,21 @@ class Session:
     Built by its ``Runtime`` (inside the event loop) on the send end of its sampler's commands.
     """
 
+    # one per live session, a hundred thousand of them in a process: no per-instance dict
+    __slots__ = (
+        "_commands",
+        "_failure",
+        "_fork",
+        "_hibernated",
+        "_last_active",
+        "_on_input",
+        "_stopped",
+        "_subscribe",
+        "_waiting",
+        "id",
+        "state",
+    )
+
     def __init__(
         self,
         session_id: str,
@@ -109,7 +124,9 @@ class Session:
         self._commands = commands
         self._stopped = Latch()  # its event is made only when someone waits for the stop
         self._failure: BaseException | None = None
-        self._waiting: set[Reply[Any]] = set()
+        # the askers waiting on a reply, in the order they asked (a dict: an empty set is
+        # three times an empty dict, and a parked session has no asker)
+        self._waiting: dict[Reply[Any], None] = {}
         # event-loop time of the last ask or answer; hibernation measures idleness from it
         self._last_active = anyio.current_time()
         self._hibernated = False
@@ -197,7 +214,7 @@ class Session:
                     interrupt=interrupt,
                 )
             )
-            self._waiting.add(reply)
+            self._waiting[reply] = None
             async with events_out:
                 async for event in events_out:
                     if event is None:  # the answer came: every event of the turn is in
@@ -402,7 +419,7 @@ class Session:
             raise SessionClosed(f"session {self.id} is closed") from exc
 
     async def _wait(self, reply: Reply[T]) -> T:
-        self._waiting.add(reply)
+        self._waiting[reply] = None
         try:
             return await reply.wait()
         except SessionFailed:
@@ -420,7 +437,7 @@ class Session:
                 raise stopped from stopped.__cause__
             raise
         finally:
-            self._waiting.discard(reply)
+            self._waiting.pop(reply, None)
             self._last_active = anyio.current_time()
 
 

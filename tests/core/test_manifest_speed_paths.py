@@ -1,6 +1,7 @@
 """A session's manifests, carried from request to request by its ``LineCache``, are exactly
 the manifests of the same requests worked out from nothing: as history grows, is compacted,
-stubbed, re-headed, shortened, and as the header, the tools and the ratio change."""
+stubbed, re-headed, shortened, as the header, the tools and the ratio change, and after the
+session parked (its cache forgot everything)."""
 
 from __future__ import annotations
 
@@ -204,6 +205,7 @@ STEPS = st.one_of(
     st.tuples(st.just("tools"), st.integers(0, len(TOOL_SETS) - 1)),
     st.tuples(st.just("ratio"), st.sampled_from([4.0, 3.3])),
     st.tuples(st.just("again"), st.just(0)),
+    st.tuples(st.just("park"), st.just(0)),
 )
 
 
@@ -279,6 +281,8 @@ def test_carried_manifests_are_the_manifests_from_nothing(
     session.check(cache)
     for step in steps:
         apply(session, step)
+        if step[0] == "park":  # the session parked: its cache let go of everything
+            cache.forget()
         session.check(cache)
 
 

@@ -1,4 +1,5 @@
-"""A live session between turns is parked: one task, and nothing of the turn it answered."""
+"""A live session between turns is parked: one task, and nothing of the turn it answered (nor
+of its requests' lines and running hashes, made again by the next run's first request)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from stowage import Runtime, Settings
 from stowage.actors import Reply, UserTurn
+from stowage.core import _manifest
 from stowage.model._scripted import ScriptedModel
 
 SESSIONS = 12
@@ -32,6 +34,8 @@ def _held() -> Counter[str]:
             kinds["event"] += 1
         elif issubclass(cls, MemoryObjectSendStream):
             kinds["stream"] += 1
+        elif issubclass(cls, _manifest._Run):
+            kinds["request hash"] += 1
     kinds["task"] = len(asyncio.all_tasks())
     return kinds
 
@@ -68,9 +72,10 @@ async def test_parked_sessions_hold_one_task_and_nothing_of_their_last_turn(
                     tg.start_soon(drive)
             assert len(rt.sessions) == SESSIONS
             after = await _settled()
-        grown = {kind: after[kind] - before[kind] for kind in ("task", "command", "reply")}
-        # one waiting task each, no command answered and no reply kept
-        assert grown == {"task": SESSIONS, "command": 0, "reply": 0}
+        kept = ("task", "command", "reply", "request hash")
+        grown = {kind: after[kind] - before[kind] for kind in kept}
+        # one waiting task each, no command answered, no reply kept, no request's hashes
+        assert grown == {"task": SESSIONS, "command": 0, "reply": 0, "request hash": 0}
         # the commands' stream (its two ends' send side here) and the runtime's own share of
         # the store's inbox; no executor inbox survives its run
         assert after["stream"] - before["stream"] <= 2 * SESSIONS

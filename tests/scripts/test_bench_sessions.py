@@ -1,5 +1,5 @@
-"""scripts/bench_sessions.py on a tiny configuration: memory with and without tracemalloc, and
-resume time, each printing the figures it names."""
+"""scripts/bench_sessions.py on a tiny configuration: memory with and without tracemalloc, the
+sweep over sizes of one runtime, and resume time, each printing the figures it names."""
 
 from __future__ import annotations
 
@@ -58,6 +58,17 @@ async def test_memory_drives_sessions_a_few_at_a_time_or_under_a_running_bound(
     # every session ran its turn (a user message, tool rounds and an answer) either way
     items = few["history_items_per_session"]
     assert isinstance(items, float) and items > 3 and bounded["history_items_per_session"] == items
+
+
+async def test_sizes_grows_one_runtime_and_reports_each_size(tmp_path: Path) -> None:
+    report = await _run(tmp_path, "sizes", "--sizes", "6,3", "--at-once", "2", "--probe", "2")
+    rows = report["by_size"]
+    assert isinstance(rows, list) and [row["live_sessions"] for row in rows] == [3, 6]
+    for row in rows:
+        # every session stayed live (none hibernated to make room) and each figure was taken
+        assert row["hibernated"] == 0
+        assert row["rss_kb_per_live_session"] > 0 and row["descriptors_in_use"] > 0
+        assert row["turns_per_second_growing"] > 0 and row["turns_per_second_all_live"] > 0
 
 
 async def test_resume_times_a_long_log(tmp_path: Path) -> None:
