@@ -42,8 +42,8 @@ NOT_FOR_HELP = NOT_FOR_VERSION
 #: ``list``, ``show`` and ``context`` read the store: not the model client, the actors, the
 #: facade's runtime, the tools, the price table; for a JSONL store no database driver; no
 #: rich (their output is plain lines; structlog would import it for tracebacks they never draw);
-#: and no pydantic (the settings a log recorded have their types: ``Settings`` takes them as
-#: they are)
+#: no pydantic (the settings a log recorded have their types: ``Settings`` takes them as they
+#: are); and no structlog until something logs (``configure_logging(..., lazily=True)``)
 NOT_FOR_LIST = (
     "openai",
     "httpx",
@@ -54,6 +54,7 @@ NOT_FOR_LIST = (
     "rich",
     "pydantic",
     "pydantic_settings",
+    "structlog",
     "stowage.actors",
     "stowage.console",
     "stowage.model",
