@@ -10,13 +10,16 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Any, Literal
 
 __all__ = ["configure_logging", "get_logger"]
 
-#: the configuration ``configure_logging(..., lazily=True)`` left for the first log line
+#: the configuration ``configure_logging(..., lazily=True)`` left for the first log line, and
+#: the lock that keeps a line logged in another thread meanwhile from going out unconfigured
 _deferred: list[Callable[[], None]] = []
+_deferring = threading.Lock()
 
 
 class _CurrentStderr:
@@ -53,11 +56,12 @@ def configure_logging(
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
     configure = functools.partial(_configure, fmt, numeric, frozenset(quiet), tap)
-    _deferred.clear()
-    if lazily and "structlog" not in sys.modules:
-        _deferred.append(configure)
-    else:
-        configure()
+    with _deferring:
+        _deferred.clear()
+        if lazily and "structlog" not in sys.modules:
+            _deferred.append(configure)
+            return
+    configure()
 
 
 def get_logger(name: str) -> Any:
@@ -75,8 +79,9 @@ class _LazyLogger:
 
     def __getattr__(self, attr: str) -> Any:
         if self._logger is None:
-            while _deferred:
-                _deferred.pop()()
+            with _deferring:
+                while _deferred:
+                    _deferred.pop()()
             import structlog
 
             self._logger = structlog.get_logger(self._name)
