@@ -47,7 +47,6 @@ import aiofiles
 import aiofiles.os
 import anyio
 import anyio.to_thread
-import structlog
 from stowage.core import (
     ConfigError,
     Durability,
@@ -60,6 +59,7 @@ from stowage.core import (
     SessionNotFound,
     StoreError,
     TornTail,
+    get_logger,
 )
 
 from ._codec import encode_record
@@ -75,7 +75,7 @@ from ._writer_thread import WriterThread
 
 __all__ = ["JsonlStore"]
 
-log = structlog.get_logger("stowage.storage")
+log = get_logger("stowage.storage")
 
 _PARSE_IN_THREAD = 256 * 1024  # decoding a bigger log would stall the event loop
 

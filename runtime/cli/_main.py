@@ -295,12 +295,18 @@ def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
         )
 
 
-def configure_logging(log_format: str, level: str, **kwargs: Any) -> None:
+#: the commands that read a store and most often log nothing: structlog is imported, and set up,
+#: at their first log line (every logger they use is a ``stowage.core.get_logger`` one)
+_LOG_LAZILY = frozenset({"list", "show", "context"})
+
+
+def configure_logging(log_format: str, level: str, *, lazily: bool = False, **kwargs: Any) -> None:
     """``stowage.core.configure_logging``, imported when a command runs."""
-    _import_structlog_without_rich()
+    if not lazily:
+        _import_structlog_without_rich()
     from stowage.core import configure_logging as configure
 
-    configure(log_format, level, **kwargs)  # type: ignore[arg-type]
+    configure(log_format, level, lazily=lazily, **kwargs)  # type: ignore[arg-type]
 
 
 def _import_structlog_without_rich() -> None:
@@ -345,7 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             quiet = quiet | _REPAIR_SAID
         _said_after.held, _said_after.lines = bool(quiet), []
         quiet = quiet | _said_after.names if quiet else quiet
-        configure_logging(args.log_format, args.log_level, quiet=quiet, tap=_status_tap)
+        configure_logging(
+            args.log_format,
+            args.log_level,
+            quiet=quiet,
+            tap=_status_tap,
+            lazily=args.command in _LOG_LAZILY,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     handler = _HANDLERS[args.command]

@@ -113,7 +113,7 @@ if TYPE_CHECKING:
         round_end,
         tail_records,
     )
-    from ._logging import configure_logging
+    from ._logging import configure_logging, get_logger
     from ._manifest import (
         LineCache,
         describe_manifest,
@@ -348,6 +348,7 @@ __all__ = [
     "apply_compaction",
     "build_projection",
     "configure_logging",
+    "get_logger",
     "current_tool_context",
     "OutputBudget",
     "Effect",
@@ -486,6 +487,7 @@ _EXPORTS = {
     "round_end": "._lineage",
     "tail_records": "._lineage",
     "configure_logging": "._logging",
+    "get_logger": "._logging",
     "PREVIEW_MIN_CHARS": "._projection",
     "StubCache": "._projection",
     "build_projection": "._projection",

@@ -1,15 +1,25 @@
-"""structlog set up once, for the CLI and for embedding applications that want ours."""
+"""structlog set up once, for the CLI and for embedding applications that want ours.
+
+A command that may well log nothing (``stowage list``) sets it up lazily: structlog, a tenth of
+that command's start, is imported and configured at the first line a ``get_logger`` logger
+logs, if one ever does.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+import threading
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Any, Literal
 
-import structlog
+__all__ = ["configure_logging", "get_logger"]
 
-__all__ = ["configure_logging"]
+#: the configuration ``configure_logging(..., lazily=True)`` left for the first log line, and
+#: the lock that keeps a line logged in another thread meanwhile from going out unconfigured
+_deferred: list[Callable[[], None]] = []
+_deferring = threading.Lock()
 
 
 class _CurrentStderr:
@@ -29,12 +39,15 @@ def configure_logging(
     *,
     quiet: Collection[str] = (),
     tap: Callable[[str, Mapping[str, Any]], None] | None = None,
+    lazily: bool = False,
 ) -> None:
     """Send structlog output to stderr as console lines or JSON objects, at ``level``.
 
     ``quiet``: event names not printed as warnings or errors (something else reports them once,
     such as the command line's own error line); ``tap`` sees every event at or above
-    ``level`` first, printed or not (a status line shows retries with it).
+    ``level`` first, printed or not (a status line shows retries with it). ``lazily``: when
+    structlog is not imported yet, import and configure it at the first line a ``get_logger``
+    logger logs (for a program whose every logger is one).
     Raises ``ValueError`` for an unknown format or level.
     """
     if fmt not in ("console", "json"):
@@ -42,12 +55,52 @@ def configure_logging(
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
+    configure = functools.partial(_configure, fmt, numeric, frozenset(quiet), tap)
+    with _deferring:
+        _deferred.clear()
+        if lazily and "structlog" not in sys.modules:
+            _deferred.append(configure)
+            return
+    configure()
+
+
+def get_logger(name: str) -> Any:
+    """``structlog.get_logger(name)``, made when it is first used: structlog is imported then,
+    configured first if ``configure_logging(..., lazily=True)`` left it so."""
+    return _LazyLogger(name)
+
+
+class _LazyLogger:
+    """A structlog logger made at its first use."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            with _deferring:
+                while _deferred:
+                    _deferred.pop()()
+            import structlog
+
+            self._logger = structlog.get_logger(self._name)
+        return getattr(self._logger, attr)
+
+
+def _configure(
+    fmt: str,
+    numeric: int,
+    quiet_names: frozenset[str],
+    tap: Callable[[str, Mapping[str, Any]], None] | None,
+) -> None:
+    import structlog
+
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
-    quiet_names = frozenset(quiet)
 
     def tap_and_quiet(
         logger: Any, method: str, event_dict: MutableMapping[str, Any]

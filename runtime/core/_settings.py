@@ -1,28 +1,37 @@
 """Settings of a session or a runtime: each declared once, validated once, with errors that name
 the bad value.
 
-``Settings`` is a pydantic dataclass: every field carries its type, default, bounds and help,
+``Settings`` is a frozen dataclass: every field carries its type, default, bounds and help,
 and, where a person may set it, its command-line flag (``setting(..., cli="--flag")``) and
 whether ``stowage.toml`` files and ``STOWAGE_<NAME>`` variables may (``config``) and a
 ``[models.NAME]`` profile may (``profile``). The command line's options, the configuration
 model of files and variables and the README's table of settings are made from these
 declarations (``stowage.cli``), so they cannot disagree. A bad value is a ``ConfigError`` that
 names the setting and the value.
+
+Every construction validates what it is given. Values that already have their field's type
+and keep its bounds (what a program passes, what a log's JSON gives back) are taken as they
+are; anything else goes through pydantic, built from the same declarations, which converts
+what it can (``"5"`` to 5) and names what it cannot. So the commands that only read logs
+(``stowage list``, ``show``, ``context``) never import pydantic: it is half their start.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import secrets
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
-from typing import Annotated, Any, Literal, cast
-
-from pydantic import ConfigDict, Field, ValidationError, model_validator
-from pydantic.dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 
 from ._errors import ConfigError, InvalidSessionId
 from ._redact import redact_command, redact_url
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
@@ -59,6 +68,37 @@ def new_session_id() -> str:
     return "s-" + secrets.token_hex(6)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The bounds every value of a setting must keep (None: no such bound)."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def given(self) -> dict[str, float]:
+        """The bounds set, by name."""
+        return {
+            key: value
+            for key in ("gt", "ge", "lt", "le")
+            if (value := getattr(self, key)) is not None
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Declared:
+    """What ``setting`` declares beside the type and the default."""
+
+    help: str
+    cli: str | None
+    cli_value: object
+    metavar: str | None
+    config: bool
+    profile: bool
+    bounds: _Bounds
+
+
 def setting(
     help: str,
     *,
@@ -76,20 +116,37 @@ def setting(
     ``cli_value``: a flag that takes no value and sets this one); ``config``: files and
     ``STOWAGE_*`` variables may set it; ``profile``: a ``[models.NAME]`` table may; the bounds
     (``gt``, ``ge``, ``lt``, ``le``) that every value must keep."""
-    extra: dict[str, Any] = {"config": config, "profile": profile}
-    if cli is not None:
-        extra["cli"] = cli
-    if cli_value is not None:
-        extra["cli_value"] = cli_value
-    if metavar is not None:
-        extra["metavar"] = metavar
-    return Field(description=help, json_schema_extra=extra, gt=gt, ge=ge, lt=lt, le=le)
+    return _Declared(
+        help=help,
+        cli=cli,
+        cli_value=cli_value,
+        metavar=metavar,
+        config=config,
+        profile=profile,
+        bounds=_Bounds(gt=gt, ge=ge, lt=lt, le=le),
+    )
 
 
-PositiveInt = Annotated[int, Field(gt=0)]
+PositiveInt = Annotated[int, _Bounds(gt=0)]
+
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+def _validating(cls: type[_T]) -> type[_T]:
+    """``cls`` whose construction validates its arguments first (``_validated``): the
+    dataclass's own ``__init__`` then sets them and calls ``__post_init__``."""
+    assign = cls.__init__
+
+    def __init__(self: Any, **values: Any) -> None:
+        assign(self, **_validated(values))
+
+    __init__.__doc__ = assign.__doc__
+    setattr(cls, "__init__", __init__)  # noqa: B010  # mypy keeps the dataclass's signature
+    return cls
+
+
+@_validating
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
 
@@ -538,15 +595,6 @@ class Settings:
         ),
     ] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _named_errors(cls, values: Any, handler: Any) -> Any:
-        """A bad value is a ``ConfigError`` naming the setting, the rule and the value."""
-        try:
-            return handler(values)
-        except ValidationError as exc:
-            raise ConfigError(_described(exc)) from None
-
     def __post_init__(self) -> None:
         if (url := _URL_SCHEME.match(str(self.store))) is not None:
             # a URL made a Path ("postgresql:/user:password@host/db") would silently become a
@@ -670,26 +718,25 @@ def setting_infos() -> tuple[SettingInfo, ...]:
     return _INFOS
 
 
-def _info(name: str, info: Any) -> SettingInfo:
-    extra = dict(info.json_schema_extra or {})
-    annotation, optional = _unwrapped(info.annotation)
-    bounds: dict[str, float] = {}
-    for meta in (*info.metadata, *_inner_metadata(annotation)):
-        for key in ("gt", "ge", "lt", "le"):
-            if getattr(meta, key, None) is not None:
-                bounds[key] = getattr(meta, key)
-    default = info.default
+def _info(field: dataclasses.Field[Any], hint: Any) -> SettingInfo:
+    """The declaration of ``field``, whose type hint is ``Annotated[T, setting(...)]``."""
+    (declared,) = (meta for meta in hint.__metadata__ if isinstance(meta, _Declared))
+    annotation, optional = _unwrapped(hint.__origin__)
+    bounds = declared.bounds.given()
+    for meta in getattr(annotation, "__metadata__", ()):  # ``PositiveInt`` and kin
+        if isinstance(meta, _Bounds):
+            bounds.update(meta.given())
     return SettingInfo(
-        name=name,
+        name=field.name,
         annotation=_bare(annotation),
         optional=optional,
-        default=default,
-        help=info.description or "",
-        cli=extra.get("cli"),
-        cli_value=extra.get("cli_value"),
-        metavar=extra.get("metavar"),
-        config=bool(extra.get("config", True)),
-        profile=bool(extra.get("profile", False)),
+        default=field.default,
+        help=declared.help,
+        cli=declared.cli,
+        cli_value=declared.cli_value,
+        metavar=declared.metavar,
+        config=declared.config,
+        profile=declared.profile,
         bounds=bounds,
     )
 
@@ -701,14 +748,6 @@ def _unwrapped(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _inner_metadata(annotation: Any) -> tuple[Any, ...]:
-    """The constraints inside ``Annotated[T, Field(...)]`` (``PositiveInt`` and kin)."""
-    found: list[Any] = []
-    for meta in getattr(annotation, "__metadata__", ()):
-        found.extend(getattr(meta, "metadata", (meta,)))
-    return tuple(found)
-
-
 def _bare(annotation: Any) -> Any:
     return (
         getattr(annotation, "__origin__", annotation)
@@ -717,7 +756,89 @@ def _bare(annotation: Any) -> Any:
     )
 
 
-_INFOS = tuple(_info(name, info) for name, info in cast(Any, Settings).__pydantic_fields__.items())
+_HINTS = typing.get_type_hints(Settings, include_extras=True)
+_INFOS = tuple(_info(field, _HINTS[field.name]) for field in dataclasses.fields(Settings))
+_BY_NAME: Mapping[str, SettingInfo] = {info.name: info for info in _INFOS}
+
+#: ``_as_given``'s answer for a value only pydantic may judge
+_CONVERT: Any = object()
+
+_PATH = type(Path())
+_SCALARS = (str, bool, int, float)
+_WITHIN: dict[str, Callable[[Any, float], bool]] = {
+    "gt": lambda value, bound: value > bound,
+    "ge": lambda value, bound: value >= bound,
+    "lt": lambda value, bound: value < bound,
+    "le": lambda value, bound: value <= bound,
+}
+
+
+def _validated(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as the fields of a ``Settings`` take them. Raises ``ConfigError`` naming the
+    first bad one."""
+    taken: dict[str, Any] = {}
+    for name, value in values.items():
+        info = _BY_NAME.get(name)
+        as_given = _CONVERT if info is None else _as_given(info, value)
+        if as_given is _CONVERT:
+            return _converted(values)
+        taken[name] = as_given
+    return taken
+
+
+def _as_given(info: SettingInfo, value: Any) -> Any:
+    """``value`` as pydantic would give it back, when it already has the type of setting
+    ``info`` and keeps its bounds; ``_CONVERT`` when only pydantic may say."""
+    if value is None:
+        return None if info.optional else _CONVERT
+    kind = info.annotation
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        if typing.get_args(kind) != (str, ...) or type(value) not in (list, tuple):
+            return _CONVERT
+        return tuple(value) if all(type(item) is str for item in value) else _CONVERT
+    if kind is float and type(value) is int and abs(value) < 2**53:
+        value = float(value)
+    if origin is Literal:
+        plain = type(value) is str and value in typing.get_args(kind)
+    elif kind is Path:  # a path pydantic keeps as it is, not a PurePath nor a str
+        plain = type(value) is _PATH
+    else:
+        plain = kind in _SCALARS and type(value) is kind
+    if not plain:
+        return _CONVERT
+    within = all(_WITHIN[key](value, bound) for key, bound in info.bounds.items())
+    return value if within else _CONVERT
+
+
+def _converted(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` converted and checked by pydantic. Raises ``ConfigError``."""
+    from pydantic import ValidationError
+
+    try:
+        return dict(_pydantic_settings().validate_python(values))
+    except ValidationError as exc:
+        raise ConfigError(_described(exc)) from None
+
+
+@functools.cache
+def _pydantic_settings() -> TypeAdapter[Any]:
+    """A pydantic validator of ``Settings``' fields, made from their declarations."""
+    from pydantic import ConfigDict, Field, TypeAdapter, with_config
+    from typing_extensions import TypedDict
+
+    fields: dict[str, Any] = {}
+    for info in _INFOS:
+        bounds = info.bounds
+        kind = info.annotation
+        if bounds:
+            limits = Field(
+                gt=bounds.get("gt"), ge=bounds.get("ge"), lt=bounds.get("lt"), le=bounds.get("le")
+            )
+            kind = Annotated[kind, limits]
+        fields[info.name] = typing.Optional[kind] if info.optional else kind  # noqa: UP045
+    declared = cast(Any, TypedDict)("Settings", fields, total=False)
+    return TypeAdapter(with_config(ConfigDict(extra="forbid"))(declared))
 
 
 #: the ``Settings`` fields a session keeps for life unless explicitly overridden

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 from stowage.core import (
     DEFAULT_COMPACT_THRESHOLD,
     ConfigError,
@@ -28,6 +27,7 @@ from stowage.core import (
     SessionRecord,
     Settings,
     effective_records,
+    get_logger,
     identity_from_records,
     tool_schema_tokens,
     validate_session_id,
@@ -49,7 +49,7 @@ __all__ = [
     "session_identity",
 ]
 
-_log = structlog.get_logger("stowage.runtime")
+_log = get_logger("stowage.runtime")
 
 
 async def session_identity(store: LogStore, session_id: str) -> SessionIdentity:

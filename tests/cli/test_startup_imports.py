@@ -40,8 +40,10 @@ NOT_FOR_VERSION = (
 NOT_FOR_HELP = NOT_FOR_VERSION
 
 #: ``list``, ``show`` and ``context`` read the store: not the model client, the actors, the
-#: facade's runtime, the tools, the price table; for a JSONL store no database driver; and no
-#: rich (their output is plain lines; structlog would import it for tracebacks they never draw)
+#: facade's runtime, the tools, the price table; for a JSONL store no database driver; no
+#: rich (their output is plain lines; structlog would import it for tracebacks they never draw);
+#: no pydantic (the settings a log recorded have their types: ``Settings`` takes them as they
+#: are); and no structlog until something logs (``configure_logging(..., lazily=True)``)
 NOT_FOR_LIST = (
     "openai",
     "httpx",
@@ -50,7 +52,9 @@ NOT_FOR_LIST = (
     "asyncpg",
     "sqlite3",
     "rich",
+    "pydantic",
     "pydantic_settings",
+    "structlog",
     "stowage.actors",
     "stowage.console",
     "stowage.model",
