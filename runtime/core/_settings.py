@@ -9,29 +9,25 @@ model of files and variables and the README's table of settings are made from th
 declarations (``stowage.cli``), so they cannot disagree. A bad value is a ``ConfigError`` that
 names the setting and the value.
 
-Every construction validates what it is given. Values that already have their field's type
-and keep its bounds (what a program passes, what a log's JSON gives back) are taken as they
-are; anything else goes through pydantic, built from the same declarations, which converts
-what it can (``"5"`` to 5) and names what it cannot. So the commands that only read logs
-(``stowage list``, ``show``, ``context``) never import pydantic: it is half their start.
+Every construction validates what it is given (``_declare``): values that already have their
+field's type and keep its bounds (what a program passes, what a log's JSON gives back) are
+taken as they are; anything else goes through pydantic, built from the same declarations,
+which converts what it can (``"5"`` to 5) and names what it cannot. So the commands that only
+read logs (``stowage list``, ``show``, ``context``) never import pydantic: it is half their
+start.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import secrets
-import typing
-from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal
 
+from ._declare import PositiveInt, SettingInfo, declarations, setting, validating
 from ._errors import ConfigError, InvalidSessionId
 from ._redact import redact_command, redact_url
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter, ValidationError
 
 __all__ = [
     "DEFAULT_COMPACT_THRESHOLD",
@@ -68,84 +64,7 @@ def new_session_id() -> str:
     return "s-" + secrets.token_hex(6)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Bounds:
-    """The bounds every value of a setting must keep (None: no such bound)."""
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def given(self) -> dict[str, float]:
-        """The bounds set, by name."""
-        return {
-            key: value
-            for key in ("gt", "ge", "lt", "le")
-            if (value := getattr(self, key)) is not None
-        }
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _Declared:
-    """What ``setting`` declares beside the type and the default."""
-
-    help: str
-    cli: str | None
-    cli_value: object
-    metavar: str | None
-    config: bool
-    profile: bool
-    bounds: _Bounds
-
-
-def setting(
-    help: str,
-    *,
-    cli: str | None = None,
-    cli_value: object = None,
-    metavar: str | None = None,
-    config: bool = True,
-    profile: bool = False,
-    gt: float | None = None,
-    ge: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-) -> Any:
-    """The declaration of one setting: ``help``; ``cli``, its command-line flag (with
-    ``cli_value``: a flag that takes no value and sets this one); ``config``: files and
-    ``STOWAGE_*`` variables may set it; ``profile``: a ``[models.NAME]`` table may; the bounds
-    (``gt``, ``ge``, ``lt``, ``le``) that every value must keep."""
-    return _Declared(
-        help=help,
-        cli=cli,
-        cli_value=cli_value,
-        metavar=metavar,
-        config=config,
-        profile=profile,
-        bounds=_Bounds(gt=gt, ge=ge, lt=lt, le=le),
-    )
-
-
-PositiveInt = Annotated[int, _Bounds(gt=0)]
-
-_T = TypeVar("_T")
-
-
-def _validating(cls: type[_T]) -> type[_T]:
-    """``cls`` whose construction validates its arguments first (``_validated``): the
-    dataclass's own ``__init__`` then sets them and calls ``__post_init__``."""
-    assign = cls.__init__
-
-    def __init__(self: Any, **values: Any) -> None:
-        assign(self, **_validated(values))
-
-    __init__.__doc__ = assign.__doc__
-    setattr(cls, "__init__", __init__)  # noqa: B010  # mypy keeps the dataclass's signature
-    return cls
-
-
-@_validating
+@validating
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a session runs with. ``api_key`` never appears in ``repr`` or logs."""
@@ -666,179 +585,10 @@ def parse_rule(text: str) -> tuple[str, str]:
 #: "scheme:/" at the start of a store path: a URL such as sqlite:///x.db, made a Path
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
 
-_RULES = {
-    "greater_than": "> {gt:g}",
-    "greater_than_equal": ">= {ge:g}",
-    "less_than": "< {lt:g}",
-    "less_than_equal": "<= {le:g}",
-}
-
-
-def _described(exc: ValidationError) -> str:
-    """One line for the first problem: ``NAME must be RULE, got VALUE``."""
-    error = exc.errors()[0]
-    name = ".".join(str(part) for part in error["loc"]) or "settings"
-    value = error.get("input")
-    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{name} is not a setting (see docs/reference/settings.md, or stowage run --help)"
-    rule = _RULES.get(error["type"])
-    if rule is not None:
-        return f"{name} must be {rule.format(**error.get('ctx', {}))}, got {value!r}"
-    message = str(error["msg"])
-    message = message.removeprefix("Input should be ").removeprefix("Value error, ")
-    return f"{name} must be {message}, got {value!r}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SettingInfo:
-    """The declaration of one setting, as the command line and the configuration read it."""
-
-    name: str
-    #: the field's type, ``X | None`` unwrapped to ``X`` (``optional`` says it was)
-    annotation: Any
-    optional: bool
-    default: Any
-    help: str
-    cli: str | None
-    #: the value a flag without an argument sets (``--no-stream``: False)
-    cli_value: Any
-    metavar: str | None
-    config: bool
-    profile: bool
-    bounds: dict[str, float]
-
-    @property
-    def env(self) -> str | None:
-        """The environment variable that sets it, when files and variables may."""
-        return f"STOWAGE_{self.name.upper()}" if self.config else None
-
 
 def setting_infos() -> tuple[SettingInfo, ...]:
     """Every setting's declaration, in declaration order."""
-    return _INFOS
-
-
-def _info(field: dataclasses.Field[Any], hint: Any) -> SettingInfo:
-    """The declaration of ``field``, whose type hint is ``Annotated[T, setting(...)]``."""
-    (declared,) = (meta for meta in hint.__metadata__ if isinstance(meta, _Declared))
-    annotation, optional = _unwrapped(hint.__origin__)
-    bounds = declared.bounds.given()
-    for meta in getattr(annotation, "__metadata__", ()):  # ``PositiveInt`` and kin
-        if isinstance(meta, _Bounds):
-            bounds.update(meta.given())
-    return SettingInfo(
-        name=field.name,
-        annotation=_bare(annotation),
-        optional=optional,
-        default=field.default,
-        help=declared.help,
-        cli=declared.cli,
-        cli_value=declared.cli_value,
-        metavar=declared.metavar,
-        config=declared.config,
-        profile=declared.profile,
-        bounds=bounds,
-    )
-
-
-def _unwrapped(annotation: Any) -> tuple[Any, bool]:
-    args = getattr(annotation, "__args__", ())
-    if type(None) in args and len(args) == 2 and not hasattr(annotation, "__metadata__"):
-        return next(a for a in args if a is not type(None)), True
-    return annotation, False
-
-
-def _bare(annotation: Any) -> Any:
-    return (
-        getattr(annotation, "__origin__", annotation)
-        if hasattr(annotation, "__metadata__")
-        else annotation
-    )
-
-
-_HINTS = typing.get_type_hints(Settings, include_extras=True)
-_INFOS = tuple(_info(field, _HINTS[field.name]) for field in dataclasses.fields(Settings))
-_BY_NAME: Mapping[str, SettingInfo] = {info.name: info for info in _INFOS}
-
-#: ``_as_given``'s answer for a value only pydantic may judge
-_CONVERT: Any = object()
-
-_PATH = type(Path())
-_SCALARS = (str, bool, int, float)
-_WITHIN: dict[str, Callable[[Any, float], bool]] = {
-    "gt": lambda value, bound: value > bound,
-    "ge": lambda value, bound: value >= bound,
-    "lt": lambda value, bound: value < bound,
-    "le": lambda value, bound: value <= bound,
-}
-
-
-def _validated(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` as the fields of a ``Settings`` take them. Raises ``ConfigError`` naming the
-    first bad one."""
-    taken: dict[str, Any] = {}
-    for name, value in values.items():
-        info = _BY_NAME.get(name)
-        as_given = _CONVERT if info is None else _as_given(info, value)
-        if as_given is _CONVERT:
-            return _converted(values)
-        taken[name] = as_given
-    return taken
-
-
-def _as_given(info: SettingInfo, value: Any) -> Any:
-    """``value`` as pydantic would give it back, when it already has the type of setting
-    ``info`` and keeps its bounds; ``_CONVERT`` when only pydantic may say."""
-    if value is None:
-        return None if info.optional else _CONVERT
-    kind = info.annotation
-    origin = typing.get_origin(kind)
-    if origin is tuple:
-        if typing.get_args(kind) != (str, ...) or type(value) not in (list, tuple):
-            return _CONVERT
-        return tuple(value) if all(type(item) is str for item in value) else _CONVERT
-    if kind is float and type(value) is int and abs(value) < 2**53:
-        value = float(value)
-    if origin is Literal:
-        plain = type(value) is str and value in typing.get_args(kind)
-    elif kind is Path:  # a path pydantic keeps as it is, not a PurePath nor a str
-        plain = type(value) is _PATH
-    else:
-        plain = kind in _SCALARS and type(value) is kind
-    if not plain:
-        return _CONVERT
-    within = all(_WITHIN[key](value, bound) for key, bound in info.bounds.items())
-    return value if within else _CONVERT
-
-
-def _converted(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` converted and checked by pydantic. Raises ``ConfigError``."""
-    from pydantic import ValidationError
-
-    try:
-        return dict(_pydantic_settings().validate_python(values))
-    except ValidationError as exc:
-        raise ConfigError(_described(exc)) from None
-
-
-@functools.cache
-def _pydantic_settings() -> TypeAdapter[Any]:
-    """A pydantic validator of ``Settings``' fields, made from their declarations."""
-    from pydantic import ConfigDict, Field, TypeAdapter, with_config
-    from typing_extensions import TypedDict
-
-    fields: dict[str, Any] = {}
-    for info in _INFOS:
-        bounds = info.bounds
-        kind = info.annotation
-        if bounds:
-            limits = Field(
-                gt=bounds.get("gt"), ge=bounds.get("ge"), lt=bounds.get("lt"), le=bounds.get("le")
-            )
-            kind = Annotated[kind, limits]
-        fields[info.name] = typing.Optional[kind] if info.optional else kind  # noqa: UP045
-    declared = cast(Any, TypedDict)("Settings", fields, total=False)
-    return TypeAdapter(with_config(ConfigDict(extra="forbid"))(declared))
+    return declarations(Settings).infos
 
 
 #: the ``Settings`` fields a session keeps for life unless explicitly overridden

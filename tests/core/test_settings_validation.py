@@ -7,7 +7,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-from stowage.core import ConfigError, Settings, _settings, setting_infos
+from stowage.core import ConfigError, Settings, _declare, setting_infos
+
+CHECK = _declare.declarations(Settings)
 
 #: values of every kind a field may be given: its own type, near misses, what JSON gives back
 VALUES: tuple[Any, ...] = (
@@ -62,17 +64,17 @@ def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
 def test_a_value_taken_as_given_is_what_pydantic_gives(info: Any) -> None:
     for value in VALUES:
         values = {info.name: value}
-        as_given = _settings._as_given(info, value)
-        if as_given is _settings._CONVERT:
+        as_given = _declare._as_given(info, value)
+        if as_given is _declare._CONVERT:
             continue
-        assert _same(_outcome(values, _settings._validated), _outcome(values, _settings._converted))
+        assert _same(_outcome(values, CHECK.validated), _outcome(values, CHECK.converted))
 
 
 def test_settings_a_log_recorded_are_taken_without_pydantic() -> None:
     recorded = Settings().public()
     values = {name: recorded[name] for name in ("soft_mark", "mcp", "tool_deny", "command_env")}
     assert all(
-        _settings._as_given(info, values[info.name]) is not _settings._CONVERT
+        _declare._as_given(info, values[info.name]) is not _declare._CONVERT
         for info in setting_infos()
         if info.name in values
     )
