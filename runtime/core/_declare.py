@@ -276,7 +276,7 @@ def validating(cls: type[_T]) -> type[_T]:
 
 
 def _pydantic_validator(name: str, infos: tuple[SettingInfo, ...]) -> TypeAdapter[Any]:
-    from pydantic import ConfigDict, Field, TypeAdapter, with_config
+    from pydantic import ConfigDict, Field, TypeAdapter
     from typing_extensions import TypedDict
 
     fields: dict[str, Any] = {}
@@ -290,4 +290,6 @@ def _pydantic_validator(name: str, infos: tuple[SettingInfo, ...]) -> TypeAdapte
             kind = Annotated[kind, limits]
         fields[info.name] = typing.Optional[kind] if info.optional else kind  # noqa: UP045
     declared = cast(Any, TypedDict)(name, fields, total=False)
-    return TypeAdapter(with_config(ConfigDict(extra="forbid"))(declared))
+    # what ``pydantic.with_config`` sets (2.7 and later): the floor, 2.6, reads it as well
+    declared.__pydantic_config__ = ConfigDict(extra="forbid")
+    return TypeAdapter(declared)
