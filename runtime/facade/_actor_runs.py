@@ -60,7 +60,7 @@ class SessionRun:
     commands: MailboxReceive[SamplerCommand]
     doorbell: Doorbell
     #: starts a supervisor task for this session
-    start: Callable[[SessionRun], None]
+    start: Callable[[SessionRun], object]
     actors: SessionActors | None = None
     #: a supervisor task serves the session now
     serving: bool = False

@@ -635,11 +635,12 @@ class Runtime:
     def _start(self, slot: SessionSlot, state: SessionState, settings: Settings) -> Session:
         """Start the session of ``slot`` (creating, its lease held): live from now on."""
         self._check_running()
-        assert self._tg is not None
+        tg = self._tg
+        assert tg is not None
         send: MailboxSend[SamplerCommand]
         receive: MailboxReceive[SamplerCommand]
         send, receive = open_mailbox(self._capacity)
-        run = SessionRun(receive, Doorbell(), partial(self._tg.start_soon, self._supervise, slot))
+        run = SessionRun(receive, Doorbell(), lambda run: tg.start_soon(self._supervise, slot, run))
         session = Session(
             state.session_id,
             state,
