@@ -290,15 +290,15 @@ class Runtime:
                     self._reaper.cancel()
                 # live, and leaving (hibernating, or giving its lease back)
                 closing = [
-                    (slot.session, slot.stop)
+                    (slot, slot.session)
                     for slot in self._slots.values()
                     if slot.session is not None and (slot.live or slot.state is SlotState.CLOSING)
                 ]
-                for session, stop in closing:  # all at once: their actors wind down concurrently
-                    session.close_input()
-                    if stop_now and stop is not None:
-                        stop.cancel()
-                for session, _ in closing:
+                for slot, session in closing:  # all at once: their actors wind down concurrently
+                    session.close_input()  # a parked session's supervisor starts again
+                    if stop_now and slot.stop is not None:
+                        slot.stop.cancel()
+                for _, session in closing:
                     await session.close()
                 if self._renewer is not None:
                     self._renewer.cancel()
@@ -635,12 +635,10 @@ class Runtime:
     def _start(self, slot: SessionSlot, state: SessionState, settings: Settings) -> Session:
         """Start the session of ``slot`` (creating, its lease held): live from now on."""
         self._check_running()
-        tg = self._tg
-        assert tg is not None
         send: MailboxSend[SamplerCommand]
         receive: MailboxReceive[SamplerCommand]
         send, receive = open_mailbox(self._capacity)
-        run = SessionRun(receive, Doorbell(), lambda run: tg.start_soon(self._supervise, slot, run))
+        run = SessionRun(receive, Doorbell(), partial(self._start_supervisor, slot))
         session = Session(
             state.session_id,
             state,
@@ -652,7 +650,6 @@ class Runtime:
         slot.move(SlotState.LIVE)
         slot.session = session
         slot.settings = settings
-        slot.stop = anyio.CancelScope()
         slot.from_hibernation = False
         slot.wake = run.wake
         run.wake()  # its first supervisor recovers the log's open round, then parks
@@ -667,12 +664,18 @@ class Runtime:
     def _lease_lost(self, session_id: str, reason: str) -> None:
         """Stop a session whose lease is gone, at once: it must not write another record."""
         slot = self._slots.get(session_id)
-        if slot is None or slot.stop is None or slot.lost is not None:
+        if slot is None or slot.wake is None or slot.lost is not None:
             return
         slot.lost = SessionLeaseLost(session_id, reason)
+        slot.wake()  # a parked session has no task to stop: this starts one
+        assert slot.stop is not None
         slot.stop.cancel()
-        if slot.wake is not None:  # a parked session has no task to stop: start one
-            slot.wake()
+
+    def _start_supervisor(self, slot: SessionSlot, run: SessionRun) -> None:
+        """Start a supervisor task for ``slot``'s session (started, or parked till now)."""
+        assert self._tg is not None
+        slot.stop = anyio.CancelScope()  # one run's: cancelled to stop it at once
+        self._tg.start_soon(self._supervise, slot, run)
 
     async def _stopped_by(
         self, slot: SessionSlot, failure: Exception | None
@@ -743,8 +746,8 @@ class Runtime:
                 await self._stop_session(slot, session, run, raised)
         if parked:
             # no await since the mailbox was found empty: a command sent from now on wakes
-            # the session again; a cancel scope serves one run only
-            slot.stop = anyio.CancelScope()
+            # the session again (with a stop scope of its own: one serves one run only)
+            slot.stop = None
             run.serving = False
 
     async def _stop_session(

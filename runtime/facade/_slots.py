@@ -117,7 +117,8 @@ class SessionSlot:
     settings: Settings | None = None
     #: its writer lease, held from the open until given back on the way out
     lease: WriterLease | None = None
-    #: cancels its actors at once (lease lost, or the runtime interrupted)
+    #: cancels its actors at once (lease lost, or the runtime interrupted); only while a
+    #: supervisor task runs (a parked session has none)
     stop: anyio.CancelScope | None = None
     #: starts its supervisor again when it is parked, or rings the running one
     wake: Callable[[], None] | None = None
