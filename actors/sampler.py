@@ -168,7 +168,7 @@ class Sampler:
     ) -> bool:
         """Serve ``first``, then every command that comes while there is work. Returns False
         when the session parks (no command waiting and the compactor idle: this run of the
-        session's actors ends and its supervisor waits for the next command with one task),
+        session's actors ends, and its supervisor too: the next command starts another),
         True when the input ended. ``doorbell`` is rung by a new command, the end of input and
         the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
         ends the other actors."""

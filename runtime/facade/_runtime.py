@@ -2,7 +2,9 @@
 
 Each session runs its sampler, tool executor and compactor in a task group of its own, under a
 supervisor that turns a failure into a ``SessionFailed`` for that session only. All sessions
-of a runtime share one persistence actor per store and the runtime's limits.
+of a runtime share one persistence actor per store and the runtime's limits. A parked session
+holds no task: its supervisor ends when it parks, and the next command (or the end of its
+input, or its lease lost) starts another (``_actor_runs.SessionRun``).
 
 Hibernation: with ``idle_timeout`` set, a session that has had nothing to do for that long
 stops its actors and is dropped from memory; only its id is kept. ``open``/``send`` rebuild it
