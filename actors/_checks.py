@@ -8,11 +8,9 @@ turn is in a compaction loop is the compactor's call, on committed rounds.)
 
 from __future__ import annotations
 
-import structlog
 from stowage.core import ErrorRecord, ModelRequest, ModelResponse
 
-from ._context import SessionContext
-from ._journal import Journal, SessionPart
+from ._journal import SessionPart
 from ._responses import VettedUsage, vet_usage
 
 __all__ = ["ResponseChecks"]
@@ -21,17 +19,8 @@ __all__ = ["ResponseChecks"]
 class ResponseChecks(SessionPart):
     """Usage vetting of one session."""
 
-    __slots__ = ("_usage_said",)
-
-    def __init__(
-        self,
-        ctx: SessionContext,
-        journal: Journal,
-        log: structlog.typing.FilteringBoundLogger | None = None,
-    ) -> None:
-        super().__init__(ctx, journal, log)
-        #: implausible usage is said once per live session, not once per round
-        self._usage_said = False
+    #: implausible usage is said once per live session, not once per round
+    _usage_said = False
 
     async def usage(
         self, response: ModelResponse, request: ModelRequest, *, input_chars: int | None = None
