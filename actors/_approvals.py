@@ -32,6 +32,8 @@ class AwaitingApproval(Exception):
 class Approvals(SessionPart):
     """Asks for approvals, checks and logs the answers."""
 
+    __slots__ = ("policy",)
+
     def __init__(
         self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
     ) -> None:

@@ -44,6 +44,19 @@ __all__ = ["Gate"]
 class Gate(SessionPart):
     """Applies one session's verdicts at round boundaries; counts the time requests waited."""
 
+    __slots__ = (
+        "_asks",
+        "_basis",
+        "_hold",
+        "_turn_seq",
+        "_wait_started",
+        "applier",
+        "inbox",
+        "refusals",
+        "verdicts",
+        "waited",
+    )
+
     def __init__(
         self,
         ctx: SessionContext,

@@ -122,6 +122,9 @@ class SessionPart:
     """A helper of one live session's sampler: its wiring, its journal and its logger (the
     sampler's own when it builds the helper, one bound logger per live session)."""
 
+    # eight helpers per live session: no per-instance dict (each subclass names its own)
+    __slots__ = ("_log", "ctx", "journal")
+
     def __init__(
         self,
         ctx: SessionContext,

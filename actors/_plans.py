@@ -44,6 +44,8 @@ __all__ = ["PlanApplier"]
 class PlanApplier(SessionPart):
     """Compaction and protected-state writes of one session, through its journal."""
 
+    __slots__ = ()
+
     async def apply(
         self,
         plan: Plan,

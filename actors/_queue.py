@@ -172,7 +172,9 @@ class _State(Generic[T]):
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.buffer: deque[T] = deque()
+        # made by the first item and dropped once read: a parked session keeps its commands
+        # mailbox, empty (an empty deque is over 600 bytes)
+        self.buffer: deque[T] | None = None
         # lists, not deques: rarely more than one waiter, and a parked session keeps its
         # commands mailbox (an empty deque is ten times an empty list)
         self.getters: list[asyncio.Future[None]] = []
@@ -180,9 +182,13 @@ class _State(Generic[T]):
         self.open_send = 0
         self.open_receive = 0
 
+    def used(self) -> int:
+        """Items in the buffer."""
+        return len(self.buffer) if self.buffer is not None else 0
+
     def statistics(self) -> MemoryObjectStreamStatistics:
         return MemoryObjectStreamStatistics(
-            current_buffer_used=len(self.buffer),
+            current_buffer_used=self.used(),
             max_buffer_size=self.capacity,
             open_send_streams=self.open_send,
             open_receive_streams=self.open_receive,
@@ -230,7 +236,9 @@ class MailboxSend(_End[T]):
             raise anyio.ClosedResourceError
         if not state.open_receive:
             raise anyio.BrokenResourceError
-        if len(state.buffer) >= state.capacity:
+        if state.buffer is None:
+            state.buffer = deque()
+        elif len(state.buffer) >= state.capacity:
             raise anyio.WouldBlock
         state.buffer.append(item)
         if state.getters:
@@ -252,7 +260,7 @@ class MailboxSend(_End[T]):
             except BaseException:
                 if putter in state.putters:
                     state.putters.remove(putter)
-                elif len(state.buffer) < state.capacity:
+                elif state.used() < state.capacity:
                     _wake_first(state.putters)  # woken but leaving: pass the room on
                 raise
 
@@ -293,6 +301,8 @@ class MailboxReceive(_End[T]):
             raise anyio.ClosedResourceError
         if state.buffer:
             item = state.buffer.popleft()
+            if not state.buffer:
+                state.buffer = None
             if state.putters:
                 _wake_first(state.putters)
             return item

@@ -32,6 +32,8 @@ __all__ = ["Refusals"]
 class Refusals(SessionPart):
     """One session's refusals: the figures they taught, and the records that keep them."""
 
+    __slots__ = ("_window_known", "fit", "ratio")
+
     def __init__(
         self, ctx: SessionContext, journal: Journal, log: structlog.typing.FilteringBoundLogger
     ) -> None:

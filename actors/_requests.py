@@ -96,6 +96,17 @@ class Requester(SessionPart):
     """One session's round requests: built from the journal's state, sent through the gateway
     under the model-call limiter, retried, checked whole."""
 
+    __slots__ = (
+        "_attempts",
+        "_cache_key",
+        "_lines",
+        "_parallel",
+        "_sending",
+        "_specs",
+        "_stubs",
+        "gate",
+    )
+
     def __init__(
         self,
         ctx: SessionContext,

@@ -70,6 +70,8 @@ class RoundWriter(SessionPart):
     """Runs a round's calls (a lone call here, several through the tool executor) and writes
     the committed round."""
 
+    __slots__ = ()
+
     async def progress(self, call_id: str, text: str) -> None:
         """Make a piece of what a running call printed durable (a ``progress`` record; not a
         boundary): a resume of a process killed mid-call shows it."""

@@ -23,7 +23,7 @@ does, on committed snapshots.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import anyio
@@ -94,7 +94,7 @@ def interrupted_output(call_id: str) -> FunctionCallOutput:
     return FunctionCallOutput(call_id=call_id, output=INTERRUPTED, is_error=True)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sampler:
     """One session's round loop. Create it with replayed state; ``run`` serves commands."""
 
@@ -106,6 +106,16 @@ class Sampler:
     plans: Slot[Verdict]
     #: the executor's inbox of the current run of the actors (``serve`` sets it)
     tools: ExecutorInbox | None = None
+    # its helpers, made in __post_init__ (slots: one sampler per live session)
+    _log: structlog.typing.FilteringBoundLogger = field(init=False, repr=False)
+    _journal: Journal = field(init=False, repr=False)
+    _applier: PlanApplier = field(init=False, repr=False)
+    _gate: Gate = field(init=False, repr=False)
+    _checks: ResponseChecks = field(init=False, repr=False)
+    _requests: Requester = field(init=False, repr=False)
+    _writer: RoundWriter = field(init=False, repr=False)
+    _approvals: Approvals = field(init=False, repr=False)
+    _turns: TurnRunner = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._log = _log.bind(session=self.ctx.session_id, actor="sampler")
@@ -158,7 +168,7 @@ class Sampler:
     ) -> bool:
         """Serve ``first``, then every command that comes while there is work. Returns False
         when the session parks (no command waiting and the compactor idle: this run of the
-        session's actors ends and its supervisor waits for the next command with one task),
+        session's actors ends, and its supervisor too: the next command starts another),
         True when the input ended. ``doorbell`` is rung by a new command, the end of input and
         the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
         ends the other actors."""

@@ -2,7 +2,9 @@
 
 Each session runs its sampler, tool executor and compactor in a task group of its own, under a
 supervisor that turns a failure into a ``SessionFailed`` for that session only. All sessions
-of a runtime share one persistence actor per store and the runtime's limits.
+of a runtime share one persistence actor per store and the runtime's limits. A parked session
+holds no task: its supervisor ends when it parks, and the next command (or the end of its
+input, or its lease lost) starts another (``_actor_runs.SessionRun``).
 
 Hibernation: with ``idle_timeout`` set, a session that has had nothing to do for that long
 stops its actors and is dropped from memory; only its id is kept. ``open``/``send`` rebuild it
@@ -88,7 +90,7 @@ from stowage.tools import (
     workspace_tools,
 )
 
-from ._actor_runs import read_records, serve_commands
+from ._actor_runs import SessionRun, read_records, serve_commands, start_actors
 from ._descriptors import DescriptorUse, descriptor_use
 from ._identity import WindowFinder, session_identity
 from ._leases import Leases
@@ -290,15 +292,15 @@ class Runtime:
                     self._reaper.cancel()
                 # live, and leaving (hibernating, or giving its lease back)
                 closing = [
-                    (slot.session, slot.stop)
+                    (slot, slot.session)
                     for slot in self._slots.values()
                     if slot.session is not None and (slot.live or slot.state is SlotState.CLOSING)
                 ]
-                for session, stop in closing:  # all at once: their actors wind down concurrently
-                    session.close_input()
-                    if stop_now and stop is not None:
-                        stop.cancel()
-                for session, _ in closing:
+                for slot, session in closing:  # all at once: their actors wind down concurrently
+                    session.close_input()  # a parked session's supervisor starts again
+                    if stop_now and slot.stop is not None:
+                        slot.stop.cancel()
+                for _, session in closing:
                     await session.close()
                 if self._renewer is not None:
                     self._renewer.cancel()
@@ -635,25 +637,24 @@ class Runtime:
     def _start(self, slot: SessionSlot, state: SessionState, settings: Settings) -> Session:
         """Start the session of ``slot`` (creating, its lease held): live from now on."""
         self._check_running()
-        assert self._tg is not None
         send: MailboxSend[SamplerCommand]
         receive: MailboxReceive[SamplerCommand]
         send, receive = open_mailbox(self._capacity)
-        doorbell = Doorbell()
+        run = SessionRun(receive, Doorbell(), partial(self._start_supervisor, slot))
         session = Session(
             state.session_id,
             state,
             send,
             subscribe=self.events.subscribe,
-            on_input=doorbell.ring,
+            on_input=run.wake,
             fork=partial(self.fork, state.session_id),
         )
         slot.move(SlotState.LIVE)
         slot.session = session
         slot.settings = settings
-        slot.stop = anyio.CancelScope()
         slot.from_hibernation = False
-        self._tg.start_soon(self._supervise, slot, receive, doorbell)
+        slot.wake = run.wake
+        run.wake()  # its first supervisor recovers the log's open round, then parks
         return session
 
     # -- leases --------------------------------------------------------------------------
@@ -665,10 +666,18 @@ class Runtime:
     def _lease_lost(self, session_id: str, reason: str) -> None:
         """Stop a session whose lease is gone, at once: it must not write another record."""
         slot = self._slots.get(session_id)
-        if slot is None or slot.stop is None or slot.lost is not None:
+        if slot is None or slot.wake is None or slot.lost is not None:
             return
         slot.lost = SessionLeaseLost(session_id, reason)
+        slot.wake()  # a parked session has no task to stop: this starts one
+        assert slot.stop is not None
         slot.stop.cancel()
+
+    def _start_supervisor(self, slot: SessionSlot, run: SessionRun) -> None:
+        """Start a supervisor task for ``slot``'s session (started, or parked till now)."""
+        assert self._tg is not None
+        slot.stop = anyio.CancelScope()  # one run's: cancelled to stop it at once
+        self._tg.start_soon(self._supervise, slot, run)
 
     async def _stopped_by(
         self, slot: SessionSlot, failure: Exception | None
@@ -696,17 +705,10 @@ class Runtime:
             read_log=partial(read_records, self.store, session.id),
         )
 
-    async def _supervise(
-        self,
-        slot: SessionSlot,
-        commands: MailboxReceive[SamplerCommand],
-        doorbell: Doorbell,
-    ) -> None:
+    def _context(self, session: Session, settings: Settings) -> SessionContext:
+        """What the actors of ``session`` run with."""
         assert self._persistence is not None
-        session, stop = slot.session, slot.stop
-        assert session is not None and stop is not None
-        settings = slot.settings or self.settings
-        ctx = SessionContext(
+        return SessionContext(
             session_id=session.id,
             settings=settings,
             gateway=self.gateway,
@@ -721,45 +723,71 @@ class Runtime:
             read_log=partial(read_records, self.store, session.id),
             window_learned=partial(self._windows.learn, settings),
         )
+
+    async def _supervise(self, slot: SessionSlot, run: SessionRun) -> None:
+        """Serve the session's commands until it parks (the task ends; the next command
+        starts another, see ``SessionRun``) or stops (its lease given back, its askers
+        answered)."""
+        session, stop = slot.session, slot.stop
+        assert session is not None and stop is not None
         raised: Exception | None = None
-        failure: BaseException | None = None
+        parked = False
         try:
             with stop:  # cancelled: stop now (lease lost, or interrupted)
-                await serve_commands(
-                    ctx, session.state, slot, commands, doorbell, self._limiters["running"]
+                if run.actors is None:
+                    context = self._context(session, slot.settings or self.settings)
+                    run.actors = await start_actors(context, session.state, run.doorbell)
+                parked = not await serve_commands(
+                    run.actors, slot, run.commands, run.doorbell, self._limiters["running"]
                 )
+            parked = parked and not stop.cancel_called
         except Exception as exc:
             raised = exc
         finally:
-            try:
-                if slot.state is not SlotState.CLOSING:  # not already hibernating
-                    slot.move(SlotState.CLOSING)
-                # idempotent; after a failure some were never closed by their owner
-                session.close_input()
-                commands.close()
-                with anyio.CancelScope(shield=True):
-                    # the actors are done: nothing of this session can be written any more
-                    failure = await self._stopped_by(slot, raised)
-                    await self._give_back(slot)
-                if isinstance(failure, SessionLeaseLost):
-                    _log.error("session_lease_lost", session=session.id, reason=failure.reason)
-                    self.events.publish(
-                        SessionLeaseLostEvent(session_id=session.id, error=failure.reason)
-                    )
-                elif failure is not None:
-                    _log.error("session_failed", session=session.id, error=repr(failure))
-                    self.events.publish(
-                        SessionFailedEvent(session_id=session.id, error=repr(failure))
-                    )
-                if failure is not None:
-                    self._slots.forget(slot, SlotState.FAILED)
-                elif slot.hibernating:
-                    idle = slot.idle
-                    slot.move(SlotState.HIBERNATED)
-                    _log.debug("session_hibernated", session=session.id)
-                    self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
-                else:
-                    self._slots.forget(slot, SlotState.CLOSED)
-            finally:
-                # its askers never wait forever, whatever happened above
-                session.mark_stopped(failure)
+            if not parked:
+                await self._stop_session(slot, session, run, raised)
+        if parked:
+            # no await since the mailbox was found empty: a command sent from now on wakes
+            # the session again (with a stop scope of its own: one serves one run only)
+            slot.stop = None
+            run.serving = False
+
+    async def _stop_session(
+        self, slot: SessionSlot, session: Session, run: SessionRun, raised: Exception | None
+    ) -> None:
+        """The session's actors ended (input closed, failure, lease lost, stopped at once):
+        give its lease back, say why it stopped, and let its askers go."""
+        failure: BaseException | None = None
+        try:
+            if slot.state is not SlotState.CLOSING:  # not already hibernating
+                slot.move(SlotState.CLOSING)
+            # idempotent; after a failure some were never closed by their owner
+            session.close_input()
+            run.commands.close()
+            if run.actors is not None:  # its actors' share of the store's inbox
+                run.actors.ctx.persistence.close()
+                run.actors = None
+            with anyio.CancelScope(shield=True):
+                # the actors are done: nothing of this session can be written any more
+                failure = await self._stopped_by(slot, raised)
+                await self._give_back(slot)
+            if isinstance(failure, SessionLeaseLost):
+                _log.error("session_lease_lost", session=session.id, reason=failure.reason)
+                self.events.publish(
+                    SessionLeaseLostEvent(session_id=session.id, error=failure.reason)
+                )
+            elif failure is not None:
+                _log.error("session_failed", session=session.id, error=repr(failure))
+                self.events.publish(SessionFailedEvent(session_id=session.id, error=repr(failure)))
+            if failure is not None:
+                self._slots.forget(slot, SlotState.FAILED)
+            elif slot.hibernating:
+                idle = slot.idle
+                slot.move(SlotState.HIBERNATED)
+                _log.debug("session_hibernated", session=session.id)
+                self.events.publish(SessionHibernated(session_id=session.id, idle=idle))
+            else:
+                self._slots.forget(slot, SlotState.CLOSED)
+        finally:
+            # its askers never wait forever, whatever happened above
+            session.mark_stopped(failure)

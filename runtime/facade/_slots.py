@@ -17,7 +17,7 @@ gone and a hibernated one hibernated.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -39,8 +39,8 @@ class SlotState(enum.Enum):
     #: started: its supervisor sets up its actors and closes the log's open round, if any,
     #: before it first parks
     LIVE = "live"
-    #: between runs: one task waits for the next command, or for a running place under
-    #: ``max_running_sessions``
+    #: between runs: no task until the next command comes (which starts its supervisor
+    #: again), or waiting for a running place under ``max_running_sessions``
     PARKED = "parked"
     #: its actors run (a turn, an approval, a compaction...), holding a running place under
     #: ``max_running_sessions``
@@ -117,8 +117,11 @@ class SessionSlot:
     settings: Settings | None = None
     #: its writer lease, held from the open until given back on the way out
     lease: WriterLease | None = None
-    #: cancels its actors at once (lease lost, or the runtime interrupted)
+    #: cancels its actors at once (lease lost, or the runtime interrupted); only while a
+    #: supervisor task runs (a parked session has none)
     stop: anyio.CancelScope | None = None
+    #: starts its supervisor again when it is parked, or rings the running one
+    wake: Callable[[], None] | None = None
     #: why it was stopped at once, when its lease was found lost
     lost: SessionLeaseLost | None = None
     #: this open wakes a hibernated session: if it fails, the session stays hibernated
@@ -151,7 +154,7 @@ class SessionSlot:
         if to is SlotState.CREATING:
             self._opened = anyio.Event()
         elif to in _AT_REST:
-            self.session = self.settings = self.lease = self.stop = self.lost = None
+            self.session = self.settings = self.lease = self.stop = self.lost = self.wake = None
             self.from_hibernation = self.hibernating = False
             self.idle = 0.0
 
