@@ -405,8 +405,10 @@ async def test_a_terminal_streams_no_more_than_the_cap_of_a_refused_huge_answer(
                 on_two_terminals, _capped_args(server.base_url), tmp_path, cli_env
             )
     out = shown["out"]
-    assert out.endswith("\n" + ANSWER + "\n"), out[-300:]
+    # the committed answer on a row of its own; before it, what streamed of the refused ones
+    # (nothing when a slow reader got the first chunks together, already past the cap)
+    assert out == ANSWER + "\n" or out.endswith("\n" + ANSWER + "\n"), out[-300:]
     refused = out.removesuffix(ANSWER + "\n").replace("\n", "")
-    assert set(refused) == {"w"}  # the refused answers' text: the cap for both of them
+    assert set(refused) <= {"w"}  # the refused answers' text: at most the cap for both
     assert len(refused) <= CAP, len(refused)
     assert "[attempt abandoned: answer past max_answer_chars; retrying]" in shown["err"]
