@@ -1,22 +1,5 @@
-"""What the SQL stores share to keep a long session's hot table small: which records move to
-the archive table, up to which seq, and what a resume still needs from the moved range.
-
-A record may move once a compaction covers it (``seq <= covers_through``) and that compaction
-was recorded before the retention cutoff: resume (``read_tail``) reads only the session record
-and what follows the newest compaction's ``covers_through``, so the moved rows are never read
-again on the hot path. Everything else still reads them: ``read`` (``show``, ``export``, a
-fork's parent, ``recall_artifact``) and ``read_range``/``search_log`` read the archive and the
-hot table as one log.
-
-Four kinds stay hot wherever they stand, since what a session runs with is folded from them on
-every resume (``read_identity``): the session record, ``settings_changed``, ``rewind`` and
-``forked_from``. They are few and small, so the hot table still stops growing.
-
-The stores find the kept kinds and the compactions by the head of the stored line (the codec
-writes ``v``, ``seq``, ``ts``, ``type`` first): a match is only a candidate, decoded and
-checked here, so a line whose text happens to hold the same words costs a decode, never a
-wrong answer.
-"""
+"""What the SQL stores share to keep a long session's hot table small: which records move to the
+archive table, up to which seq, and what a resume still needs from the moved range."""
 
 from __future__ import annotations
 
@@ -79,8 +62,7 @@ def head_like(kind: str) -> str:
 def archive_through(candidates: Iterable[Record], *, cutoff: datetime, tail_from: int) -> int:
     """The seq up to which a session may be archived: the largest ``covers_through`` of the
     compactions among ``candidates`` recorded at or before ``cutoff``, never at or past
-    ``tail_from`` (what resume reads from). 0 when none qualifies. Pure; raises nothing (a
-    compaction whose ``ts`` does not parse is not old enough)."""
+    ``tail_from`` (what resume reads from). 0 when none qualifies."""
     through = 0
     for record in candidates:
         if not isinstance(record, CompactionRecord):
@@ -119,9 +101,8 @@ class ArchivePass:
         archived: int,
         move: Callable[[int, int], Awaitable[int]],
     ) -> ArchiveReport:
-        """Archive what ``candidates`` (the compactions past ``archived``, decoded) let move,
-        a batch a call of ``move(first, last)`` (one transaction: it returns the rows it
-        moved). Raises what ``move`` raises."""
+        """Archive what ``candidates`` (the compactions past ``archived``, decoded) let move, a
+        batch a call of ``move(first, last)`` (one transaction: it returns the rows it moved)."""
         through = archive_through(candidates, cutoff=self.cutoff, tail_from=tail_from)
         moved = 0
         first = max(archived + 1, 2)  # seq 1, the session record, stays hot

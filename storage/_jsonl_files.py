@@ -1,11 +1,6 @@
-"""The files of a JSONL store's root: where each session's log and lock live, and the blocking
-file work (create a log, write and sync a group commit, cut a torn tail), which the store runs
-in a thread (see ``_jsonl``).
-
-Every write first checks the open descriptor against the path (still linked, still the file
-under that name, still the file the lease was taken on), and a write or sync that fails cuts
-its file back to where it stood, so an unacknowledged batch is absent.
-"""
+"""The files of a JSONL store's root: where each session's log and lock live, and the blocking file
+work (create a log, write and sync a group commit, cut a torn tail), which the store runs in a
+thread (see ``_jsonl``)."""
 
 from __future__ import annotations
 
@@ -61,8 +56,7 @@ class LogFiles:
         self._syncfs = syncfs
 
     def create(self, session_id: str, path: str, data: bytes) -> FileId:
-        """Make the log at ``path`` holding ``data``, synced; returns its file id. Raises
-        ``SessionExists``, ``StoreError``."""
+        """Make the log at ``path`` holding ``data``, synced; returns its file id."""
         # Written under a temporary name and linked into place, so a crash never leaves a
         # half-created log, and link() refuses an existing name atomically.
         temp = os.path.join(self._root, f".{session_id}.{secrets.token_hex(4)}.tmp")
@@ -227,10 +221,9 @@ def _open_append(path: str) -> int:
 
 
 def _size_of_the_same_log(write: LogWrite, fd: int) -> int:
-    """The size of the open log ``fd``, once it is known to be the session's log still: the
-    file its path names (so not unlinked: ``st_nlink`` 0 never passes) and the file the lease
-    was taken on (``fd`` may have been reopened by path after the cache evicted it). Raises
-    ``StoreError`` naming the file otherwise."""
+    """The size of the open log ``fd``, once it is known to be the session's log still: the file its
+    path names (so not unlinked: ``st_nlink`` 0 never passes) and the file the lease was taken on
+    (``fd`` may have been reopened by path after the cache evicted it)."""
     info = os.fstat(fd)
     try:
         named = os.stat(write.path, follow_symlinks=False)

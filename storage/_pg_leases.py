@@ -1,11 +1,5 @@
 """The PostgreSQL statements of the writer lease: its columns on the session row, a grant, a
-renewal, a release, and a claim of the sessions with input waiting.
-
-The rules (who may take, write, reuse a lease) are ``_sql_leases``'; these are the statements
-that carry them out. Every statement that locks several session rows locks them in session id
-order, the order every statement of every worker locks them in (an ``UPDATE ... FROM`` locks in
-whatever order its join runs, and two of them, or one and an append, can deadlock).
-"""
+renewal, a release, and a claim of the sessions with input waiting."""
 
 from __future__ import annotations
 
@@ -96,8 +90,7 @@ class LeaseStatements:
     ) -> list[tuple[Taken, LeaseHolder | None]]:
         """Grant this store the lease of up to ``limit`` sessions with input queued and no live
         lease (``others_only``: none of this store's either), skipping rows other workers are
-        claiming (``FOR UPDATE SKIP LOCKED``). Returns each grant, by session id, with the
-        holder whose lease had expired (a takeover) or None."""
+        claiming (``FOR UPDATE SKIP LOCKED``)."""
         holder = now_holder(self._owner)  # its since is replaced by the database's now()
         not_mine = "AND lease_owner IS DISTINCT FROM $1 " if others_only else ""
         rows = await pool.fetch(

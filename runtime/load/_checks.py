@@ -1,7 +1,4 @@
-"""The verdict of a load run on one session, from its log and what the runtime acknowledged.
-
-Pure: the load engine reads the log and hands it here, so a test can feed it a log that lies.
-"""
+"""The verdict of a load run on one session, from its log and what the runtime acknowledged."""
 
 from __future__ import annotations
 
@@ -46,9 +43,8 @@ def check_session(
     acknowledged_rounds: Collection[int],
     acknowledged_turns: int,
 ) -> SessionVerdict:
-    """Check ``records`` (the whole log) and ``tail_records`` (what resume reads) against the
-    live history and the rounds and turns the runtime acknowledged. Raises nothing: a log that
-    does not replay is a problem in the verdict."""
+    """Check ``records`` (the whole log) and ``tail_records`` (what resume reads) against the live
+    history and the rounds and turns the runtime acknowledged."""
     problems: list[str] = []
     live_items = tuple(live)
     for name, source in (("replay of the whole log", records), ("resume replay", tail_records)):

@@ -1,10 +1,4 @@
-"""The model endpoint of a load run: the fake server in its own process, or in-process doubles.
-
-The fake server runs as a separate process so that its CPU is not charged to the runtime under
-test, and it checks every request it receives for tool calls without their output itself (a
-10,000-session run cannot keep every body). In process, ``FaultyGateway`` injects the same
-faults and makes the same check on each request's items.
-"""
+"""The model endpoint of a load run: the fake server in its own process, or in-process doubles."""
 
 from __future__ import annotations
 
@@ -200,11 +194,8 @@ async def fake_server_process(
     retry_after: float = 0.2,
     seed: int | None = None,
 ) -> AsyncIterator[str]:
-    """Run ``python -m stowage.testing.fake_server`` in its own process, keeping no request
-    bodies; yields its base URL (``http://127.0.0.1:PORT/v1``) and stops it on exit.
-
-    Raises ``ConfigError`` when the server does not start (its stderr says why).
-    """
+    """Run ``python -m stowage.testing.fake_server`` in its own process, keeping no request bodies;
+    yields its base URL (``http://127.0.0.1:PORT/v1``) and stops it on exit."""
     command = [
         sys.executable,
         "-m",

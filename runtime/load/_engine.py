@@ -1,12 +1,4 @@
-"""``stowage load``: many sessions, many turns, compaction under concurrency, then proof.
-
-N sessions run T turns each against the fake OpenAI server in its own process (or the scripted
-model in process), with a tool whose outputs are sized so that every session compacts several
-times, optional latency and injected faults. Afterwards every session is checked: its log
-replays (whole, and as resume reads it) to exactly the live history, every round the runtime
-acknowledged is in the log, and no request the endpoint received carried a tool call without
-its output. The figures and the verdict are printed and can be written as JSON.
-"""
+"""``stowage load``: many sessions, many turns, compaction under concurrency, then proof."""
 
 from __future__ import annotations
 
@@ -74,8 +66,7 @@ _SYSTEM = "You are a careful agent. Fetch what you need with the tools, then ans
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadConfig:
-    """One load run. ``base_url`` points at an already running server instead of starting
-    the fake one; ``faults`` is ``"429:0.05,500:0.02,slow:0.01"`` (rates per request)."""
+    """One load run."""
 
     sessions: int = 50
     turns: int = 8
@@ -226,13 +217,7 @@ def _peak_rss_mb() -> float:
 
 @contextmanager
 def _gc_meter(threshold: int | None) -> Iterator[dict[str, float]]:
-    """Time spent in the cyclic GC, by generation, while the block runs.
-
-    With thousands of live sessions the heap is large, and a turn's objects live as long as
-    its rounds wait for model-call places: they are promoted and scanned again, each scan
-    following their references into the whole heap. ``tune_gc`` (with ``threshold`` as the
-    young generation's) makes the collections rarer; the figure shows what they still cost.
-    """
+    """Time spent in the cyclic GC, by generation, while the block runs."""
     spent = {"gen0": 0.0, "gen1": 0.0, "gen2": 0.0, "collections": 0.0}
     started = 0.0
 
@@ -450,10 +435,9 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
 async def wire_report(
     base_url: str | None, client: WireCheck, *, independent: bool
 ) -> dict[str, Any]:
-    """What the endpoint saw: the fake server's own count when it runs one, else (in process,
-    or an independent server without ``/_fake/stats``) what the client checked on every
-    request it sent. Raises ``ModelConnectionError`` when the fake server we started cannot
-    be asked."""
+    """What the endpoint saw: the fake server's own count when it runs one, else (in process, or an
+    independent server without ``/_fake/stats``) what the client checked on every request it
+    sent."""
     if base_url is None:
         return client.as_dict() | {"checked_by": "client"}
     try:

@@ -1,29 +1,4 @@
-"""The gateway's HTTP client: aiohttp, one ``ClientSession`` per gateway.
-
-aiohttp is a well-kept client with a C-accelerated HTTP parser, a pool that takes and gives
-back a connection in constant time, proxies from the environment and verified TLS; it spends
-little CPU per request, which matters when one process runs hundreds of sessions. Using it
-through its public API replaces both stowage's own HTTP/1.1 client and the private parts of
-the openai SDK that fed it.
-
-The session is made on the first request, inside the running event loop, and closed with the
-gateway: a ``TCPConnector`` of at most ``MAX_CONNECTIONS`` connections, idle ones kept
-``KEEPALIVE_EXPIRY`` seconds; TLS verified (OpenSSL's default store, which honours
-``SSL_CERT_FILE``); gzip and deflate accepted and decoded by aiohttp. The proxy comes from the
-environment as aiohttp's ``trust_env`` would take it (``HTTP_PROXY`` / ``HTTPS_PROXY`` for the
-endpoint's scheme unless ``NO_PROXY`` exempts its host; credentials in the proxy's URL go as
-proxy auth), but it is looked up once, when the session is made: ``trust_env`` looks the proxy
-and ``.netrc`` up again on every request, two trips to a thread each (measured: a third of the
-client's CPU per call), and a ``.netrc`` entry for the host would clash with the bearer token.
-A socket that does not connect within ``connect_timeout`` seconds fails; one that goes silent
-for ``read_timeout`` seconds fails too, both timed by aiohttp; the gateway's own clocks (idle
-stream, request deadline) bound the rest. The headers name the ``Content-Type`` (JSON when the caller's do
-not), so aiohttp adds none and needs no list of headers to skip; they go with each request,
-never as the session's, which aiohttp would send to a proxy too. Failures leave this module
-as ``TransportError``, error statuses as ``HttpStatusError`` with their headers and body (the
-body read only as far as the cap), never as aiohttp's classes. Nothing here logs the headers:
-the key goes only to the endpoint.
-"""
+"""The gateway's HTTP client: aiohttp, one ``ClientSession`` per gateway."""
 
 from __future__ import annotations
 
@@ -52,9 +27,8 @@ def env_proxy(
     url: URL, environ: Mapping[str, str] | None = None
 ) -> tuple[URL | None, aiohttp.BasicAuth | None]:
     """The proxy the environment names for ``url`` (``{scheme}_proxy`` in either case, unless
-    ``no_proxy`` exempts its host) and the proxy auth its URL carries; (None, None) when there
-    is none. A proxy aiohttp cannot speak to (not http or https, such as socks5) is left out,
-    with a log line."""
+    ``no_proxy`` exempts its host) and the proxy auth its URL carries; (None, None) when there is
+    none."""
     if environ is None:
         proxies = urllib.request.getproxies_environment()
     else:
@@ -141,7 +115,8 @@ class AiohttpTransport:
             connector=connector,
             # no session-wide headers: aiohttp merges those into a proxy's headers too
             timeout=self._timeout,
-            # the environment's proxy is looked up here, once (see the module's doc)
+            # the environment's proxy is looked up here, once: trust_env would look it (and .netrc)
+            # up on every request, a thread trip each
             trust_env=False,
         )
         self._proxy, auth = env_proxy(self._target)
@@ -170,12 +145,8 @@ class AiohttpTransport:
         *,
         max_error_bytes: int,
     ) -> Any:
-        """POST ``body``; returns the aiohttp response with its body unread (the caller reads
-        it with ``read`` or ``read_chunk`` and closes it with ``finish``).
-
-        Raises ``HttpStatusError`` for an error status (its body read, at most
-        ``max_error_bytes`` of it), ``TransportError`` when the exchange fails.
-        """
+        """POST ``body``; returns the aiohttp response with its body unread (the caller reads it
+        with ``read`` or ``read_chunk`` and closes it with ``finish``)."""
         session = self._open()
         try:
             response = await session.post(
@@ -203,13 +174,8 @@ class AiohttpTransport:
         max_bytes: int,
         capped: bool = True,
     ) -> bytes:
-        """The body of ``response``, which is released after (its connection kept when the
-        body was read whole).
-
-        Raises ``TransportError`` if the body is cut; ``BodyTooLarge`` as soon as it passes
-        ``max_bytes`` (the rest is never read), or, with ``capped`` False, returns what was
-        read by then.
-        """
+        """The body of ``response``, which is released after (its connection kept when the body was
+        read whole)."""
         parts: list[bytes] = []
         size = 0
         content = response.content
@@ -234,10 +200,7 @@ class AiohttpTransport:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def read_chunk(self, response: Any) -> bytes:
-        """What has arrived of the body of ``response`` (``b""`` at its end).
-
-        Raises ``TransportError`` when the transport fails.
-        """
+        """What has arrived of the body of ``response`` (``b""`` at its end)."""
         try:
             chunk: bytes = await response.content.readany()
         except (aiohttp.ClientError, OSError) as exc:

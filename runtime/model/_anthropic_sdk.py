@@ -1,13 +1,5 @@
-"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's
-public ``messages.create``, with the bodies ``_anthropic_wire`` builds.
-
-Its typed results are turned back into the plain JSON they came from (``to_dict``) and parsed
-by the same functions as the aiohttp path; a stream's typed events likewise
-(``AnthropicEvents``, used like ``JsonEventStream``). The SDK sends each request once
-(``max_retries=0``): retries are stowage's. ``import anthropic`` happens when the first
-client is made (the SDK is an extra: ``pip install stowage-runtime[anthropic]``), never when
-this module is imported; only public names of it are used.
-"""
+"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's public
+``messages.create``, with the bodies ``_anthropic_wire`` builds."""
 
 from __future__ import annotations
 
@@ -25,10 +17,7 @@ __all__ = ["AnthropicEvents", "AnthropicSdkClient", "map_anthropic_error", "plai
 
 
 def plain_message(value: Any) -> Any:
-    """A typed SDK object (a message or a stream event) as the plain JSON it came from.
-
-    Raises ``IncompleteResponse`` for anything else.
-    """
+    """A typed SDK object (a message or a stream event) as the plain JSON it came from."""
     to_dict = getattr(value, "to_dict", None)
     if not callable(to_dict):
         raise IncompleteResponse(f"the response is not a message: {type(value).__name__}")

@@ -1,7 +1,6 @@
-"""Which gateway a session's settings name, without importing an HTTP client until one is
-needed: ``import aiohttp`` or ``import openai`` takes a good part of a command's start, and the
-offline model, ``show``, ``check``, ``list`` and ``context`` never use either.
-"""
+"""Which gateway a session's settings name, without importing an HTTP client until one is needed:
+``import aiohttp`` or ``import openai`` takes a good part of a command's start, and the offline
+model, ``show``, ``check``, ``list`` and ``context`` never use either."""
 
 from __future__ import annotations
 
@@ -16,11 +15,8 @@ __all__ = ["make_gateway"]
 
 def make_gateway(settings: Settings) -> ModelGateway:
     """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, an
-    ``AnthropicGateway`` for wire_api ``anthropic``, else an ``OpenAIGateway`` (its HTTP
-    client is imported here, on first use).
-
-    Raises ``ConfigError`` when the gateway has no API key.
-    """
+    ``AnthropicGateway`` for wire_api ``anthropic``, else an ``OpenAIGateway`` (its HTTP client is
+    imported here, on first use)."""
     if settings.model == "scripted":
         return ScriptedModel()
     # what both gateways take from the settings, named as their arguments

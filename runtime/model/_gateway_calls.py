@@ -1,9 +1,5 @@
-"""One model call over HTTP, bounded in time and size, whatever the wire: what the OpenAI and
-the Anthropic gateways share. Each gateway says how its wire builds a body, parses an answer,
-folds a stream and maps its SDK's errors; the clocks, the size caps, the error naming and the
-stream loop are here once, so both wires fail the same way on a silent, dripping or flooding
-endpoint.
-"""
+"""One model call over HTTP, bounded in time and size, whatever the wire: what the OpenAI and the
+Anthropic gateways share."""
 
 from __future__ import annotations
 
@@ -112,12 +108,7 @@ def too_large_body(size: int, max_bytes: int) -> ResponseTooLarge:
 
 
 class HttpModelCalls(ABC):
-    """``create`` and ``stream`` over aiohttp (``_transport``) or an SDK (``_sdk``).
-
-    A subclass sets the attributes below in its ``__init__`` and gives the wire's parts:
-    ``_request_body``, ``_parse``, ``_sdk_data``, ``_sdk_events``, ``_new_accumulator`` and
-    ``_map``.
-    """
+    """``create`` and ``stream`` over aiohttp (``_transport``) or an SDK (``_sdk``)."""
 
     wire_api: str
     #: the endpoint as errors and logs name it: never with its credentials
@@ -166,9 +157,8 @@ class HttpModelCalls(ABC):
         status: int | None = None,
         url: str | None = None,
     ) -> NoReturn:
-        """Raise the ``ModelError`` for ``exc``, naming the endpoint (``url``, else the
-        wire's) and the HTTP status (``status``: the stream's, for a failure after its
-        headers came)."""
+        """Raise the ``ModelError`` for ``exc``, naming the endpoint (``url``, else the wire's) and
+        the HTTP status (``status``: the stream's, for a failure after its headers came)."""
         error = self._map(exc)
         if isinstance(exc, HttpStatusError):
             status = exc.status
@@ -223,8 +213,7 @@ class HttpModelCalls(ABC):
             raise ResponseTooLarge(reason)
 
     async def _post_and_read(self, transport: AiohttpTransport, body: bytes, purpose: str) -> Any:
-        """The raw JSON answer to ``body``. Raises what the transport raises,
-        ``ResponseTooLarge`` for a body past ``max_body_bytes``."""
+        """The raw JSON answer to ``body``."""
         max_bytes = self.max_body_bytes
         response = await transport.post(body, purpose, max_error_bytes=max_bytes)
         try:
@@ -233,11 +222,7 @@ class HttpModelCalls(ABC):
             raise too_large_body(exc.size, max_bytes) from None
 
     async def create(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming call.
-
-        Raises ``ModelConnectionError``, ``RateLimitError``, ``ContextLengthExceeded``,
-        ``ModelAuthError`` or ``ModelResponseError``.
-        """
+        """One non-streaming call."""
         body = self._request_body(request, stream=False)
         raw: Any
         clock = self._clock()
@@ -284,10 +269,7 @@ class HttpModelCalls(ABC):
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``.
-
-        Raises what ``create`` raises, at the point of failure in the stream.
-        """
+        """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``."""
         accumulator = self._new_accumulator()
         events: Events
         clock = self._clock(idle=self.stream_idle_timeout)

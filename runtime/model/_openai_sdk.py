@@ -1,16 +1,6 @@
 """The compatible path: the openai SDK's public API, ``chat.completions.create`` and
-``responses.create``, for a gateway set to ``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``).
-
-The bodies are the same ones ``_openai_wire`` builds for the aiohttp path: each field the
-public ``create`` takes goes as its keyword argument, the rest as ``extra_body``. The typed
-results are turned back into the plain JSON they came from (``to_dict``) and go through the
-same parsers; a stream's typed events likewise (``PlainEvents``, used like
-``JsonEventStream``). The SDK sends each request once (``max_retries=0``): retries are the
-caller's. Only public names of the SDK are used here; its errors become ``ModelError`` by
-``map_openai_error``. The SDK reads each event and body itself, so on this path only the
-parsed answer is checked against ``max_answer_chars``. ``import openai`` (about 0.4 s) happens
-when the first ``SdkClient`` is made, never when this module is imported.
-"""
+``responses.create``, for a gateway set to ``http_client="sdk"`` (or
+``STOWAGE_HTTP_CLIENT=sdk``)."""
 
 from __future__ import annotations
 
@@ -37,11 +27,7 @@ __all__ = ["PlainEvents", "SdkClient", "map_openai_error", "plain"]
 
 
 def plain(value: Any) -> Any:
-    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from.
-
-    Raises ``IncompleteResponse`` for anything else, such as the text the SDK returns for an
-    answer that is not JSON.
-    """
+    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from."""
     to_dict = getattr(value, "to_dict", None)
     if not callable(to_dict):
         raise IncompleteResponse(f"the response is not valid JSON: {type(value).__name__}")
@@ -93,11 +79,7 @@ class PlainEvents(SdkEvents):
 
 
 def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:
-    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any).
-
-    Raises ``ConfigError`` if the SDK has no public API for ``wire_api`` (the responses API came
-    with openai 1.66).
-    """
+    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any)."""
     import openai
 
     if wire_api == "chat":

@@ -1,12 +1,4 @@
-"""The scripted summarizer's protected-state proposals, and its deliberate lossiness.
-
-Proposals follow a few plain conventions, so a test or the drift evaluation can plant facts
-that a real model would notice on its own: a tool call that failed becomes a failed attempt,
-and lines of user messages starting ``decided:``, ``failed: WHAT because WHY``,
-``artifact: REF -- NOTE``, ``pending:`` and ``done:`` become the matching ops (``done: X``
-completes the pending entry whose text is X). Proposals are never lossy: the lossy mode
-stands for a summarizer whose prose drops facts, which is what protected state guards against.
-"""
+"""The scripted summarizer's protected-state proposals, and its deliberate lossiness."""
 
 from __future__ import annotations
 

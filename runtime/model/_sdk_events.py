@@ -12,8 +12,7 @@ __all__ = ["SdkEvents"]
 
 class SdkEvents:
     """An SDK's typed stream as plain JSON events, a batch of one at a time, used like
-    ``JsonEventStream``. A subclass names its SDK's error base (``sdk_errors``), what a transport
-    failure becomes (``broken``) and how an event turns plain (``plain_event``)."""
+    ``JsonEventStream``."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream

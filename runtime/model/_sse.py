@@ -1,13 +1,4 @@
-"""Server-sent events decoded straight from the response bytes with orjson.
-
-``JsonEventStream`` takes a ``read`` coroutine function that returns whatever bytes of the
-body have arrived (``b""`` at its end; the aiohttp transport hands it
-``response.content.readany``, wrapped so that a transport failure is a ``TransportError``), so
-one read returns every event that came together and a caller times each read, not each event.
-An ``error`` payload raises ``EventError``; an event that grows past ``max_event_bytes``
-before it ends raises ``ResponseTooLarge``: an endpoint that streams one endless event must
-not fill memory. Nothing here imports an HTTP library.
-"""
+"""Server-sent events decoded straight from the response bytes with orjson."""
 
 from __future__ import annotations
 
@@ -78,13 +69,8 @@ class JsonEventStream:
         await self._close(self._ended)
 
     async def next_events(self) -> list[Any] | None:
-        """The events of the next chunks of the body (at least one, as many as arrived
-        together), or None at the end of the stream. One await per network read.
-
-        Raises ``EventError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
-        payload that is not JSON, what ``read`` raises when the transport fails,
-        ``ResponseTooLarge`` when an event passes ``max_event_bytes`` before it ends.
-        """
+        """The events of the next chunks of the body (at least one, as many as arrived together), or
+        None at the end of the stream."""
         while not self._ended:
             chunk = await self._read()
             if not chunk:

@@ -1,11 +1,5 @@
-"""Spans from the runtime's events: one trace per turn, a span per round, model call, tool call
-and compaction, built by an event subscriber, so no actor knows about tracing.
-
-Events are facts already true when published, so each span is opened and closed with explicit
-times taken from when its events arrived, and children name their parent context explicitly:
-nothing depends on which task happens to be current. GenAI semantic conventions name the model
-call's attributes. Message text is never put on a span unless ``include_text`` is set.
-"""
+"""Spans from the runtime's events: one trace per turn, a span per round, model call, tool call and
+compaction, built by an event subscriber, so no actor knows about tracing."""
 
 from __future__ import annotations
 
@@ -52,15 +46,8 @@ class _SessionSpans:
 @dataclass(eq=False)
 class TraceSubscriber:
     """An event subscriber (``runtime.subscribe(TraceSubscriber(model=...))``) that turns a
-    session's events into OpenTelemetry spans through ``tracer`` (the global tracer provider's
-    by default: with no SDK configured, spans cost nothing and go nowhere).
-
-    Spans: ``turn`` (the root of one trace), ``round N`` under it, ``chat MODEL`` (the model
-    call, GenAI conventions) and ``execute_tool NAME`` under the round, ``compaction`` and
-    ``microcompaction`` under the turn, ``store.append`` (the round's committed batch, from
-    its last tool's end until it is durable) under the round.
-    ``include_text`` adds the final answer to the turn span (off by default).
-    """
+    session's events into OpenTelemetry spans through ``tracer`` (the global tracer provider's by
+    default: with no SDK configured, spans cost nothing and go nowhere)."""
 
     model: str = ""
     tracer: Tracer | None = None

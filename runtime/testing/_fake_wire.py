@@ -1,9 +1,4 @@
-"""The fake server's side of the wire: bodies back into requests, responses into real formats.
-
-The inverse of ``runtime._openai_wire``, pure, so the fake server is a thin HTTP shell. The
-bodies and stream events follow the shapes the real API sends (ids, ``object`` fields, usage
-details, sequence numbers) closely enough for the official SDK.
-"""
+"""The fake server's side of the wire: bodies back into requests, responses into real formats."""
 
 from __future__ import annotations
 
@@ -128,10 +123,9 @@ def compaction_object(
 
 
 def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
-    """The request's purpose, "round" or "summary": the gateway's purpose header when it
-    sent one, else what the body shows (a request without tools, or one with ``tool_choice``
-    "none" that ends with a user message: the session's request with the summary
-    instructions after it). Raises nothing."""
+    """The request's purpose, "round" or "summary": the gateway's purpose header when it sent one,
+    else what the body shows (a request without tools, or one with ``tool_choice`` "none" that ends
+    with a user message: the session's request with the summary instructions after it)."""
     if purpose in ("round", "summary"):
         return purpose
     if not body.get("tools"):
@@ -166,11 +160,7 @@ def _request(
 
 
 def request_from_chat(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
-    """The ``ModelRequest`` a Chat Completions body stands for.
-
-    ``purpose`` comes from the gateway's purpose header; without it a request with no tools is
-    taken for a summary. Raises ``KeyError``/``TypeError`` on a malformed body.
-    """
+    """The ``ModelRequest`` a Chat Completions body stands for."""
     items: list[Item] = []
     for message in body["messages"]:
         role = message["role"]

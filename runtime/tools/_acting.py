@@ -1,14 +1,4 @@
-"""Tools that act: write a file, edit one, run a command; each says what it touches.
-
-They are offered when the session's sandbox lets something change (``workspace-write`` or
-``full``); the approval policy (``_policy``) decides on each call before it runs, from the
-``Effect``s the tool declares. Every path passes the workspace rules of ``_guard`` (inside
-the root, never the session store, no secrets, nothing ``.gitignore`` ignores). A write is
-atomic (a temporary file renamed over the target), so a process killed mid-write leaves the
-old file or the new one, never half of it; and every acting tool can tell, after such a
-kill, whether its call was applied (``applied_after_crash``), so a resume records "applied"
-or "interrupted" and never applies it twice.
-"""
+"""Tools that act: write a file, edit one, run a command; each says what it touches."""
 
 from __future__ import annotations
 
@@ -185,10 +175,8 @@ def _diff(before: str, after: str, path: str) -> str:
 
 
 def applied_after_crash(name: str, arguments: dict[str, Any], guard: Guard) -> bool | None:
-    """Whether a write or an edit whose call was logged, and whose output never was, had
-    been applied when its process was killed: the file against the intended result. None
-    when the file cannot say (it changed since, or the call is not a write or an edit).
-    Raises nothing."""
+    """Whether a write or an edit whose call was logged, and whose output never was, had been
+    applied when its process was killed: the file against the intended result."""
     try:
         if name == "write_file":
             return _write_applied(WriteFileArgs.model_validate(arguments), guard)

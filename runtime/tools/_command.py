@@ -1,12 +1,4 @@
-"""``run_command``: a command in the workspace, confined by the session's sandbox.
-
-A command is an argv list, or a shell line run by ``/bin/sh -c``. It runs in a working
-directory inside the workspace, with only the environment variables ``command_env`` names
-(API keys and the rest of the runtime's environment never reach it), under the sandbox of
-``_sandbox`` and a timeout. What it prints (stdout and stderr together) is made durable in
-pieces as it comes (``ToolContext.progress``), so a process killed mid-command leaves in the
-log what the command had printed; the output the model reads ends with the exit status.
-"""
+"""``run_command``: a command in the workspace, confined by the session's sandbox."""
 
 from __future__ import annotations
 
@@ -85,10 +77,7 @@ class _Printed:
 
 
 def command_tool(guard: Guard, settings: Settings) -> FunctionTool[RunCommandArgs]:
-    """``run_command`` over the guard's workspace, under the settings' sandbox.
-
-    Raises nothing here: a sandbox that cannot be had is said by each call that needs it.
-    """
+    """``run_command`` over the guard's workspace, under the settings' sandbox."""
     store = Path(settings.store).resolve()
 
     async def run_command(args: RunCommandArgs) -> str:

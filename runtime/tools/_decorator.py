@@ -1,11 +1,4 @@
-"""``@tool``: a typed function becomes a tool, its signature and docstring the model's view.
-
-The name is the function's, the description its docstring's opening text, and the argument
-schema a pydantic model built from its parameters (annotations, defaults, and the
-``Args:`` lines of a Google-style docstring as descriptions). A sync function runs in a
-worker thread so it never blocks the event loop; a parameter annotated ``ToolContext`` gets
-the context of the call instead of an argument from the model.
-"""
+"""``@tool``: a typed function becomes a tool, its signature and docstring the model's view."""
 
 from __future__ import annotations
 
@@ -80,12 +73,8 @@ class DecoratedTool:
         needs_approval: bool = False,
         touches: Mapping[str, EffectKind] | None = None,
     ) -> None:
-        """``touches``: which arguments are paths the call reads, writes, ... or commands it
-        runs (``{"path": "read"}``), for the approval policy and the trail of files touched.
-
-        Raises ``ConfigError`` if the signature cannot make a schema (``*args``, an
-        annotation pydantic cannot handle), ``timeout`` is not positive, or ``touches`` names
-        an argument the function does not have."""
+        """``touches``: which arguments are paths the call reads, writes, ... or commands it runs
+        (``{"path": "read"}``), for the approval policy and the trail of files touched."""
         tool_name = name or fn.__name__
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"tool {tool_name!r}: timeout must be > 0 seconds, got {timeout}")

@@ -1,12 +1,5 @@
-"""Tools from Model Context Protocol servers, through the official ``mcp`` SDK (the ``mcp``
-extra, imported only when a server is started).
-
-Each server is one long-lived client connection run by a task of the runtime: a local command
-over stdio, or a URL over streamable HTTP. Its tools are listed once, at start, and run through
-the same executor as every other tool, so timeouts, error outputs, write-ahead records and
-interrupted outputs on resume all hold. A server that dies or stops answering does not take a
-session down: the call gets an error output, and the connection is started again.
-"""
+"""Tools from Model Context Protocol servers, through the official ``mcp`` SDK (the ``mcp`` extra,
+imported only when a server is started)."""
 
 from __future__ import annotations
 
@@ -37,14 +30,7 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MCPServer:
-    """Where an MCP server is: a ``command`` to start (stdio) or a ``url`` (streamable HTTP).
-
-    ``name`` prefixes its tools when their names clash with others (default: the command's
-    program name or the URL's host). ``call_restart_wait``: seconds a call waits for a
-    restarting server before it gets an error output. ``call_timeout``: seconds the server
-    may take to answer one call before it counts as hung and is restarted (default: only the
-    tool timeout of the executor, which also restarts it).
-    """
+    """Where an MCP server is: a ``command`` to start (stdio) or a ``url`` (streamable HTTP)."""
 
     command: tuple[str, ...] = ()
     url: str | None = None
@@ -80,10 +66,7 @@ class MCPServer:
 
 
 def mcp_server(spec: str | MCPServer) -> MCPServer:
-    """An ``MCPServer`` from a command line (``"npx server --flag"``) or an ``http(s)://`` URL.
-
-    Raises ``ConfigError`` on an empty or unparsable command.
-    """
+    """An ``MCPServer`` from a command line (``"npx server --flag"``) or an ``http(s)://`` URL."""
     if isinstance(spec, MCPServer):
         return spec
     text = spec.strip()
@@ -191,9 +174,7 @@ class MCPToolSource:
         await self._stopped.wait()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run tool ``name``; the text of its content blocks. Raises ``ToolError`` when the
-        tool reports an error, the server fails, or it is restarting for too long. A call
-        cancelled mid-way (a timeout, an interrupt) restarts the server."""
+        """Run tool ``name``; the text of its content blocks."""
         label = self.server.label
         with anyio.move_on_after(self.server.call_restart_wait):
             await self._ready.wait()
@@ -284,11 +265,8 @@ class MCPTool:
 def add_mcp_tools(
     registry: ToolRegistry, source: MCPToolSource, listed: Sequence[Any]
 ) -> list[Tool]:
-    """Add ``listed`` tools of ``source`` to ``registry``: a name already taken gets the
-    server's name as a prefix (``server_name``). Returns the tools added.
-
-    Raises ``ConfigError`` if even the prefixed name is taken.
-    """
+    """Add ``listed`` tools of ``source`` to ``registry``: a name already taken gets the server's
+    name as a prefix (``server_name``)."""
     added: list[Tool] = []
     for item in listed:
         name = _NAME_CHARS.sub("_", item.name)

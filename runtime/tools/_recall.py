@@ -1,12 +1,5 @@
-"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed,
-or any record ``search_history`` found.
-
-A stub names its artifact ``R<seq>``: the seq of the output's record in the log. The live
-history still holds the original (stubs exist only in the projection); an output a later
-compaction absorbed is read back from the log, where nothing is ever deleted. The same
-reference reads a user message, an answer or a tool call back, since ``search_history``
-(offered with this tool) finds those too.
-"""
+"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed, or
+any record ``search_history`` found."""
 
 from __future__ import annotations
 
@@ -56,10 +49,8 @@ def recall_tool(
     history: Callable[[], Sequence[HistoryEntry]],
     read_log: Callable[[], Awaitable[Sequence[Record]]],
 ) -> FunctionTool[RecallArgs]:
-    """The tool over one session: ``history`` gives its live history, ``read_log`` its whole
-    log (read only when the output was compacted away). Raises nothing; the tool raises
-    ``ToolError`` for a reference that names no record of the session's messages and tool
-    steps."""
+    """The tool over one session: ``history`` gives its live history, ``read_log`` its whole log
+    (read only when the output was compacted away)."""
 
     async def recall(args: RecallArgs) -> str:
         match = _REF.match(args.ref)
@@ -89,10 +80,8 @@ def recall_tool(
 
 
 def _page(output: str, args: RecallArgs) -> str:
-    """The whole output when it fits one page and no part was asked for; else the part
-    asked for under a line saying which part and what follows. A page is at most
-    ``PAGE_CHARS``, and within what the session's window takes (``ToolContext.output``): a
-    page the window cannot hold would only be cut again."""
+    """The whole output when it fits one page and no part was asked for; else the part asked for
+    under a line saying which part and what follows."""
     size = len(output)
     context = current_tool_context.get()
     page = PAGE_CHARS
@@ -124,13 +113,10 @@ def with_recall(
     read_log: Callable[[], Awaitable[Sequence[Record]]],
     search: FindRecords | None = None,
 ) -> ToolRegistry:
-    """``tools`` plus ``recall_artifact`` when this session may show stubs (watermark mode
-    with auto compaction and tools, or stubs already in its history), and ``search_history``
-    with it when ``settings.search_history_tool`` is on; ``tools`` itself otherwise, or when
-    it has a tool named ``recall_artifact`` already (one named ``search_history`` is kept,
-    and ours left out). ``search`` narrows a search where the log is stored (a store's
-    search); without it every search reads the whole log with ``read_log``. Raises
-    nothing."""
+    """``tools`` plus ``recall_artifact`` when this session may show stubs (watermark mode with auto
+    compaction and tools, or stubs already in its history), and ``search_history`` with it when
+    ``settings.search_history_tool`` is on; ``tools`` itself otherwise, or when it has a tool named
+    ``recall_artifact`` already (one named ``search_history`` is kept, and ours left out)."""
     # a session without tools has no outputs to stub (unless an earlier run stubbed some)
     possible = settings.auto_compact and effective_threshold(settings) is None and len(tools) > 0
     if not (possible or has_stubs) or RECALL_TOOL in tools:

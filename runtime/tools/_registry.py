@@ -1,10 +1,4 @@
-"""Tools and their execution: a model's tool call always ends in an output, never a crash.
-
-Whatever goes wrong — an unknown name, arguments that are not JSON or do not fit the schema,
-a tool that raises or hangs — becomes an error output the model can read and correct itself
-from. Only the caller's own cancellation propagates, so a round can always be committed with an
-output for every call.
-"""
+"""Tools and their execution: a model's tool call always ends in an output, never a crash."""
 
 from __future__ import annotations
 
@@ -166,9 +160,8 @@ def _describe_validation_error(exc: pydantic.ValidationError) -> str:
 
 
 def _ask(tool: Tool | None, method: str, call: FunctionCall) -> object:
-    """What ``tool``'s optional ``method`` says of ``call``'s decoded arguments (None when the
-    tool has no such method or the arguments are not JSON). Raises nothing the methods of
-    ``FunctionTool`` raise: none."""
+    """What ``tool``'s optional ``method`` says of ``call``'s decoded arguments (None when the tool
+    has no such method or the arguments are not JSON)."""
     asked = getattr(tool, method, None)
     if asked is None:
         return None
@@ -194,10 +187,8 @@ def call_preview(tool: Tool | None, call: FunctionCall) -> str | None:
 
 
 def declared_effects(touches: Mapping[str, EffectKind], arguments: Any) -> tuple[Effect, ...]:
-    """What a call touches, from a tool's declaration of which of its arguments are paths
-    (``read``, ``write``, ...) or commands (``run``): ``{"path": "read"}``. An argument that
-    is a string, or a list of strings, is a target; anything else is ignored. Raises
-    nothing."""
+    """What a call touches, from a tool's declaration of which of its arguments are paths (``read``,
+    ``write``, ...) or commands (``run``): ``{"path": "read"}``."""
     if not isinstance(arguments, dict):
         return ()
     found: list[Effect] = []
@@ -215,8 +206,7 @@ def trail_ops(
 ) -> list[dict[str, str]]:
     """The ``touch`` ops of a round (the trail of files touched, ``stowage.core``'s protected
     state): each path a call that succeeded says it touched, each command it ran with how it
-    ended. A call that failed, was refused, denied or interrupted touched nothing. Raises
-    nothing."""
+    ended."""
     ended = {o.call_id: o for o in outputs if not o.is_error}
     ops: list[dict[str, str]] = []
     for call in calls:
@@ -294,14 +284,7 @@ async def execute_call(
     default_timeout: float,
     context: ToolContext | None = None,
 ) -> FunctionCallOutput:
-    """Run one tool call and return its output; every failure becomes an error output.
-
-    ``context`` is what the tool sees as ``current_tool_context`` while it runs (one is made
-    if not given); it is marked cancelled when the call times out or is cancelled.
-
-    Error outputs have ``is_error=True`` and text starting with ``error:``. Raises nothing but
-    the cancellation of the calling task.
-    """
+    """Run one tool call and return its output; every failure becomes an error output."""
     tool = registry.get(call.name)
     if tool is None:
         available = ", ".join(registry.names()) or "none"
@@ -348,11 +331,7 @@ async def execute_calls(
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
-    """Run ``calls`` concurrently, at most ``limiter.total_tokens`` at once if given.
-
-    Returns the outputs in the order of ``calls``. Raises nothing but the cancellation of the
-    calling task.
-    """
+    """Run ``calls`` concurrently, at most ``limiter.total_tokens`` at once if given."""
     outputs: list[FunctionCallOutput | None] = [None] * len(calls)
 
     async def run_one(index: int, call: FunctionCall) -> None:

@@ -1,17 +1,4 @@
-"""``search_history``: the built-in tool that finds what compaction took out of the context.
-
-A summary keeps what its writer judged to matter; the log keeps everything. The model gives
-words, the tool answers with the records that hold them all (user messages, answers, tool
-calls and outputs, compacted or not): each as its reference ``R<seq>``, its kind, its number
-of hits and a snippet around them. ``recall_artifact`` then reads one whole.
-
-The store narrows (see ``stowage.storage``' search, handed to the tool as a callable, since
-tools do not import the store); matching, snippets and rank are decided here and only here,
-over the items' text: case-insensitive substrings, every word required, most hits first and
-the newest of equals, a text repeated (a recalled output, a message said twice) shown once, by
-its first record. A search has a deadline and its answer a size cap, so a common word in
-a long log costs the model a bounded answer and the session a bounded wait.
-"""
+"""``search_history``: the built-in tool that finds what compaction took out of the context."""
 
 from __future__ import annotations
 
@@ -122,8 +109,7 @@ def find_in_log(read_log: Callable[[], Awaitable[Sequence[Record]]]) -> FindReco
 
 
 def query_words(query: str) -> tuple[str, ...]:
-    """The distinct lower-cased words of ``query``. Raises ``ToolError`` when it has none or
-    more than ``MAX_QUERY_WORDS``."""
+    """The distinct lower-cased words of ``query``."""
     words = tuple(dict.fromkeys(query.lower().split()))
     if not words:
         raise ToolError("empty query: give one or more words to search the session's history for")
@@ -150,8 +136,7 @@ def item_text(item: Item) -> tuple[str, str] | None:
 
 
 def count_hits(lowered: str, words: Sequence[str]) -> int:
-    """Occurrences of ``words`` in ``lowered`` (a lower-cased text); 0 unless every word
-    occurs. Raises nothing."""
+    """Occurrences of ``words`` in ``lowered`` (a lower-cased text); 0 unless every word occurs."""
     total = 0
     for word in words:
         found = lowered.count(word)
@@ -162,9 +147,8 @@ def count_hits(lowered: str, words: Sequence[str]) -> int:
 
 
 def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
-    """About ``width`` characters of ``text`` around the first occurrence of its rarest word
-    (the likeliest to be what was asked for), whitespace collapsed, ``…`` where cut. Raises
-    nothing."""
+    """About ``width`` characters of ``text`` around the first occurrence of its rarest word (the
+    likeliest to be what was asked for), whitespace collapsed, ``…`` where cut."""
     flat = _SPACE.sub(" ", text).strip()
     lowered = flat.lower()
     present = [w for w in words if w in lowered] or [""]
@@ -178,11 +162,9 @@ def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
 def best_hits(
     records: Sequence[ItemRecord], words: Sequence[str], limit: int, *, deadline: float
 ) -> tuple[list[Hit], int, int | None]:
-    """The ``limit`` best matches of ``records`` (most hits first, then newest), how many
-    records match in all, and the seq matching stopped before when ``deadline``
-    (``time.monotonic()``) passed (None: every record was matched). A text the same as an
-    earlier match's (an output recall gave back, a message said twice) is that match again,
-    not another: the first, the original, stands for it. Raises nothing."""
+    """The ``limit`` best matches of ``records`` (most hits first, then newest), how many records
+    match in all, and the seq matching stopped before when ``deadline`` (``time.monotonic()``)
+    passed (None: every record was matched)."""
     best: list[tuple[int, int, ItemRecord, str]] = []
     seen: set[int] = set()  # hashes of the matched texts, not the texts: outputs can be huge
     matched = 0
@@ -265,8 +247,7 @@ def search_history_tool(
     find: FindRecords, *, reader: str = "recall_artifact"
 ) -> FunctionTool[SearchArgs]:
     """The tool over one session's log: ``find`` narrows its records (a store's search, or
-    ``find_in_log``), ``reader`` is the tool that reads a reference whole. Raises nothing;
-    the tool raises ``ToolError`` for an empty query."""
+    ``find_in_log``), ``reader`` is the tool that reads a reference whole."""
 
     async def search(args: SearchArgs) -> str:
         words = query_words(args.query)
