@@ -4,7 +4,7 @@ Anthropic gateways share."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
 
@@ -221,24 +221,36 @@ class HttpModelCalls(ABC):
         except BodyTooLarge as exc:
             raise too_large_body(exc.size, max_bytes) from None
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming call."""
-        body = self._request_body(request, stream=False)
+    async def _exchange(
+        self,
+        request: ModelRequest,
+        body: dict[str, Any],
+        transport: AiohttpTransport | None,
+        sdk_send: Callable[[dict[str, Any], str], Awaitable[Any]] | None,
+        *,
+        url: str | None = None,
+    ) -> Any:
+        """The raw answer to ``body``, sent through ``transport``, else ``sdk_send``."""
         raw: Any
         clock = self._clock()
         try:
             async with clock:
-                if self._transport is not None:
-                    raw = await self._post_and_read(
-                        self._transport, orjson.dumps(body), request.purpose
-                    )
+                if transport is not None:
+                    raw = await self._post_and_read(transport, orjson.dumps(body), request.purpose)
                 else:
-                    assert self._sdk is not None
-                    raw = await self._sdk.create(body, request.purpose)
+                    assert sdk_send is not None
+                    raw = await sdk_send(body, request.purpose)
         except self._boundary as exc:
-            self._raise(exc, request)
+            self._raise(exc, request, url=url)
         except TimeoutError:
             self._expired(clock, request, status=None)
+        return raw
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        """One non-streaming call."""
+        body = self._request_body(request, stream=False)
+        sdk_send = None if self._sdk is None else self._sdk.create
+        raw = await self._exchange(request, body, self._transport, sdk_send)
         try:
             data = orjson.loads(raw) if self._sdk is None else self._sdk_data(raw)
             response = self._parse(data)

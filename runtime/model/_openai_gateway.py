@@ -213,22 +213,10 @@ class OpenAIGateway(HttpModelCalls):
             raise ModelResponseError(
                 "provider compaction needs the responses wire API; this gateway speaks chat"
             )
-        body = compact_body(request)
-        raw: Any
-        clock = self._clock()
-        try:
-            async with clock:
-                if self._compactor is not None:
-                    raw = await self._post_and_read(
-                        self._compactor, orjson.dumps(body), request.purpose
-                    )
-                else:
-                    assert self._sdk is not None
-                    raw = await self._sdk.compact(body, request.purpose)
-        except self._boundary as exc:
-            self._raise(exc, request, url=self.compact_url)
-        except TimeoutError:
-            self._expired(clock, request, status=None)
+        sdk_send = None if self._sdk is None else self._sdk.compact
+        raw = await self._exchange(
+            request, compact_body(request), self._compactor, sdk_send, url=self.compact_url
+        )
         try:
             data = orjson.loads(raw)
             compaction = parse_compaction(data, covered=len(request.input))
