@@ -11,14 +11,7 @@ import sys
 from functools import partial
 
 import anyio
-from stowage.core import (
-    FencingError,
-    Record,
-    SessionBusy,
-    SessionExists,
-    StoreError,
-    WriterLease,
-)
+from stowage.core import FencingError, Record, SessionBusy, SessionExists, StoreError, WriterLease
 
 from ._contract_kit import (
     ExpiringStoreFactory,

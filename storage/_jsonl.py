@@ -153,11 +153,7 @@ class JsonlStore:
     """
 
     def __init__(
-        self,
-        root: Path | str,
-        *,
-        durability: Durability = "fsync",
-        max_open_files: int = 512,
+        self, root: Path | str, *, durability: Durability = "fsync", max_open_files: int = 512
     ) -> None:
         if durability not in ("fsync", "syncfs", "none"):
             raise ConfigError(f"durability must be 'fsync', 'syncfs' or 'none', got {durability!r}")

@@ -73,10 +73,7 @@ def decode_identity(rows: list[Any], *, where: str) -> tuple[Record, ...]:
 
 
 async def archive_session(
-    pool: Any,
-    tables: ArchiveTables,
-    session_id: str,
-    archiving: ArchivePass,
+    pool: Any, tables: ArchiveTables, session_id: str, archiving: ArchivePass
 ) -> ArchiveReport:
     """Move the session's records covered by a compaction recorded at or before the pass's cutoff
     into the archive, a batch a transaction (see ``ArchivePass``)."""

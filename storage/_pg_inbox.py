@@ -240,9 +240,7 @@ class InboxTables:
         bodies = [orjson.dumps(dict(entry)).decode() for entry in entries]
         keep = _KEEP.format(inbox="inbox", keep="NOT (e = ANY($2::jsonb[]))")
         await conn.execute(
-            f"UPDATE {self.sessions} SET inbox = {keep} WHERE session_id = $1",
-            session_id,
-            bodies,
+            f"UPDATE {self.sessions} SET inbox = {keep} WHERE session_id = $1", session_id, bodies
         )
         ids = [str(e["message_id"]) for e in entries if isinstance(e.get("message_id"), str)]
         if ids:

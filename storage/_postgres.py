@@ -300,8 +300,7 @@ class PostgresStore(SqlStoreBase):
         validate_session_id(session_id)
         row = await self._db.read(
             lambda pool: pool.fetchrow(
-                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1",
-                session_id,
+                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1", session_id
             ),
             lambda: None,
         )
@@ -363,8 +362,7 @@ class PostgresStore(SqlStoreBase):
                 raise SessionNotFound(f"no log for session {session_id!r}")
             self._leases.check(lease, lease_row(row))
             await conn.execute(
-                f"UPDATE {self._sessions} SET inbox = '[]'::jsonb WHERE session_id = $1",
-                session_id,
+                f"UPDATE {self._sessions} SET inbox = '[]'::jsonb WHERE session_id = $1", session_id
             )
         messages: list[dict[str, Any]] = orjson.loads(row["inbox"])
         return messages

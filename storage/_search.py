@@ -7,14 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from stowage.core import (
-    CorruptLogError,
-    ItemRecord,
-    LogStore,
-    Record,
-    SessionNotFound,
-    StoreError,
-)
+from stowage.core import CorruptLogError, ItemRecord, LogStore, Record, SessionNotFound, StoreError
 
 from ._codec import decode_record, encode_record
 
@@ -97,10 +90,7 @@ def decode_found(rows: Iterable[tuple[int, str | bytes]], *, where: str) -> list
 
 
 async def scan_windows(
-    fetch: Callable[[int, int], Awaitable[Sequence[ItemRecord]]],
-    last_seq: int,
-    *,
-    deadline: float,
+    fetch: Callable[[int, int], Awaitable[Sequence[ItemRecord]]], last_seq: int, *, deadline: float
 ) -> Found:
     """Search seqs ``1..last_seq`` in windows of ``WINDOW`` with ``fetch(first, last)``, oldest
     first (what compaction removed is the oldest), until ``deadline`` (``time.monotonic()``); the

@@ -105,8 +105,7 @@ def plan_sessions(
 
 
 def group_by_session(
-    batches: Sequence[tuple[str, Sequence[Record]]],
-    plan: Callable[[str, Sequence[Record]], P],
+    batches: Sequence[tuple[str, Sequence[Record]]], plan: Callable[[str, Sequence[Record]], P]
 ) -> tuple[dict[str, list[P]], dict[str, Exception | None]]:
     """``plan`` each batch of a group commit, grouped by session in their order; a session one of
     whose batches ``plan`` refuses (``InvalidSessionId``, ``StoreError``) is refused whole: its

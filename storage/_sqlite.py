@@ -26,13 +26,7 @@ from stowage.core import (
     validate_session_id,
 )
 
-from ._archive import (
-    ARCHIVE_BATCH,
-    ArchivePass,
-    ArchiveReport,
-    decode_candidates,
-    identity_records,
-)
+from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport, decode_candidates, identity_records
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import (
@@ -527,10 +521,7 @@ class SqliteStore(SqlStoreBase):
             raise StoreError(f"{self!r} is closed")
 
     def _call(
-        self,
-        fn: Callable[[sqlite3.Connection], T],
-        write: bool,
-        missing: Callable[[], T] | None,
+        self, fn: Callable[[sqlite3.Connection], T], write: bool, missing: Callable[[], T] | None
     ) -> T:
         if missing is not None and self._conn is None and not os.path.exists(self._path):
             return missing()

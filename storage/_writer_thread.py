@@ -72,10 +72,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
 
 
 def _run_job(
-    loop: asyncio.AbstractEventLoop,
-    done: asyncio.Future[Any],
-    func: Callable[[Any], Any],
-    arg: Any,
+    loop: asyncio.AbstractEventLoop, done: asyncio.Future[Any], func: Callable[[Any], Any], arg: Any
 ) -> None:
     try:
         result = func(arg)

@@ -363,10 +363,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
         gateway = MeteredGateway(inner)
         meter = _Meter()
         runtime = Runtime(
-            settings,
-            gateway=gateway,
-            tools=synthetic_tools(config.tool_kb),
-            limits=config.limits,
+            settings, gateway=gateway, tools=synthetic_tools(config.tool_kb), limits=config.limits
         )
         runtime.subscribe(meter)
         ids = [f"load-{n:05d}" for n in range(config.sessions)]

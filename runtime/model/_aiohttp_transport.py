@@ -138,13 +138,7 @@ class AiohttpTransport:
             self._purpose_headers[purpose] = headers
         return headers
 
-    async def post(
-        self,
-        body: bytes,
-        purpose: str,
-        *,
-        max_error_bytes: int,
-    ) -> Any:
+    async def post(self, body: bytes, purpose: str, *, max_error_bytes: int) -> Any:
         """POST ``body``; returns the aiohttp response with its body unread (the caller reads it
         with ``read`` or ``read_chunk`` and closes it with ``finish``)."""
         session = self._open()
@@ -167,13 +161,7 @@ class AiohttpTransport:
             raise HttpStatusError(response.status, response.headers, content)
         return response
 
-    async def read(
-        self,
-        response: Any,
-        *,
-        max_bytes: int,
-        capped: bool = True,
-    ) -> bytes:
+    async def read(self, response: Any, *, max_bytes: int, capped: bool = True) -> bytes:
         """The body of ``response``, which is released after (its connection kept when the body was
         read whole)."""
         parts: list[bytes] = []

@@ -6,13 +6,7 @@ import os
 from typing import Any
 
 from stowage._version import __version__
-from stowage.core import (
-    ConfigError,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    redact_url,
-)
+from stowage.core import ConfigError, ModelError, ModelRequest, ModelResponse, redact_url
 
 from ._aiohttp_transport import AiohttpTransport
 from ._anthropic_sdk import AnthropicEvents, AnthropicSdkClient, map_anthropic_error, plain_message
@@ -24,13 +18,7 @@ from ._anthropic_wire import (
     parse_message,
 )
 from ._endpoint_url import post_url
-from ._gateway_calls import (
-    CALL_ERRORS,
-    Events,
-    HttpModelCalls,
-    StreamAccumulator,
-    body_bytes_cap,
-)
+from ._gateway_calls import CALL_ERRORS, Events, HttpModelCalls, StreamAccumulator, body_bytes_cap
 from ._http_errors import EventError, model_error
 from ._openai_gateway import choose_http_client
 from ._openai_wire import PURPOSE_HEADER

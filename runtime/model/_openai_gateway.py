@@ -20,16 +20,8 @@ from stowage.core import (
 
 from ._aiohttp_transport import AiohttpTransport
 from ._endpoint_url import post_url
-from ._gateway_calls import (
-    CALL_ERRORS,
-    Events,
-    HttpModelCalls,
-    StreamAccumulator,
-    body_bytes_cap,
-)
-from ._http_errors import (
-    model_error,
-)
+from ._gateway_calls import CALL_ERRORS, Events, HttpModelCalls, StreamAccumulator, body_bytes_cap
+from ._http_errors import model_error
 from ._openai_sdk import PlainEvents, SdkClient, map_openai_error, plain
 from ._openai_wire import (
     PURPOSE_HEADER,

@@ -112,9 +112,7 @@ class DecoratedTool:
             )
         try:
             self._args_model = pydantic.create_model(
-                f"{tool_name}_arguments",
-                __config__=pydantic.ConfigDict(extra="forbid"),
-                **fields,
+                f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
             )
             schema = self._args_model.model_json_schema()
         except Exception as exc:

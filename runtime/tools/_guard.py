@@ -77,8 +77,7 @@ SECRET = Refusal(
     "it looks like a secret (keys, credentials, .env); Settings.workspace_allow can allow it",
 )
 IGNORED = Refusal(
-    "ignored by .gitignore",
-    "it is ignored by .gitignore; Settings.workspace_allow can allow it",
+    "ignored by .gitignore", "it is ignored by .gitignore; Settings.workspace_allow can allow it"
 )
 
 

@@ -8,13 +8,7 @@ from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
-from stowage.core import (
-    ConfigError,
-    Event,
-    HistoryCompacted,
-    RoundCommitted,
-    SessionLeaseLostEvent,
-)
+from stowage.core import ConfigError, Event, HistoryCompacted, RoundCommitted, SessionLeaseLostEvent
 from stowage.facade import DescriptorUse
 
 __all__ = ["CLAIM_BUCKETS", "WorkerMetrics", "render_metrics", "serve_metrics"]
@@ -72,10 +66,7 @@ def render_metrics(
     one("stowage_worker_messages_answered_total", "counter", "Messages answered.", answered)
     one("stowage_worker_rounds_total", "counter", "Model rounds committed.", metrics.rounds)
     one(
-        "stowage_worker_compactions_total",
-        "counter",
-        "Compactions committed.",
-        metrics.compactions,
+        "stowage_worker_compactions_total", "counter", "Compactions committed.", metrics.compactions
     )
     one(
         "stowage_worker_lease_losses_total",
