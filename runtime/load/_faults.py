@@ -9,7 +9,11 @@ FAULT_NAMES = ("429", "500", "502", "503", "slow")
 
 
 def parse_fault_rates(spec: str) -> dict[str, float]:
-    """``{"429": 0.05, "slow": 0.01}`` from ``"429:0.05,slow:0.01"`` (empty spec: no faults)."""
+    """``{"429": 0.05, "slow": 0.01}`` from ``"429:0.05,slow:0.01"`` (empty spec: no faults).
+
+    Raises ``ValueError`` naming the bad part: an unknown fault, a rate outside [0, 1], or
+    rates adding up to more than 1.
+    """
     rates: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, sep, value = part.partition(":")

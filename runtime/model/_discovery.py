@@ -49,8 +49,9 @@ def window_from_model_info(info: Mapping[str, Any]) -> int | None:
 async def discover_context_window(
     base_url: str | None, api_key: str | None, model: str, *, wait: float = 10.0
 ) -> int | None:
-    """The window ``GET {base_url}/models/{model}`` states, or None when the endpoint cannot be
-    reached within ``wait`` seconds, answers with an error, or names no window."""
+    """The window ``GET {base_url}/models/{model}`` states, or None when the endpoint cannot
+    be reached within ``wait`` seconds, answers with an error, or names no window. Raises
+    nothing."""
     info = await discover_model_info(base_url, api_key, model, wait=wait)
     return window_from_model_info(info) if info is not None else None
 
@@ -82,8 +83,16 @@ async def probe_endpoint(
     base_url: str | None, api_key: str | None, *, wait: float = 10.0, wire_api: str = "chat"
 ) -> None:
     """Check, with one ``GET {base_url}/models``, that an endpoint can serve at all, before a
-    command writes a new session for it (so a wrong URL or a server that is down leaves no log
-    behind)."""
+    command writes a new session for it (so a wrong URL or a server that is down leaves no
+    log behind). Some servers have no ``/models``: on a 404 the wire's own route is asked with
+    an empty ``POST`` (a server that serves it refuses the empty body with a 400 or 422 and
+    costs nothing); a 404 or 405 there too means nothing serves that API at this URL.
+
+    Raises ``ModelConnectionError`` when nothing answers at the URL, ``ModelAuthError`` when
+    it refuses the key (401, 403) and ``ModelResponseError`` when neither route is there,
+    each naming the requests as the gateway does. Anything else passes, a slow answer and a
+    5xx among it: the model call will say what it is.
+    """
     url = f"{(base_url or _DEFAULT_BASE_URL).rstrip('/')}/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     if wire_api == "anthropic":  # its own root, key header and version header

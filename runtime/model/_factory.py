@@ -15,8 +15,11 @@ __all__ = ["make_gateway"]
 
 def make_gateway(settings: Settings) -> ModelGateway:
     """The gateway ``settings`` ask for: ``ScriptedModel`` for model ``scripted``, an
-    ``AnthropicGateway`` for wire_api ``anthropic``, else an ``OpenAIGateway`` (its HTTP client is
-    imported here, on first use)."""
+    ``AnthropicGateway`` for wire_api ``anthropic``, else an ``OpenAIGateway`` (its HTTP
+    client is imported here, on first use).
+
+    Raises ``ConfigError`` when the gateway has no API key.
+    """
     if settings.model == "scripted":
         return ScriptedModel()
     # what both gateways take from the settings, named as their arguments

@@ -56,7 +56,11 @@ SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
 
 def chat_messages(items: Iterable[Item]) -> list[dict[str, Any]]:
-    """Chat Completions ``messages`` for ``items``."""
+    """Chat Completions ``messages`` for ``items``.
+
+    Consecutive function calls become one assistant message with ``tool_calls``, merged into the
+    assistant text message right before them, as the API expects one message per turn.
+    """
     # Every call encodes the whole history again: plain ``isinstance`` tests, the commonest
     # item first, take half the time of a ``match`` on class patterns.
     messages: list[dict[str, Any]] = []

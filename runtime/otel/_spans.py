@@ -46,8 +46,15 @@ class _SessionSpans:
 @dataclass(eq=False)
 class TraceSubscriber:
     """An event subscriber (``runtime.subscribe(TraceSubscriber(model=...))``) that turns a
-    session's events into OpenTelemetry spans through ``tracer`` (the global tracer provider's by
-    default: with no SDK configured, spans cost nothing and go nowhere)."""
+    session's events into OpenTelemetry spans through ``tracer`` (the global tracer provider's
+    by default: with no SDK configured, spans cost nothing and go nowhere).
+
+    Spans: ``turn`` (the root of one trace), ``round N`` under it, ``chat MODEL`` (the model
+    call, GenAI conventions) and ``execute_tool NAME`` under the round, ``compaction`` and
+    ``microcompaction`` under the turn, ``store.append`` (the round's committed batch, from
+    its last tool's end until it is durable) under the round.
+    ``include_text`` adds the final answer to the turn span (off by default).
+    """
 
     model: str = ""
     tracer: Tracer | None = None

@@ -175,8 +175,10 @@ def _diff(before: str, after: str, path: str) -> str:
 
 
 def applied_after_crash(name: str, arguments: dict[str, Any], guard: Guard) -> bool | None:
-    """Whether a write or an edit whose call was logged, and whose output never was, had been
-    applied when its process was killed: the file against the intended result."""
+    """Whether a write or an edit whose call was logged, and whose output never was, had
+    been applied when its process was killed: the file against the intended result. None
+    when the file cannot say (it changed since, or the call is not a write or an edit).
+    Raises nothing."""
     try:
         if name == "write_file":
             return _write_applied(WriteFileArgs.model_validate(arguments), guard)

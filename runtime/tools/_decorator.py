@@ -73,8 +73,12 @@ class DecoratedTool:
         needs_approval: bool = False,
         touches: Mapping[str, EffectKind] | None = None,
     ) -> None:
-        """``touches``: which arguments are paths the call reads, writes, ... or commands it runs
-        (``{"path": "read"}``), for the approval policy and the trail of files touched."""
+        """``touches``: which arguments are paths the call reads, writes, ... or commands it
+        runs (``{"path": "read"}``), for the approval policy and the trail of files touched.
+
+        Raises ``ConfigError`` if the signature cannot make a schema (``*args``, an
+        annotation pydantic cannot handle), ``timeout`` is not positive, or ``touches`` names
+        an argument the function does not have."""
         tool_name = name or fn.__name__
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"tool {tool_name!r}: timeout must be > 0 seconds, got {timeout}")

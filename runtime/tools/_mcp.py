@@ -30,7 +30,14 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MCPServer:
-    """Where an MCP server is: a ``command`` to start (stdio) or a ``url`` (streamable HTTP)."""
+    """Where an MCP server is: a ``command`` to start (stdio) or a ``url`` (streamable HTTP).
+
+    ``name`` prefixes its tools when their names clash with others (default: the command's
+    program name or the URL's host). ``call_restart_wait``: seconds a call waits for a
+    restarting server before it gets an error output. ``call_timeout``: seconds the server
+    may take to answer one call before it counts as hung and is restarted (default: only the
+    tool timeout of the executor, which also restarts it).
+    """
 
     command: tuple[str, ...] = ()
     url: str | None = None
@@ -66,7 +73,10 @@ class MCPServer:
 
 
 def mcp_server(spec: str | MCPServer) -> MCPServer:
-    """An ``MCPServer`` from a command line (``"npx server --flag"``) or an ``http(s)://`` URL."""
+    """An ``MCPServer`` from a command line (``"npx server --flag"``) or an ``http(s)://`` URL.
+
+    Raises ``ConfigError`` on an empty or unparsable command.
+    """
     if isinstance(spec, MCPServer):
         return spec
     text = spec.strip()
@@ -174,7 +184,9 @@ class MCPToolSource:
         await self._stopped.wait()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run tool ``name``; the text of its content blocks."""
+        """Run tool ``name``; the text of its content blocks. Raises ``ToolError`` when the
+        tool reports an error, the server fails, or it is restarting for too long. A call
+        cancelled mid-way (a timeout, an interrupt) restarts the server."""
         label = self.server.label
         with anyio.move_on_after(self.server.call_restart_wait):
             await self._ready.wait()
@@ -265,8 +277,11 @@ class MCPTool:
 def add_mcp_tools(
     registry: ToolRegistry, source: MCPToolSource, listed: Sequence[Any]
 ) -> list[Tool]:
-    """Add ``listed`` tools of ``source`` to ``registry``: a name already taken gets the server's
-    name as a prefix (``server_name``)."""
+    """Add ``listed`` tools of ``source`` to ``registry``: a name already taken gets the
+    server's name as a prefix (``server_name``). Returns the tools added.
+
+    Raises ``ConfigError`` if even the prefixed name is taken.
+    """
     added: list[Tool] = []
     for item in listed:
         name = _NAME_CHARS.sub("_", item.name)

@@ -113,10 +113,13 @@ def with_recall(
     read_log: Callable[[], Awaitable[Sequence[Record]]],
     search: FindRecords | None = None,
 ) -> ToolRegistry:
-    """``tools`` plus ``recall_artifact`` when this session may show stubs (watermark mode with auto
-    compaction and tools, or stubs already in its history), and ``search_history`` with it when
-    ``settings.search_history_tool`` is on; ``tools`` itself otherwise, or when it has a tool named
-    ``recall_artifact`` already (one named ``search_history`` is kept, and ours left out)."""
+    """``tools`` plus ``recall_artifact`` when this session may show stubs (watermark mode
+    with auto compaction and tools, or stubs already in its history), and ``search_history``
+    with it when ``settings.search_history_tool`` is on; ``tools`` itself otherwise, or when
+    it has a tool named ``recall_artifact`` already (one named ``search_history`` is kept,
+    and ours left out). ``search`` narrows a search where the log is stored (a store's
+    search); without it every search reads the whole log with ``read_log``. Raises
+    nothing."""
     # a session without tools has no outputs to stub (unless an earlier run stubbed some)
     possible = settings.auto_compact and effective_threshold(settings) is None and len(tools) > 0
     if not (possible or has_stubs) or RECALL_TOOL in tools:

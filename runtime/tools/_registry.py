@@ -206,7 +206,8 @@ def trail_ops(
 ) -> list[dict[str, str]]:
     """The ``touch`` ops of a round (the trail of files touched, ``stowage.core``'s protected
     state): each path a call that succeeded says it touched, each command it ran with how it
-    ended."""
+    ended. A call that failed, was refused, denied or interrupted touched nothing. Raises
+    nothing."""
     ended = {o.call_id: o for o in outputs if not o.is_error}
     ops: list[dict[str, str]] = []
     for call in calls:
@@ -284,7 +285,14 @@ async def execute_call(
     default_timeout: float,
     context: ToolContext | None = None,
 ) -> FunctionCallOutput:
-    """Run one tool call and return its output; every failure becomes an error output."""
+    """Run one tool call and return its output; every failure becomes an error output.
+
+    ``context`` is what the tool sees as ``current_tool_context`` while it runs (one is made
+    if not given); it is marked cancelled when the call times out or is cancelled.
+
+    Error outputs have ``is_error=True`` and text starting with ``error:``. Raises nothing but
+    the cancellation of the calling task.
+    """
     tool = registry.get(call.name)
     if tool is None:
         available = ", ".join(registry.names()) or "none"

@@ -247,7 +247,8 @@ def search_history_tool(
     find: FindRecords, *, reader: str = "recall_artifact"
 ) -> FunctionTool[SearchArgs]:
     """The tool over one session's log: ``find`` narrows its records (a store's search, or
-    ``find_in_log``), ``reader`` is the tool that reads a reference whole."""
+    ``find_in_log``), ``reader`` is the tool that reads a reference whole. Raises nothing;
+    the tool raises ``ToolError`` for an empty query."""
 
     async def search(args: SearchArgs) -> str:
         words = query_words(args.query)

@@ -67,7 +67,14 @@ class SearchTextArgs(BaseModel):
 def workspace_tools(root: Path, *, settings: Settings | None = None) -> ToolRegistry:
     """A registry of ``read_file``, ``list_dir`` and ``search_text`` over ``root``; with
     ``write_file``, ``edit_file`` and ``run_command`` when ``settings.sandbox`` is not
-    ``read-only``."""
+    ``read-only``.
+
+    ``settings`` gives the store to keep out, the read and search bounds, ``.gitignore``
+    handling and the allowed patterns (``Settings()``'s defaults when ``None``: the store is
+    ``.stowage`` under the current directory). Raises ``ToolError`` if ``root`` is not an
+    existing directory, ``ConfigError`` for a bound below 1 or an allow pattern that does not
+    compile (checked here, once, before any event loop work).
+    """
     settings = settings if settings is not None else Settings()
     for name in ("read_max_bytes", "search_max_matches", "search_max_file_bytes"):
         value = getattr(settings, name)
