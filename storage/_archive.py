@@ -46,8 +46,7 @@ _IDENTITY_TYPES = (SessionRecord, SettingsChangedRecord, RewindRecord, ForkedFro
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchiveReport:
-    """What archiving did to one session: ``moved`` rows, and the seq the archive now holds
-    the log through (0: nothing archived)."""
+    """What archiving did to one session: rows moved, and the seq archived through."""
 
     session_id: str
     moved: int
@@ -60,9 +59,7 @@ def head_like(kind: str) -> str:
 
 
 def archive_through(candidates: Iterable[Record], *, cutoff: datetime, tail_from: int) -> int:
-    """The seq up to which a session may be archived: the largest ``covers_through`` of the
-    compactions among ``candidates`` recorded at or before ``cutoff``, never at or past
-    ``tail_from`` (what resume reads from). 0 when none qualifies."""
+    """The seq a session may be archived through (0: none); never at or past ``tail_from``."""
     through = 0
     for record in candidates:
         if not isinstance(record, CompactionRecord):
@@ -78,15 +75,13 @@ def archive_through(candidates: Iterable[Record], *, cutoff: datetime, tail_from
 
 
 def identity_records(candidates: Iterable[Record]) -> tuple[Record, ...]:
-    """The records among ``candidates`` that resume folds a session's identity from (see
-    ``IDENTITY_KINDS``), in their order. Pure."""
+    """The records among ``candidates`` that resume folds a session's identity from. Pure."""
     return tuple(r for r in candidates if isinstance(r, _IDENTITY_TYPES))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchivePass:
-    """One run of ``archive`` over a store: records a compaction recorded before ``cutoff``
-    covers move, ``batch`` seqs a transaction, ``on_batch(session_id, moved)`` after each."""
+    """One run of ``archive`` over a store: what moves, in batches of ``batch`` seqs."""
 
     cutoff: datetime
     batch: int
@@ -101,8 +96,7 @@ class ArchivePass:
         archived: int,
         move: Callable[[int, int], Awaitable[int]],
     ) -> ArchiveReport:
-        """Archive what ``candidates`` (the compactions past ``archived``, decoded) let move, a
-        batch a call of ``move(first, last)`` (one transaction: it returns the rows it moved)."""
+        """Archive what ``candidates`` let move, one ``move(first, last)`` transaction a batch."""
         through = archive_through(candidates, cutoff=self.cutoff, tail_from=tail_from)
         moved = 0
         first = max(archived + 1, 2)  # seq 1, the session record, stays hot
@@ -119,8 +113,7 @@ class ArchivePass:
 
 
 def decode_candidates(rows: Iterable[tuple[int, str]], *, where: str) -> list[Record]:
-    """Decode candidate ``(seq, body)`` rows; ``CorruptLogError`` naming ``where`` and the seq
-    of a bad one."""
+    """Decode candidate ``(seq, body)`` rows; ``CorruptLogError`` naming ``where``."""
     out: list[Record] = []
     for seq, body in rows:
         try:

@@ -54,8 +54,7 @@ _Reader = Callable[[str, str], Awaitable[tuple[tuple[Record, ...], LogEnd]]]
 
 @dataclass(eq=False, slots=True)
 class _Held:
-    """A lease this store holds (its lock is in the store's ``LeaseTable``); ``log_id`` is the
-    log file it writes (``None`` until the log exists)."""
+    """A lease this store holds; ``log_id`` is the log file it writes (None until it exists)."""
 
     lease: Lease
     log_id: FileId | None = None
@@ -95,8 +94,7 @@ class _SessionLocks:
 
 
 class _Holding:
-    """One ``async with`` of ``_SessionLocks.hold`` (a class, not a generator-based context
-    manager: every group commit enters one)."""
+    """One ``async with`` of ``_SessionLocks.hold``: a class, cheaper than a generator CM."""
 
     __slots__ = ("_held", "_session_ids", "_slots", "_taken")
 
@@ -449,8 +447,7 @@ class JsonlStore:
     # -- group commits ----------------------------------------------------------------------
 
     def _plan(self, session_id: str, records: Sequence[Record]) -> _Plan:
-        """Check and encode one batch (see ``group_by_session``); raises ``InvalidSessionId``,
-        ``StoreError``."""
+        """Check and encode one batch; raises ``InvalidSessionId``, ``StoreError``."""
         held = self._held.get(session_id)
         path = held.path if held is not None else None
         if path is None:
@@ -461,8 +458,7 @@ class JsonlStore:
         return _Plan(path=path, records=records, data=_encode(session_id, records))
 
     async def _prepare(self, session_id: str, plans: list[_Plan]) -> LogWrite | None:
-        """Check one session's batches against its log under its lease (taken here if not held): the
-        write to make, or ``None`` when the batches hold no record."""
+        """One session's batches checked under its lease: the write to make, or None."""
         path = plans[0].path
         took_lease = session_id not in self._held
         if took_lease:
@@ -531,8 +527,7 @@ class JsonlStore:
     async def _repair_as_writer(
         self, session_id: str, path: str
     ) -> TornTail | Literal[False] | None:
-        """Cut a torn tail as its writer: under the lease this store holds, or under one taken for
-        the cut and given back; returns what was cut (``None`` if the tail was whole by then)."""
+        """Cut a torn tail under this store's lease (or one taken for it); what was cut, or None."""
         if session_id in self._held:
             return await self._load_end(session_id, path)
         try:
@@ -557,8 +552,7 @@ class JsonlStore:
     # -- reading ----------------------------------------------------------------------------
 
     async def _read_repairing(self, session_id: str, read: _Reader, *, repair: bool) -> LogRead:
-        """``read`` the log; a torn tail is cut first when ``repair`` and this store holds or
-        can take the lease, else reported (see ``read``)."""
+        """``read``, cutting a torn tail first when ``repair`` and the lease can be had."""
         path = self._files.path(session_id)
         async with self._locks.hold((session_id,)):
             self._check_open()

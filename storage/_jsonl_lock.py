@@ -103,8 +103,7 @@ class LeaseTable:
             os.close(fd)
 
     def _lock(self, byte: int) -> bool:
-        """Lock ``byte`` on this table's description (called with the mutex held); False if
-        another description has it."""
+        """Lock ``byte`` on this table's description (mutex held); False if another has it."""
         for _ in range(3):
             fd = self._open()
             try:
@@ -163,17 +162,14 @@ class LeaseTable:
 
 
 def holder_of_file(root: str, session_id: str, record: str) -> LeaseHolder | None:
-    """The holder of a session's lease, looked up without locking (a reader must never make a
-    writer busy), or None: its byte is not locked (no lease file, released, or its holder's
-    process is gone), or its record names no holder yet. Raises nothing."""
+    """The holder of a session's lease, looked up without locking, or None. Raises nothing."""
     if not lease_is_locked(root, session_id):
         return None
     return _parse_holder(_read(record))
 
 
 def lease_is_locked(root: str, session_id: str) -> bool:
-    """Whether some open description (any store, any process) locks the session's byte of ``root``'s
-    lease file; asks the kernel (``F_OFD_GETLK``) and locks nothing."""
+    """Whether any open description locks the session's byte (``F_OFD_GETLK``; locks nothing)."""
     try:
         fd = os.open(os.path.join(root, LEASE_FILE), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:

@@ -116,8 +116,7 @@ def tail_of(records: Sequence[Record]) -> tuple[Record, ...]:
 
 
 async def scan_end(sx: Suffix) -> LogEnd:
-    """Find the last good line and any torn line (bytes after the last newline) after it,
-    reading from the end; a complete last line that does not decode needs the full scan."""
+    """The last good line and any torn tail after it, read from the end of the log."""
     size = sx.size
     if size == 0:
         return LogEnd(good_end=0, last=None, torn_bytes=0)

@@ -109,8 +109,7 @@ class LeaseRow:
 
 
 def lease_is_free(row: LeaseRow, *, dead_pid_frees: bool) -> bool:
-    """Whether a new writer may take the lease: released, expired, or (``dead_pid_frees``, one
-    machine) held by a process of this host that no longer exists."""
+    """Whether a new writer may take the lease: released, expired, or its local holder dead."""
     if row.owner is None or row.expired:
         return True
     holder = row.holder

@@ -55,8 +55,7 @@ class FastAppend:
 def plan_fast(
     planned: Mapping[str, Sequence[PlannedBatch]], tokens: Mapping[str, int], logged: Logged
 ) -> FastAppend | None:
-    """The single-statement append of the sessions in ``tokens`` (held leases: session id ->
-    token) whose batches chain; None when there is none. Pure."""
+    """The one-statement append of the held sessions whose batches chain; None if none. Pure."""
     ids: list[str] = []
     expected: list[int] = []
     last: list[int] = []

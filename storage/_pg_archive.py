@@ -41,8 +41,7 @@ class ArchiveTables:
         )
 
     def both(self, where: str) -> str:
-        """Rows of the hot table and the archive with ``where`` (over ``session_id``, ``seq``,
-        ``body``), as one relation ``(seq, body)``."""
+        """Hot and archived rows matching ``where`` as one relation ``(seq, body)``."""
         return (
             f"(SELECT seq, body FROM {self.records} WHERE {where} "
             f"UNION ALL SELECT seq, body FROM {self.archive} WHERE {where})"
@@ -75,8 +74,7 @@ def decode_identity(rows: list[Any], *, where: str) -> tuple[Record, ...]:
 async def archive_session(
     pool: Any, tables: ArchiveTables, session_id: str, archiving: ArchivePass
 ) -> ArchiveReport:
-    """Move the session's records covered by a compaction recorded at or before the pass's cutoff
-    into the archive, a batch a transaction (see ``ArchivePass``)."""
+    """Move the session's records a compaction covers into the archive, a batch a transaction."""
     state = await pool.fetchrow(
         f"SELECT s.tail_from, (SELECT coalesce(max(a.seq), 0) FROM {tables.archive} AS a "
         f"WHERE a.session_id = s.session_id) AS archived FROM {tables.sessions} AS s "

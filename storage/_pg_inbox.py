@@ -50,8 +50,7 @@ class Logged:
         )
 
     def refusal(self, session_id: str, logged_before: Mapping[str, str]) -> StoreError | None:
-        """The error that refuses ``session_id``'s batches when they log a message id that the
-        log already holds (``logged_before``: session id -> such an id)."""
+        """The error refusing ``session_id``'s batches for logging a message id a second time."""
         message_id = logged_before.get(session_id)
         if message_id is None:
             return None
@@ -77,8 +76,7 @@ def messages_logged(batches: Sequence[tuple[str, Sequence[Record]]]) -> Logged:
 
 
 def decode_entries(inbox: str | bytes) -> list[dict[str, Any]]:
-    """The inbox column's entries (anything that is not a JSON object comes back wrapped as
-    ``{"value": ...}``, so a worker can still drop it by the original)."""
+    """The inbox column's entries; a non-object comes back as ``{"value": ...}``."""
     loaded = orjson.loads(inbox)
     if not isinstance(loaded, list):
         return []
@@ -93,8 +91,7 @@ _KEEP = (
 
 
 def keep_entries(inbox: str, keep: str) -> str:
-    """SQL for the entries of the JSON array ``inbox`` for which ``keep`` (a predicate on
-    ``e``, one entry) holds, in their order."""
+    """SQL for the entries of ``inbox`` for which ``keep`` (a predicate on ``e``) holds."""
     return _KEEP.format(inbox=inbox, keep=keep)
 
 
@@ -152,8 +149,7 @@ class InboxTables:
         return {row["session_id"]: row["message_id"] for row in rows}
 
     async def record(self, conn: Any, logged: Logged) -> None:
-        """Record the logged message ids, then mark the messages of finished turns answered,
-        take them out of their inboxes and NOTIFY their sessions' answers."""
+        """Record logged message ids; settle the answered ones and NOTIFY their sessions."""
         if logged.messages:
             await conn.execute(
                 f"INSERT INTO {self.messages} (session_id, message_id, seq) "
@@ -186,8 +182,7 @@ class InboxTables:
     async def push(
         self, conn: Any, session_id: str, message: Mapping[str, Any], *, create: bool
     ) -> Literal["queued", "duplicate", "missing"]:
-        """Queue ``message`` (it has a ``message_id``) unless that id is queued or logged;
-        ``create`` makes a row for a session with no log yet. In a transaction of the caller."""
+        """Queue ``message`` unless its id is queued or logged, in the caller's transaction."""
         message_id = message["message_id"]
         if create:
             await conn.execute(
@@ -217,8 +212,7 @@ class InboxTables:
         return "queued"
 
     def peek_sql(self, lease_columns: str) -> str:
-        """The inbox of one session (``$1``), its lease, and the status of each queued id
-        that the log holds (a JSON object: message id -> status)."""
+        """One session's inbox, its lease, and the status of each queued id the log holds."""
         # one primary-key look-up per queued id (a subquery per entry, which the planner
         # cannot turn into a join; OFFSET 0 keeps it from being evaluated twice): a join read
         # every message row of the session, 20,000 for one that had answered 20,000 messages
@@ -235,8 +229,7 @@ class InboxTables:
     async def drop(
         self, conn: Any, session_id: str, entries: Sequence[Mapping[str, Any]], reason: str
     ) -> None:
-        """Take ``entries`` out of the session's inbox; each message id among them that was
-        not answered is marked failed with ``reason``. In a transaction of the caller."""
+        """Take ``entries`` out of the inbox; the unanswered ones fail with ``reason``."""
         bodies = [orjson.dumps(dict(entry)).decode() for entry in entries]
         keep = _KEEP.format(inbox="inbox", keep="NOT (e = ANY($2::jsonb[]))")
         await conn.execute(
@@ -256,8 +249,7 @@ class InboxTables:
         await conn.execute("SELECT pg_notify($1, $2)", self.answers_channel, session_id)
 
     async def status(self, conn: Any, session_id: str, message_id: str) -> dict[str, Any] | None:
-        """The row of one message id: status, seq, answered_seq, reason; None when the log
-        does not hold it (queued, unknown, or its session has no log yet)."""
+        """One message id's status, seq, answered_seq, reason; None when the log lacks it."""
         row = await conn.fetchrow(
             f"SELECT status, seq, answered_seq, reason FROM {self.messages} "
             "WHERE session_id = $1 AND message_id = $2",

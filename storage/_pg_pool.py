@@ -25,8 +25,7 @@ _NO_EXTRA = (
 
 
 def resolve_schema(dsn: str, schema: str | None) -> tuple[str, str]:
-    """The connection URL without its ``schema`` query parameter, and the schema of the store's
-    tables: ``schema`` when given, else the URL's ``?schema=NAME``, else ``public``."""
+    """The URL without its ``schema`` parameter, and the schema (given, the URL's, or public)."""
     base, mark, query = dsn.partition("?")
     named: list[str] = []
     kept: list[str] = []
@@ -81,8 +80,7 @@ def _asyncpg() -> ModuleType:
 
 
 class PgPool:
-    """One store's asyncpg pool, opened on first use; a writer's first use runs ``ddl`` (in one
-    transaction, serialised across workers)."""
+    """One store's asyncpg pool, opened on first use; a writer's first use runs ``ddl``."""
 
     def __init__(
         self, dsn: str, *, min_size: int, max_size: int, ddl: Sequence[str], name: str
@@ -111,8 +109,7 @@ class PgPool:
             raise StoreError(f"{what}: {exc}") from exc
 
     async def get(self, *, write: bool) -> Any:
-        """The pool (made on first use, with the tables when ``write``); raises ``StoreError``
-        when closed or when it cannot connect."""
+        """The pool (with the tables when ``write``); raises ``StoreError``."""
         async with self._lock:
             if self._closed:
                 raise StoreError(f"{self._name} is closed")
@@ -131,8 +128,7 @@ class PgPool:
 
     @asynccontextmanager
     async def connection(self, *, transaction: bool = False) -> AsyncIterator[Any]:
-        """A pooled connection of a writer (in a transaction when asked); errors in the block
-        are raised as ``StoreError``."""
+        """A writer's pooled connection (a transaction if asked); errors become ``StoreError``."""
         pool = await self.get(write=True)
         with self.mapped():
             async with pool.acquire() as conn:
@@ -159,8 +155,7 @@ class PgPool:
             raise StoreError(f"postgres store: {exc}") from exc
 
     async def close(self, before: Callable[[Any], Awaitable[None]] | None = None) -> None:
-        """Run ``before(conn)`` (its errors ignored: closing must not fail), then close the
-        pool; later uses raise ``StoreError``."""
+        """Run ``before(conn)`` (errors ignored), then close the pool for good."""
         async with self._lock:
             if self._closed:
                 return

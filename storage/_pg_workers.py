@@ -31,9 +31,7 @@ class WorkerTable:
         )
 
     def beat_sql(self) -> str:
-        """Write this worker's row (``$1`` owner, ``$2`` pid, ``$3`` host, ``$4`` TTL
-        seconds, ``$5`` rounds so far), keeping the previous beat's rounds and time; rows of
-        workers gone over an hour are deleted on the way."""
+        """Write this worker's row ($1 owner, $2 pid, $3 host, $4 TTL, $5 rounds); prunes."""
         return (
             f"WITH forget AS (DELETE FROM {self.table} "
             f"WHERE expires < now() - interval '{_FORGET_AFTER}') "
@@ -49,10 +47,7 @@ class WorkerTable:
         return f"DELETE FROM {self.table} WHERE owner = $1"
 
     def list_sql(self) -> str:
-        """The live workers and lease holders, one row each: ``owner``, ``pid``, ``host``,
-        ``sessions`` held, ``since`` (the oldest grant it holds, else when it started),
-        ``renewed`` (its newest beat or lease renewal), ``rounds_per_s`` (between its last two
-        beats; None without two), ordered by host and pid."""
+        """The live workers and lease holders, one row each, ordered by host and pid."""
         # the lease count reads the sessions table as before; the workers table is tiny
         return (
             "WITH held AS (SELECT lease_owner AS owner, max(lease_pid) AS pid, "

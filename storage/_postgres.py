@@ -218,8 +218,7 @@ class PostgresStore(SqlStoreBase):
     async def _append_checked(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
     ) -> dict[str, Exception | None]:
-        """``append_batches`` in one transaction that reads the locked rows back and checks
-        them here: what names a lost lease, a seq gap, a message logged twice."""
+        """``append_batches`` in one transaction that checks the locked rows it reads back."""
         planned, outcomes = plan_sessions(batches)
         if not planned:
             return outcomes
@@ -727,9 +726,7 @@ class PostgresStore(SqlStoreBase):
     async def _fetch_logged(
         self, query: Callable[[str], str], where: str, *arguments: Any
     ) -> list[Any]:
-        """Rows of ``query(relation)``, the relation being the hot and archived rows that
-        match ``where``; of the hot rows alone on a database whose archive table was never
-        made (written by an earlier version, read before any write of this one)."""
+        """Rows of ``query`` over hot and archived rows (hot alone when no archive table exists)."""
         try:
             pool = await self._db.get(write=False)
             return list(await pool.fetch(query(self._tables.both(where)), *arguments))

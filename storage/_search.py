@@ -34,9 +34,7 @@ _PUSHABLE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Found:
-    """What a search of one log found: the item records that may hold every word, in seq
-    order; ``searched_through``, the last seq it looked at; ``complete``, false when the
-    deadline stopped it before the end of the log (later records were not searched)."""
+    """What a search of one log found, how far it looked, and whether it reached the end."""
 
     records: tuple[ItemRecord, ...]
     searched_through: int
@@ -53,8 +51,7 @@ class SearchableStore(Protocol):
 
 
 def pushdown_words(words: Iterable[str]) -> tuple[str, ...]:
-    """The words a store can look for on the stored line, lower-cased: those of printable ASCII but
-    quotes and backslashes (the rest are matched by the tool alone)."""
+    """The words a store can match on the stored line: printable ASCII, lower-cased."""
     return tuple(dict.fromkeys(w.lower() for w in words if w and all(c in _PUSHABLE for c in w)))
 
 
@@ -68,8 +65,7 @@ def like_patterns(words: Iterable[str]) -> list[str]:
 
 
 def line_may_match(line: bytes, words: Sequence[bytes]) -> bool:
-    """Whether a stored line holds every pushed-down word (``words`` lower-cased ASCII
-    bytes), ASCII letters compared without case. Raises nothing."""
+    """Whether a stored line holds every pushed-down word, ASCII case ignored. Raises nothing."""
     if not words:
         return True
     lowered = line.lower()
@@ -92,9 +88,7 @@ def decode_found(rows: Iterable[tuple[int, str | bytes]], *, where: str) -> list
 async def scan_windows(
     fetch: Callable[[int, int], Awaitable[Sequence[ItemRecord]]], last_seq: int, *, deadline: float
 ) -> Found:
-    """Search seqs ``1..last_seq`` in windows of ``WINDOW`` with ``fetch(first, last)``, oldest
-    first (what compaction removed is the oldest), until ``deadline`` (``time.monotonic()``); the
-    first window is always searched."""
+    """Search ``1..last_seq`` in windows of ``WINDOW``, oldest first, until ``deadline``."""
     found: list[ItemRecord] = []
     searched = 0
     while searched < last_seq:
@@ -107,8 +101,7 @@ async def scan_windows(
 
 
 def scan_file(path: str, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
-    """One streaming pass over a JSONL log (line ``n`` holds seq ``n``), oldest first, until
-    ``deadline`` (``time.monotonic()``); blocking, for a worker thread."""
+    """One blocking pass over a JSONL log, oldest first, until ``deadline``."""
     needles = [w.encode() for w in pushdown_words(words)]
     rows: list[tuple[int, bytes]] = []
     seq = 0
@@ -135,8 +128,7 @@ def scan_file(path: str, session_id: str, words: Sequence[str], *, deadline: flo
 async def search_records(
     store: LogStore, session_id: str, words: Sequence[str], deadline: float
 ) -> Found:
-    """The records of ``session_id``'s log that may hold every one of ``words`` (see the module
-    docstring), searched until ``deadline`` (``time.monotonic()``)."""
+    """The records of ``session_id``'s log that may hold every word, until ``deadline``."""
     if isinstance(store, SearchableStore):
         return await store.search_log(session_id, words, deadline=deadline)
     records: Sequence[Record] = (await store.read(session_id, repair=False)).records

@@ -107,9 +107,7 @@ def plan_sessions(
 def group_by_session(
     batches: Sequence[tuple[str, Sequence[Record]]], plan: Callable[[str, Sequence[Record]], P]
 ) -> tuple[dict[str, list[P]], dict[str, Exception | None]]:
-    """``plan`` each batch of a group commit, grouped by session in their order; a session one of
-    whose batches ``plan`` refuses (``InvalidSessionId``, ``StoreError``) is refused whole: its
-    outcome holds why, and it is planned no further."""
+    """``plan`` each batch by session; a session with one refused batch is refused whole."""
     planned: dict[str, list[P]] = {}
     outcomes: dict[str, Exception | None] = {}
     for session_id, records in batches:
@@ -133,8 +131,7 @@ def check_continues(batch: PlannedBatch, last_seq: int) -> None:
 
 
 def check_follows(session_id: str, first_seq: int, last_seq: int) -> None:
-    """Raises ``StoreError`` naming the session and seqs unless ``first_seq`` follows
-    ``last_seq``."""
+    """Raises ``StoreError`` unless ``first_seq`` follows ``last_seq``."""
     if first_seq == last_seq + 1:
         return
     problem = "gap" if first_seq > last_seq + 1 else "regression"
@@ -165,8 +162,7 @@ def decode_rows(
 
 
 class SqlStoreBase:
-    """What both SQL stores' ``LogStore`` methods share: ``append`` is a group commit of one
-    batch, and ``read`` and ``read_tail`` are one query each (``_read``), never torn."""
+    """The ``LogStore`` methods both SQL stores write alike."""
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]

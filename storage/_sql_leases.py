@@ -41,8 +41,7 @@ class HeldLeases:
         }
 
     def renewed(self, leases: Iterable[Lease], renewed: set[str]) -> list[str]:
-        """Mark lost each of ``leases`` whose session is not in ``renewed``; returns the ids of
-        every lost lease held, sorted."""
+        """Mark lost the leases not ``renewed``; the ids of every lost lease held, sorted."""
         for lease in leases:
             if lease.session_id not in renewed:
                 lease.lost = True
@@ -55,8 +54,7 @@ class HeldLeases:
         return row.token == lease.token and row.owner == self.owner
 
     def reusable(self, session_id: str, row: LeaseRow) -> Lease | None:
-        """The held lease ``acquire`` may extend and hand out (one a write took) while ``row`` still
-        carries it; None when a new grant is needed."""
+        """The held lease ``acquire`` may hand out while ``row`` still carries it, else None."""
         held = self._held.get(session_id)
         if held is None or held.lost or not self.carries(row, held):
             return None
@@ -120,8 +118,7 @@ class HeldLeases:
         return lease
 
     def close(self) -> list[Lease]:
-        """Forget every lease (the store is closing) and mark it released; returns those not
-        lost, whose rows the store frees."""
+        """Forget every lease as released; the ones not lost, whose rows the store frees."""
         leases, self._held = list(self._held.values()), {}
         for lease in leases:
             lease.released = True

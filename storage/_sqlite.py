@@ -393,8 +393,7 @@ class SqliteStore(SqlStoreBase):
         return LeaseRow(token=token, owner=owner, expired=expired, holder=holder)
 
     def _take(self, conn: sqlite3.Connection, session_id: str, row: LeaseRow) -> Taken:
-        """Grant this store the lease if ``row`` is free; ``SessionBusy`` naming the holder if
-        not."""
+        """Grant this store the lease if ``row`` is free, else ``SessionBusy`` naming the holder."""
         self._leases.check_free(session_id, row)
         token = row.token + 1
         holder = now_holder(self._leases.owner, datetime.now(UTC))
@@ -445,8 +444,7 @@ class SqliteStore(SqlStoreBase):
     def _append_session(
         self, conn: sqlite3.Connection, session_id: str, batches: list[PlannedBatch]
     ) -> Taken | None:
-        """Check the session's lease and seqs, then write its batches; returns the lease taken for
-        it, if it was not held."""
+        """Check the session's lease and seqs, write its batches; the lease taken, if any."""
         row = conn.execute(
             "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
@@ -498,8 +496,7 @@ class SqliteStore(SqlStoreBase):
         return await self._run(run, missing=missing)
 
     def _archived(self, conn: sqlite3.Connection) -> bool:
-        """Whether reads must look in the archive table too: it exists (a file an earlier
-        version wrote has none until this version writes it)."""
+        """Whether reads must look in the archive table too (older files have none)."""
         if not self._has_archive:
             self._has_archive = has_archive(conn)
         return self._has_archive
@@ -567,8 +564,7 @@ def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
 
 
 def _refusal(session_id: str, path: str, exc: StoreError | sqlite3.IntegrityError) -> StoreError:
-    """The error a refused session's append gets; a clash on (session, seq) means the session
-    row and its records disagree, which fails that session only."""
+    """The error a refused session's append gets."""
     if isinstance(exc, StoreError):
         return exc
     error = StoreError(

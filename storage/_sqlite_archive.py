@@ -40,8 +40,7 @@ def has_archive(conn: sqlite3.Connection) -> bool:
 def logged_rows(
     conn: sqlite3.Connection, where: str, arguments: tuple[object, ...], *, archived: bool
 ) -> list[tuple[int, str]]:
-    """``(seq, body)`` of the rows matching ``where`` in the hot table and, when
-    ``archived``, the archive, in seq order, read in one statement."""
+    """``(seq, body)`` of the hot (and archived) rows matching ``where``, in seq order."""
     sql = f"SELECT seq, body FROM records WHERE {where}"
     if archived:
         sql += f" UNION ALL SELECT seq, body FROM records_archive WHERE {where}"
@@ -60,8 +59,7 @@ def identity_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, 
 def archive_state(
     conn: sqlite3.Connection, session_id: str
 ) -> tuple[int, int, list[tuple[int, str]]] | None:
-    """``(tail_from, archived through, candidate compaction rows not archived yet)`` of the
-    session, None when it has no log."""
+    """The session's tail_from, archived-through and unarchived compactions; None if no log."""
     row = conn.execute(
         "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
     ).fetchone()
@@ -79,8 +77,7 @@ def archive_state(
 
 
 def move_batch(conn: sqlite3.Connection, session_id: str, first: int, last: int) -> int:
-    """Move the session's rows ``first..last`` but the kinds kept hot to the archive (the
-    caller's transaction holds both statements); returns how many moved."""
+    """Move rows ``first..last`` but the kinds kept hot to the archive; how many moved."""
     condition = f"session_id = ? AND seq BETWEEN ? AND ? AND NOT ({_KEPT})"
     arguments = (session_id, first, last, *_KEPT_ARGS)
     moved = conn.execute(

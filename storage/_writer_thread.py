@@ -25,8 +25,7 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], A
 
 
 class WriterThread:
-    """The store's own thread for its group commits, started by the first and stopped by ``stop``: a
-    commit costs a queue put and one wake-up of the event loop."""
+    """The store's own thread for its group commits: a queue put and one loop wake-up each."""
 
     def __init__(self, name: str) -> None:
         self._name = name

@@ -20,8 +20,7 @@ __all__ = ["SessionVerdict", "check_session"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionVerdict:
-    """One session's checks: both replays give the live history, every acknowledged round and
-    turn is in the log. ``problems`` says what failed, empty when ``ok``."""
+    """One session's checks (replays, acknowledged rounds and turns); ``problems`` when not ok."""
 
     session_id: str
     records: int
@@ -43,8 +42,7 @@ def check_session(
     acknowledged_rounds: Collection[int],
     acknowledged_turns: int,
 ) -> SessionVerdict:
-    """Check ``records`` (the whole log) and ``tail_records`` (what resume reads) against the live
-    history and the rounds and turns the runtime acknowledged."""
+    """Check the log and its resume tail against the live history and what was acknowledged."""
     problems: list[str] = []
     live_items = tuple(live)
     for name, source in (("replay of the whole log", records), ("resume replay", tail_records)):

@@ -115,8 +115,7 @@ class _NoArguments(pydantic.BaseModel):
 
 
 def synthetic_tools(tool_kb: float) -> ToolRegistry:
-    """Two tools without arguments returning ``tool_kb`` KB each: the scripted brain calls
-    them in turn (one call in a round, then two), so history grows by a few KB per turn."""
+    """Two argument-less tools returning ``tool_kb`` KB each, so history grows every turn."""
     size = max(1, int(tool_kb * 1024))
     filler = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
     served = 0
@@ -299,8 +298,7 @@ def _progress(config: LoadConfig, console: Console) -> Iterator[Callable[[int, i
 
 
 async def run_load(config: LoadConfig, *, console: Console | None = None) -> dict[str, Any]:
-    """Run the load, check every session, and return the report (``report["ok"]`` is the
-    verdict). Raises ``ConfigError`` when the fake server cannot start."""
+    """Run the load, check every session; the report. Raises ``ConfigError``."""
 
     console = console or Console(stderr=True)
     async with AsyncExitStack() as stack:
@@ -432,9 +430,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
 async def wire_report(
     base_url: str | None, client: WireCheck, *, independent: bool
 ) -> dict[str, Any]:
-    """What the endpoint saw: the fake server's own count when it runs one, else (in process, or an
-    independent server without ``/_fake/stats``) what the client checked on every request it
-    sent."""
+    """What the endpoint saw: the fake server's count, else what the client checked."""
     if base_url is None:
         return client.as_dict() | {"checked_by": "client"}
     try:
@@ -575,8 +571,7 @@ def _report(
 
 
 def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
-    """Where compactions landed: how many were applied below the hard mark, at what share of
-    the usable budget, and how long rounds waited for compaction."""
+    """Where compactions landed against the marks, and how long rounds waited for them."""
     full = [(f, hard) for kind, f, hard, _ in meter.landed if kind == "full" and f is not None]
     below = sum(f < hard for f, hard in full)
     fractions = [f for f, _ in full]
@@ -594,8 +589,7 @@ def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
 
 
 def _summary_cached_share(wire: dict[str, Any]) -> float | None:
-    """The share of the summary requests' input the provider's prefix cache served, as the
-    fake server counts it (None where nobody counted: in process, an independent server)."""
+    """The share of summary input the prefix cache served (None: nobody counted)."""
     total = wire.get("summary_input_tokens")
     return round(wire.get("summary_cached_tokens", 0) / total, 3) if total else None
 

@@ -26,9 +26,7 @@ _log = structlog.get_logger("stowage.gateway")
 def env_proxy(
     url: URL, environ: Mapping[str, str] | None = None
 ) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-    """The proxy the environment names for ``url`` (``{scheme}_proxy`` in either case, unless
-    ``no_proxy`` exempts its host) and the proxy auth its URL carries; (None, None) when there is
-    none."""
+    """The environment's proxy for ``url`` and its auth, as ``trust_env`` would find them."""
     if environ is None:
         proxies = urllib.request.getproxies_environment()
     else:
@@ -52,8 +50,7 @@ def env_proxy(
 
 
 def _failure(exc: BaseException, *, read_timeout: float | None = None) -> TransportError:
-    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``; ``read_timeout``:
-    the body was being read, so a timeout is the socket's silence."""
+    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``."""
     if isinstance(exc, TimeoutError):  # aiohttp's socket timeouts are TimeoutErrors too
         if read_timeout is not None:
             return TransportError(
@@ -66,9 +63,7 @@ def _failure(exc: BaseException, *, read_timeout: float | None = None) -> Transp
 
 
 class AiohttpTransport:
-    """POSTs JSON bodies to one URL with fixed headers (the caller's purpose header added per
-    request), on a session made lazily in the loop that sends; ``connect_timeout`` and
-    ``read_timeout`` bound the socket."""
+    """POSTs JSON bodies to one URL with fixed headers, on a session made in the sending loop."""
 
     def __init__(
         self,
@@ -139,8 +134,7 @@ class AiohttpTransport:
         return headers
 
     async def post(self, body: bytes, purpose: str, *, max_error_bytes: int) -> Any:
-        """POST ``body``; returns the aiohttp response with its body unread (the caller reads it
-        with ``read`` or ``read_chunk`` and closes it with ``finish``)."""
+        """POST ``body``; the response, its body unread (read it, then ``finish``)."""
         session = self._open()
         try:
             response = await session.post(
@@ -162,8 +156,7 @@ class AiohttpTransport:
         return response
 
     async def read(self, response: Any, *, max_bytes: int, capped: bool = True) -> bytes:
-        """The body of ``response``, which is released after (its connection kept when the body was
-        read whole)."""
+        """The body of ``response``, released after (its connection kept when read whole)."""
         parts: list[bytes] = []
         size = 0
         content = response.content
@@ -197,16 +190,14 @@ class AiohttpTransport:
 
     @staticmethod
     def finish(response: Any, *, ended: bool) -> None:
-        """Done with ``response``: its connection goes back to the pool if its body was read to
-        the end (``ended``), else it is closed."""
+        """Done with ``response``: its connection pooled if its body was read to the end."""
         if ended:
             response.release()
         else:
             response.close()
 
     async def aclose(self) -> None:
-        """Close the session and its connections (a session of another, finished loop is
-        dropped: its connections went with that loop)."""
+        """Close the session (one of another, finished loop is dropped with that loop)."""
         session, self._session = self._session, None
         loop, self._loop = self._loop, None
         if session is None or session.closed:

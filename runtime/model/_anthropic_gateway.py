@@ -31,8 +31,7 @@ _PATH = "/v1/messages"
 
 
 class AnthropicGateway(HttpModelCalls):
-    """A ``ModelGateway`` for Anthropic's Messages API, sending through aiohttp or the
-    anthropic SDK's public API."""
+    """A ``ModelGateway`` for Anthropic's Messages API, through aiohttp or the anthropic SDK."""
 
     wire_api = "anthropic"
 

@@ -25,9 +25,7 @@ def plain_message(value: Any) -> Any:
 
 
 def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
-    """The ``ModelError`` for an anthropic SDK failure ``exc`` (by the rules of
-    ``status_error``: 429 with its wait, 529 and 5xx retried, an overflow
-    ``ContextLengthExceeded`` with its figures). Raises nothing."""
+    """The ``ModelError`` for an anthropic SDK failure ``exc``. Raises nothing."""
     import anthropic
 
     if isinstance(exc, ModelError):
@@ -51,8 +49,7 @@ def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = No
 
 
 class AnthropicEvents(SdkEvents):
-    """The anthropic SDK's typed stream as plain JSON events: an ``error`` event raises what
-    ``event_error`` gives."""
+    """The anthropic SDK's typed stream as plain JSON events; an ``error`` event raises."""
 
     def sdk_errors(self) -> tuple[type[Exception], ...]:
         import anthropic
@@ -96,8 +93,7 @@ class AnthropicSdkClient:
             raise ConfigError(f"cannot configure the Anthropic client: {exc}") from exc
 
     async def create(self, body: dict[str, Any], purpose: str) -> Any:
-        """The SDK's typed result of ``messages.create`` with ``body``: a message, or a
-        stream when ``body`` asks for one."""
+        """``messages.create`` with ``body``: a message, or a stream when ``body`` asks for one."""
         return await self.client.messages.create(**body, extra_headers={PURPOSE_HEADER: purpose})
 
     async def aclose(self) -> None:

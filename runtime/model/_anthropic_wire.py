@@ -71,9 +71,7 @@ _TRANSIENT = frozenset({"overloaded_error", "api_error", "rate_limit_error", "ti
 
 
 def default_max_tokens(model: str) -> int:
-    """``max_tokens`` for a request that sets none: a registered model's output limit, at most a
-    quarter of its window (the output reserve the budget keeps, so a prompt within the budget plus
-    this never passes the window, which the API refuses), else ``DEFAULT_MAX_TOKENS``."""
+    """``max_tokens`` when unset: the model's output limit within a quarter of its window."""
     limits = lookup_model(model)
     if limits is None:
         return DEFAULT_MAX_TOKENS
@@ -108,8 +106,7 @@ def _leading_system(items: Sequence[Item]) -> int:
 
 
 def _conversation_end(request: ModelRequest) -> int:
-    """Index of the last item the next request repeats: the last one, or for a summary
-    request the one before its instruction message. -1 when there is none."""
+    """Index of the last item the next request repeats (a summary's instruction not); -1: none."""
     last = len(request.input) - 1
     if request.purpose == "summary" and last >= 0 and isinstance(request.input[last], UserMessage):
         last -= 1
@@ -117,8 +114,7 @@ def _conversation_end(request: ModelRequest) -> int:
 
 
 def cache_breakpoints(request: ModelRequest) -> tuple[int, ...]:
-    """Indices of ``request.input`` whose block gets a ``cache_control`` breakpoint, at most
-    ``MAX_BREAKPOINTS``, newest first; -1 stands for the last tool."""
+    """Indices of ``request.input`` to mark with ``cache_control``, newest first; -1: last tool."""
     items = request.input
     chosen: list[int] = []
 
@@ -157,8 +153,7 @@ def cache_breakpoints(request: ModelRequest) -> tuple[int, ...]:
 
 
 def _arguments(text: str) -> dict[str, Any]:
-    """A call's ``input`` object: its JSON arguments, or (not an object) the text kept whole
-    under ``arguments``, since the API takes only an object."""
+    """A call's ``input`` object: its JSON arguments, or the text under ``arguments``."""
     try:
         value = json.loads(text) if text.strip() else {}
     except ValueError:
@@ -167,8 +162,7 @@ def _arguments(text: str) -> dict[str, Any]:
 
 
 def _block(item: Item) -> tuple[str, dict[str, Any] | None]:
-    """The role and content block of a non-leading item (None: nothing to send, as an empty
-    text, which the API refuses)."""
+    """The role and content block of a non-leading item (None: nothing to send)."""
     match item:
         case AssistantMessage(text=text):
             return "assistant", {"type": "text", "text": text} if text else None
@@ -198,8 +192,7 @@ def _block(item: Item) -> tuple[str, dict[str, Any] | None]:
 def _messages(
     items: Sequence[Item], start: int
 ) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
-    """The ``messages`` for ``items[start:]``, consecutive items of one role in one message
-    (tool results first in theirs, as the API requires), and the block each item ended on."""
+    """The ``messages`` for ``items[start:]``, one per run of a role, and each item's block."""
     messages: list[dict[str, Any]] = []
     ends: dict[int, dict[str, Any]] = {}
     last: dict[str, Any] | None = None
@@ -224,8 +217,7 @@ def _messages(
 
 
 def messages_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    """The whole JSON body of a ``POST /v1/messages`` request, ``cache_control`` breakpoints placed
-    by ``cache_breakpoints``."""
+    """The whole JSON body of a ``POST /v1/messages`` request, breakpoints placed."""
     items = request.input
     leading = _leading_system(items)
     system: list[dict[str, Any]] = [
@@ -277,9 +269,7 @@ def _count(data: dict[str, Any], key: str) -> int:
 
 
 def anthropic_usage(data: Any) -> Usage | None:
-    """Usage from a Messages ``usage`` object: the prompt counted whole (``input_tokens`` is only
-    what the cache neither read nor wrote), the cache's reads as ``cached_tokens`` and its writes as
-    ``cache_write_tokens``."""
+    """Usage from a Messages ``usage`` object, the prompt counted whole, cache reads and writes."""
     if not isinstance(data, dict):
         return None
     read = _count(data, "cache_read_input_tokens")
@@ -324,8 +314,7 @@ def _response(
 
 
 def parse_message(data: Any) -> ModelResponse:
-    """A ``ModelResponse`` from a decoded ``message`` object: its text blocks joined, its
-    ``tool_use`` blocks as calls (their ``input`` as JSON text)."""
+    """A ``ModelResponse`` from a decoded ``message`` object."""
     try:
         if data.get("type") == "error":
             raise ModelResponseError(f"the endpoint answered an error: {data.get('error')!r:.200}")
@@ -347,9 +336,7 @@ def parse_message(data: Any) -> ModelResponse:
 
 
 def event_error(error: Any) -> ModelError:
-    """The ``ModelError`` for the ``error`` object of a stream's ``error`` event: an overflow
-    ``ContextLengthExceeded``, an overloaded or failing service ``ModelConnectionError``
-    (retried), anything else ``ModelResponseError``. Raises nothing."""
+    """The ``ModelError`` for a stream's ``error`` event (overloaded: retried). Raises nothing."""
     kind = error.get("type") if isinstance(error, dict) else None
     message = str(error.get("message") or "") if isinstance(error, dict) else ""
     if is_context_length_error(kind, message):
@@ -369,8 +356,7 @@ class _Block:
 
 @dataclass(eq=False)
 class MessagesStreamAccumulator:
-    """Folds Messages stream events (``message_start`` … ``message_stop``) into text deltas
-    and one final response."""
+    """Folds Messages stream events into text deltas and one final response."""
 
     _blocks: dict[int, _Block] = field(default_factory=dict)
     _usage: dict[str, Any] = field(default_factory=dict)

@@ -13,8 +13,7 @@ Expiry = Literal["deadline", "idle"]
 
 
 class CallClock:
-    """The limits of one call, which cancel it only while it waits (``async with`` the clock: once
-    for a whole exchange, or once per read of a stream, never across a yield)."""
+    """The limits of one call, which cancel it only while it waits, never across a yield."""
 
     def __init__(self, *, deadline: float, idle: float | None = None) -> None:
         self._loop = asyncio.get_running_loop()

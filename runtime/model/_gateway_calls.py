@@ -55,8 +55,7 @@ CALL_ERRORS: tuple[type[Exception], ...] = (
 
 
 def body_bytes_cap(max_answer_chars: int) -> int:
-    """The most bytes a body, or one event of a stream, is read to: what an answer of
-    ``max_answer_chars`` characters can take as JSON, and room for the rest."""
+    """The most bytes a body, or one stream event, is read to for ``max_answer_chars``."""
     return _JSON_BYTES_PER_CHAR * max_answer_chars + _BODY_SLACK
 
 
@@ -157,8 +156,7 @@ class HttpModelCalls(ABC):
         status: int | None = None,
         url: str | None = None,
     ) -> NoReturn:
-        """Raise the ``ModelError`` for ``exc``, naming the endpoint (``url``, else the wire's) and
-        the HTTP status (``status``: the stream's, for a failure after its headers came)."""
+        """Raise the ``ModelError`` for ``exc``, naming the endpoint and the HTTP status."""
         error = self._map(exc)
         if isinstance(exc, HttpStatusError):
             status = exc.status
@@ -183,8 +181,7 @@ class HttpModelCalls(ABC):
         raise error from exc
 
     def _timed_out(self, request: ModelRequest, *, idle: bool, status: int | None) -> NoReturn:
-        """Raise the ``ModelConnectionError`` of a call that stalled: no stream event for
-        ``stream_idle_timeout`` (``idle``), or no whole answer by ``request_deadline``."""
+        """Raise the ``ModelConnectionError`` of a call that stalled (``idle``: the stream did)."""
         if idle:
             what = (
                 f"no stream event for {self.stream_idle_timeout:g} s (stream_idle_timeout; "
@@ -197,8 +194,7 @@ class HttpModelCalls(ABC):
         )
 
     def _clock(self, *, idle: float | None = None) -> CallClock:
-        """The clock of one call: ``request_deadline`` and ``idle`` (a stream's); the socket's
-        silence is the transport's read timeout (the SDK times its own)."""
+        """The clock of one call: ``request_deadline``, and ``idle`` for a stream."""
         return CallClock(deadline=self.request_deadline, idle=idle)
 
     def _expired(self, clock: CallClock, request: ModelRequest, *, status: int | None) -> NoReturn:
@@ -206,8 +202,7 @@ class HttpModelCalls(ABC):
         self._timed_out(request, idle=clock.expired == "idle", status=status)
 
     def _check_size(self, chars: int) -> None:
-        """Raises ``ResponseTooLarge`` when an answer of ``chars`` characters (text and call
-        arguments, or as many as were read) passes ``max_answer_chars``."""
+        """Raises ``ResponseTooLarge`` when ``chars`` characters pass ``max_answer_chars``."""
         reason = oversized_answer(chars, self.max_answer_chars)
         if reason is not None:
             raise ResponseTooLarge(reason)

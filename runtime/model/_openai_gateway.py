@@ -67,9 +67,7 @@ _COMPACT_PATH = "/responses/compact"
 
 
 def choose_http_client(http_client: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The HTTP client a gateway sends with: ``http_client`` when given, else the
-    ``STOWAGE_HTTP_CLIENT`` variable of ``environ`` (``os.environ``; ``lean``, the name of the
-    client before aiohttp, counts as ``aiohttp``), else ``aiohttp``."""
+    """``http_client`` if given, else ``STOWAGE_HTTP_CLIENT`` (``lean``: aiohttp), else aiohttp."""
     if http_client is not None:
         if http_client not in HTTP_CLIENTS:
             raise ConfigError(f"http_client must be 'aiohttp' or 'sdk', got {http_client!r}")
@@ -84,8 +82,7 @@ def choose_http_client(http_client: str | None, environ: Mapping[str, str] | Non
 
 
 class OpenAIGateway(HttpModelCalls):
-    """A ``ModelGateway`` for an OpenAI-compatible endpoint, on the chat or the responses wire
-    API, sending through aiohttp or the openai SDK's public API."""
+    """A ``ModelGateway`` for an OpenAI-compatible endpoint, chat or responses wire API."""
 
     def __init__(
         self,
@@ -100,12 +97,7 @@ class OpenAIGateway(HttpModelCalls):
         max_answer_chars: int = 1_000_000,
         http_client: str | None = None,
     ) -> None:
-        """``timeout``: seconds to connect, and the most a socket may go silent;
-        ``stream_idle_timeout``: seconds a stream may go without an event; ``request_deadline``:
-        seconds a request may take in all; ``max_retry_wait``: the most a wait the server asks for
-        is taken at; ``max_answer_chars``: the most characters of text and call arguments one answer
-        may carry (reading stops as soon as a response passes it: ``ResponseTooLarge``);
-        ``http_client``: ``aiohttp`` or ``sdk`` (None: see ``choose_http_client``)."""
+        """The bounds are the settings of those names; ``http_client``: ``aiohttp`` or ``sdk``."""
         if wire_api not in ("chat", "responses"):
             raise ConfigError(f"wire_api must be 'chat' or 'responses', got {wire_api!r}")
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -199,8 +191,7 @@ class OpenAIGateway(HttpModelCalls):
         return model_error(exc, max_retry_wait=self.max_retry_wait)
 
     async def compact(self, request: ModelRequest) -> ProviderCompaction:
-        """Compact ``request.input`` with the endpoint's own ``POST /responses/compact``: the
-        compaction item it answers, verbatim, to stand for those items from now on."""
+        """Compact ``request.input`` with ``POST /responses/compact``: the item it answers."""
         if self.wire_api != "responses":
             raise ModelResponseError(
                 "provider compaction needs the responses wire API; this gateway speaks chat"

@@ -35,8 +35,7 @@ def plain(value: Any) -> Any:
 
 
 def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
-    """The ``ModelError`` that stands for an openai/parse failure ``exc``; a wait the server
-    asked for (at most ``max_retry_wait`` seconds) is its ``retry_after``."""
+    """The ``ModelError`` for an openai/parse failure ``exc``, the server's wait capped."""
     import openai
 
     if isinstance(exc, ModelError):
@@ -61,8 +60,7 @@ def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None)
 
 
 class PlainEvents(SdkEvents):
-    """The openai SDK's typed ``AsyncStream`` as plain JSON events: its transport failures
-    become ``openai.APIConnectionError``."""
+    """The openai SDK's typed ``AsyncStream`` as plain JSON events."""
 
     def sdk_errors(self) -> tuple[type[Exception], ...]:
         import openai
@@ -102,8 +100,7 @@ def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[s
 def _split_body(
     body: dict[str, Any], parameters: frozenset[str] | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``body`` as the keyword arguments of a public ``create`` that takes ``parameters`` (None:
-    any), and the rest of it, to be sent as ``extra_body``."""
+    """``body`` split into the public ``create``'s keyword arguments and ``extra_body``."""
     if parameters is None:
         return body, {}
     known = {k: v for k, v in body.items() if k in parameters}
@@ -116,8 +113,7 @@ class SdkClient:
     def __init__(
         self, *, api_key: str, base_url: str | None, timeout: float, wire_api: str
     ) -> None:
-        """Raises ``ConfigError`` if the SDK cannot make a client of these, or has no public
-        API for ``wire_api``."""
+        """Raises ``ConfigError`` if the SDK cannot make a client or lacks ``wire_api``."""
         import openai
 
         #: what a call on this path may raise that is the provider's fault
@@ -143,8 +139,7 @@ class SdkClient:
         return str(self.client.base_url)
 
     async def create(self, body: dict[str, Any], purpose: str) -> Any:
-        """The SDK's typed result of ``create`` with ``body``: a response, or a stream when
-        ``body`` asks for one."""
+        """``create`` with ``body``: a response, or a stream when ``body`` asks for one."""
         known, extra = _split_body(body, self.parameters)
         endpoint: Any = (
             self.client.chat.completions if self.wire_api == "chat" else self.client.responses
@@ -154,9 +149,7 @@ class SdkClient:
         )
 
     async def compact(self, body: dict[str, Any], purpose: str) -> bytes:
-        """The body of ``POST /responses/compact`` with ``body``, as bytes: through the SDK's
-        public ``post`` (the way it documents for endpoints it may not type), since
-        ``responses.compact`` exists only in its newer releases."""
+        """``POST /responses/compact`` through the SDK's public ``post`` (older SDKs lack it)."""
         answer: bytes = await self.client.post(
             "/responses/compact",
             cast_to=bytes,

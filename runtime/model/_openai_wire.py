@@ -169,8 +169,7 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
 def _request_options(
     request: ModelRequest, tools: list[dict[str, Any]], max_tokens_field: str
 ) -> dict[str, Any]:
-    """The fields both wire APIs take alike: the ``tools`` (in the API's format) with the
-    choice among them, the output limit as ``max_tokens_field``, and the cache key."""
+    """The fields both wire APIs take alike: tools and choice, the output limit, the cache key."""
     options: dict[str, Any] = {}
     if request.tools:
         options["tools"] = tools
@@ -185,9 +184,7 @@ def _request_options(
 
 
 def compact_body(request: ModelRequest) -> dict[str, Any]:
-    """The JSON body of a ``POST /responses/compact`` request: the model and the items to
-    compact (an earlier compaction item among them goes back verbatim, so compactions
-    chain), and the session's cache key. Tools and limits are not part of that endpoint."""
+    """The JSON body of ``POST /responses/compact``: model, items to compact, cache key."""
     body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
     if request.cache_key:
         body["prompt_cache_key"] = request.cache_key
@@ -195,8 +192,7 @@ def compact_body(request: ModelRequest) -> dict[str, Any]:
 
 
 def parse_compaction(data: Any, *, covered: int) -> ProviderCompaction:
-    """The compaction a decoded ``response.compaction`` object carries: its (last) ``compaction``
-    output item, verbatim, a readable line that says what it stands for, and usage when reported."""
+    """The compaction a decoded ``response.compaction`` object carries, verbatim."""
     try:
         output = data["output"]
         found = [
@@ -265,8 +261,7 @@ def _number(text: str) -> int:
 
 
 def context_error_figures(message: str) -> tuple[int | None, int | None]:
-    """The input tokens and the window a context-length error message states, each None when it does
-    not say."""
+    """The input tokens and the window a context-length error states (None: not said)."""
     limit = next((_number(m.group(1)) for p in _LIMIT if (m := p.search(message))), None)
     tokens = next((_number(m.group(1)) for p in _INPUT if (m := p.search(message))), None)
     if tokens is None:
@@ -301,8 +296,7 @@ def _usage(data: Any, inp: str, out: str) -> Usage | None:
 
 
 def _cached(data: dict[str, Any]) -> int:
-    """Cached input tokens: ``prompt_tokens_details.cached_tokens`` (Chat Completions) or
-    ``input_tokens_details.cached_tokens`` (Responses); 0 when absent or not a count."""
+    """Cached input tokens of either wire API's usage; 0 when absent or not a count."""
     for key in ("prompt_tokens_details", "input_tokens_details"):
         details = data.get(key)
         if isinstance(details, dict):

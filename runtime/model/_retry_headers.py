@@ -31,8 +31,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 
 def parse_duration(value: str | None) -> float | None:
-    """Seconds of a duration such as ``1s``, ``6m0s``, ``1h2m3.5s``, ``250ms`` or a bare
-    number of seconds; None when ``value`` is none of these. Raises nothing."""
+    """Seconds of a duration such as ``6m0s``, ``250ms`` or a bare number; None if not one."""
     if value is None:
         return None
     text = value.strip().lower()
@@ -99,8 +98,7 @@ def _waits(headers: Mapping[str, str], now: float | None) -> list[float | None]:
 def requested_wait(
     headers: Mapping[str, str], *, cap: float | None = None, now: float | None = None
 ) -> float | None:
-    """The longest wait any header of ``headers`` asks for (None when none does), at most ``cap``
-    seconds."""
+    """The longest wait any of ``headers`` asks for (None: none does), at most ``cap``."""
     lowered = {k.lower(): v for k, v in headers.items()}
     proxied = {
         k.removeprefix(_PROXY_PREFIX): v for k, v in lowered.items() if k.startswith(_PROXY_PREFIX)

@@ -11,8 +11,7 @@ __all__ = ["SdkEvents"]
 
 
 class SdkEvents:
-    """An SDK's typed stream as plain JSON events, a batch of one at a time, used like
-    ``JsonEventStream``."""
+    """An SDK's typed stream as plain JSON events, used like ``JsonEventStream``."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -39,8 +38,7 @@ class SdkEvents:
         raise NotImplementedError
 
     async def next_events(self) -> list[Any] | None:
-        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
-        the end of the stream."""
+        """The next event as a batch of one, or None at the end of the stream."""
         passes: tuple[type[Exception], ...] = (ModelError, ValueError, TypeError, KeyError)
         try:
             event = await anext(self._stream)

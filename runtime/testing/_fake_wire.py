@@ -77,9 +77,7 @@ def _seal(payload: dict[str, Any]) -> str:
 
 
 def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
-    """The summary a compaction input item stands for, the item itself carried along: the
-    fake's own items are read back (their content is base64 of a JSON digest, not
-    encrypted); any other is opaque and says so. Raises nothing."""
+    """The summary a compaction input item stands for, and the item. Raises nothing."""
     text = "[a compaction item this server cannot read]"
     try:
         payload = json.loads(base64.b64decode(str(entry.get("encrypted_content", ""))))
@@ -93,10 +91,7 @@ def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
 def compaction_object(
     summary: str, *, items: int, users: list[str], usage: Usage | None, model: str, serial: int
 ) -> dict[str, Any]:
-    """A ``response.compaction`` object: one compaction item whose content is base64 of a
-    JSON digest (the brain's ``summary`` of the ``items`` compacted and the openings of the
-    user messages among them: a compaction is smaller than what it stands for), which
-    ``read_compaction`` reads back when the item returns."""
+    """A ``response.compaction`` object whose item ``read_compaction`` reads back."""
     openings = [text[:_USER_OPENING] for text in users]
     digest = {"kind": _FAKE_CONTENT, "items": items, "users": openings, "summary": summary}
     return {
@@ -123,9 +118,7 @@ def compaction_object(
 
 
 def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
-    """The request's purpose, "round" or "summary": the gateway's purpose header when it sent one,
-    else what the body shows (a request without tools, or one with ``tool_choice`` "none" that ends
-    with a user message: the session's request with the summary instructions after it)."""
+    """ "round" or "summary": the purpose header, else what the body shows."""
     if purpose in ("round", "summary"):
         return purpose
     if not body.get("tools"):
@@ -354,8 +347,7 @@ def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
 def responses_object(
     response: ModelResponse, *, model: str, serial: int, status: str = "completed"
 ) -> dict[str, Any]:
-    """A Responses API ``response`` object for ``response`` (``incomplete`` when the output
-    limit cut it off, as its ``finish_reason`` says)."""
+    """A Responses API ``response`` object for ``response``."""
     incomplete = status == "completed" and response.truncated
     if incomplete:
         status = "incomplete"

@@ -56,8 +56,7 @@ class EditFileArgs(BaseModel):
 
 
 def _atomic_write(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file in its directory, synced, then
-    renamed over it: a kill leaves the old file or the new one."""
+    """Write ``text`` to ``target`` atomically: a kill leaves the old file or the new one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -132,8 +131,7 @@ def _replaced(text: str, args: EditFileArgs) -> str:
 
 
 def _blank_context(patch: str) -> str:
-    """``patch`` with the empty lines inside its hunks read as blank context lines (" "): a
-    model writing a diff often drops the space before an empty line."""
+    """``patch`` with empty lines in hunks read as blank context (models drop the space)."""
     lines = patch.split("\n")
     in_hunk = False
     for i, line in enumerate(lines[:-1]):

@@ -48,8 +48,7 @@ def command_line(command: str | list[str]) -> str:
 
 
 class _Printed:
-    """What a command printed, as the model reads it: the whole of it while short, its head
-    and its tail once long (never more than that in memory, whatever the command floods)."""
+    """What a command printed: whole while short, head and tail once long."""
 
     __slots__ = ("head", "tail", "total")
 
@@ -127,8 +126,7 @@ def command_tool(guard: Guard, settings: Settings) -> FunctionTool[RunCommandArg
 
 
 async def _run(argv: list[str], cwd: Path, env: dict[str, str], seconds: float) -> str:
-    """Run ``argv``; its output (stdout and stderr together, made durable as it comes) and
-    exit status. A command still running after ``seconds`` is killed with its process group."""
+    """Run ``argv``; its output and exit status, its process group killed after ``seconds``."""
     context = current_tool_context.get()
     progress = context.progress if context is not None else None
     printed = _Printed()

@@ -272,8 +272,7 @@ class Scope:
     # -- .gitignore ---------------------------------------------------------------------------
 
     def _ignored(self, parts: tuple[str, ...], is_dir: bool) -> bool:
-        """Whether the .gitignore files from the root down to the entry's directory ignore it; the
-        deepest file with a matching pattern decides, its last match winning (git's rule)."""
+        """Whether the .gitignore files down to the entry's directory ignore it (git's rule)."""
         verdict: bool | None = None
         for depth in range(len(parts)):
             spec = self._spec_for(parts[:depth])

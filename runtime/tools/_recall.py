@@ -49,8 +49,7 @@ def recall_tool(
     history: Callable[[], Sequence[HistoryEntry]],
     read_log: Callable[[], Awaitable[Sequence[Record]]],
 ) -> FunctionTool[RecallArgs]:
-    """The tool over one session: ``history`` gives its live history, ``read_log`` its whole log
-    (read only when the output was compacted away)."""
+    """The tool over one session's live history and whole log."""
 
     async def recall(args: RecallArgs) -> str:
         match = _REF.match(args.ref)
@@ -80,8 +79,7 @@ def recall_tool(
 
 
 def _page(output: str, args: RecallArgs) -> str:
-    """The whole output when it fits one page and no part was asked for; else the part asked for
-    under a line saying which part and what follows."""
+    """The whole output if it fits one page and no part was asked; else the part, headed."""
     size = len(output)
     context = current_tool_context.get()
     page = PAGE_CHARS

@@ -141,8 +141,7 @@ class FunctionTool(Generic[ArgsT]):
         return self._ask(self._after_crash, arguments)
 
     def _ask(self, hook: Callable[[ArgsT], _R] | None, arguments: Any) -> _R | None:
-        """What ``hook`` answers for the validated ``arguments``; None when there is no hook,
-        the arguments do not validate or the hook fails."""
+        """What ``hook`` answers for the validated ``arguments``; None when it cannot."""
         if hook is None:
             return None
         try:
@@ -160,8 +159,7 @@ def _describe_validation_error(exc: pydantic.ValidationError) -> str:
 
 
 def _ask(tool: Tool | None, method: str, call: FunctionCall) -> object:
-    """What ``tool``'s optional ``method`` says of ``call``'s decoded arguments (None when the tool
-    has no such method or the arguments are not JSON)."""
+    """What ``tool``'s optional ``method`` says of ``call``'s arguments (None: nothing)."""
     asked = getattr(tool, method, None)
     if asked is None:
         return None
@@ -187,8 +185,7 @@ def call_preview(tool: Tool | None, call: FunctionCall) -> str | None:
 
 
 def declared_effects(touches: Mapping[str, EffectKind], arguments: Any) -> tuple[Effect, ...]:
-    """What a call touches, from a tool's declaration of which of its arguments are paths (``read``,
-    ``write``, ...) or commands (``run``): ``{"path": "read"}``."""
+    """What a call touches, from the tool's ``touches`` declaration."""
     if not isinstance(arguments, dict):
         return ()
     found: list[Effect] = []

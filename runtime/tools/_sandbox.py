@@ -29,10 +29,7 @@ def sandboxed_argv(
     network: bool = False,
     bwrap: str | None = None,
 ) -> list[str]:
-    """The argv that runs ``argv`` in ``cwd`` under ``sandbox``: as it is for ``full``, else inside
-    bubblewrap (``bwrap``: its path, found on PATH when None); ``hidden`` directories (the session
-    store) are covered by an empty tmpfs; ``protected`` entries of the workspace (its ``.git``) stay
-    read-only under ``workspace-write``."""
+    """The argv that runs ``argv`` in ``cwd`` under ``sandbox`` (bubblewrap unless ``full``)."""
     if sandbox == "full":
         return list(argv)
     found = bwrap or shutil.which(BWRAP)
@@ -61,9 +58,7 @@ def sandboxed_argv(
 
 
 def _programs_in_tmp(argv: Sequence[str]) -> list[Path]:
-    """Directories under ``/tmp`` that hold the program to run or a ``PATH`` entry (a
-    virtualenv's ``bin``: its whole environment), which the sandbox's own ``/tmp`` would
-    hide; bound back read-only. Raises nothing."""
+    """Directories under ``/tmp`` holding the program or a ``PATH`` entry. Raises nothing."""
     entries = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     program = argv[0] if argv else ""
     where = program if os.path.isabs(program) else shutil.which(program) if program else None

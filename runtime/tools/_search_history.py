@@ -96,8 +96,7 @@ class Hit:
 
 
 def find_in_log(read_log: Callable[[], Awaitable[Sequence[Record]]]) -> FindRecords:
-    """A ``find`` over the whole log ``read_log`` returns, for a runtime whose store offers
-    no search of its own: every item record is a candidate. Raises what ``read_log`` raises."""
+    """A ``find`` over the whole log, for a store without search. Raises what ``read_log`` does."""
 
     async def find(words: Sequence[str], deadline: float) -> FoundRecords:
         records = await read_log()
@@ -121,8 +120,7 @@ def query_words(query: str) -> tuple[str, ...]:
 
 
 def item_text(item: Item) -> tuple[str, str] | None:
-    """``(kind, text)`` of an item the model or the user wrote or a tool returned; None for
-    system messages and summaries (the model reads those already). Raises nothing."""
+    """``(kind, text)`` of a searchable item; None for system messages and summaries."""
     match item:
         case UserMessage(text=text):
             return "user message", text
@@ -147,8 +145,7 @@ def count_hits(lowered: str, words: Sequence[str]) -> int:
 
 
 def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
-    """About ``width`` characters of ``text`` around the first occurrence of its rarest word (the
-    likeliest to be what was asked for), whitespace collapsed, ``…`` where cut."""
+    """About ``width`` characters of ``text`` around its rarest word, ``…`` where cut."""
     flat = _SPACE.sub(" ", text).strip()
     lowered = flat.lower()
     present = [w for w in words if w in lowered] or [""]
@@ -162,9 +159,7 @@ def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
 def best_hits(
     records: Sequence[ItemRecord], words: Sequence[str], limit: int, *, deadline: float
 ) -> tuple[list[Hit], int, int | None]:
-    """The ``limit`` best matches of ``records`` (most hits first, then newest), how many records
-    match in all, and the seq matching stopped before when ``deadline`` (``time.monotonic()``)
-    passed (None: every record was matched)."""
+    """The best matches, how many match, and the seq the deadline stopped at (None: none)."""
     best: list[tuple[int, int, ItemRecord, str]] = []
     seen: set[int] = set()  # hashes of the matched texts, not the texts: outputs can be huge
     matched = 0
@@ -188,8 +183,7 @@ def best_hits(
 
 
 def _is_search_step(item: Item) -> bool:
-    """A search's own call or answer: it holds the words it looked for, so every later search
-    for them would find it first (it is the newest) instead of what was asked."""
+    """A search's own call or answer, left out: it would always be the newest hit."""
     match item:
         case FunctionCall(name=name):
             return name == SEARCH_TOOL
@@ -217,8 +211,7 @@ def render(
     complete: bool,
     reader: str,
 ) -> str:
-    """The tool's answer: a head line, one line per hit, the cap and deadline notes; at most
-    ``OUTPUT_CHARS``. Raises nothing."""
+    """The tool's answer, at most ``OUTPUT_CHARS``. Raises nothing."""
     if complete:
         scope = f"searched all {searched_through} records"
     else:

@@ -226,8 +226,7 @@ def _read_file(scope: Scope, args: ReadFileArgs, cap: int, budget: OutputBudget 
 
 
 def _char_cut(data: bytes, start: int, limit: int) -> int:
-    """Where to end a read of ``data[start:]`` wanted up to ``limit``: the last UTF-8 character
-    boundary at or below it."""
+    """Where to end a read of ``data[start:]`` wanted up to ``limit``: a UTF-8 boundary."""
     cut = limit
     floor = max(start, limit - (_MAX_CHAR_BYTES - 1))
     while cut > floor and _is_continuation(data[cut]):
@@ -290,8 +289,7 @@ def _entry_refusal(
 def _search_text(
     scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: int, max_chars: int | None
 ) -> str:
-    """The matching lines (at most ``most``, and at most ``max_chars`` characters of them: what the
-    session's window shows whole), with notes on where it stopped and what it skipped."""
+    """The matching lines within the caps, with notes on where it stopped and what it skipped."""
     base = scope.base
     target = scope.resolve(args.path)
     if not target.exists():
@@ -356,9 +354,7 @@ def _search_text(
 
 
 def _files_under(scope: Scope, target: Path) -> Iterator[Path]:
-    """The files to search under ``target``, sorted, each directory's files before its
-    subdirectories; hidden and refused directories and refused files are skipped, and
-    symlinked directories are not followed."""
+    """The files to search under ``target``, sorted; refused and hidden ones skipped."""
     base = scope.base
     if target.is_file():
         yield target

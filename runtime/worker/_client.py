@@ -197,9 +197,7 @@ async def _answer(conn: _Connection, session_id: str, message_id: str) -> str:
 
 
 async def _read_answer(conn: _Connection, session_id: str, finished_seq: int) -> str:
-    """The text of the turn whose ``finished`` record is at ``finished_seq`` (the log's own
-    seq): the assistant items of its last round, which ``round_committed`` (just before)
-    delimits with lineage seqs."""
+    """The text of the turn whose ``finished`` record is at ``finished_seq``."""
     store = conn.store
     commit = await store.read_range(session_id, finished_seq - 1, finished_seq - 1)
     first = final_round_first_seq(commit)

@@ -51,8 +51,7 @@ def parse_message(entry: Mapping[str, Any]) -> InboxMessage | None:
 
 
 def answer_text(final_round: Sequence[Record]) -> str:
-    """The answer of a turn: the assistant text of its last round (the records from that
-    round's first seq to its ``round_committed``), joined as the sampler returned it."""
+    """The answer of a turn: the assistant text of its last round."""
     return "".join(
         r.item.text
         for r in final_round

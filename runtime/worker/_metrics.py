@@ -111,8 +111,7 @@ async def serve_metrics(
     *,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``page()`` at ``http://127.0.0.1:PORT/metrics`` until cancelled; ``task_status``
-    gets the port bound (0: any free one). Raises ``ConfigError`` when the port is taken."""
+    """Serve ``page()`` on a loopback port until cancelled. Raises ``ConfigError``."""
     from aiohttp import web  # the server only when metrics are asked for
 
     async def metrics(request: web.Request) -> web.Response:

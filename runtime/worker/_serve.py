@@ -46,8 +46,7 @@ class Served:
         self._wake.set()
 
     async def linger(self, seconds: float | None) -> bool:
-        """Wait idle up to ``seconds`` (None: no bound) for a wake-up since ``arm``; False
-        when none came or it was evicted (time to hibernate)."""
+        """Wait idle up to ``seconds`` for a wake-up; False when none came or it was evicted."""
         if (seconds is not None and seconds <= 0) or self.evicted:
             return False
         self.idle_since = anyio.current_time()
@@ -68,9 +67,7 @@ async def serve_session(
     idle_timeout: float | None,
     draining: Callable[[], bool],
 ) -> None:
-    """Open the session and answer what is queued for it until nothing is (after lingering
-    ``idle_timeout`` seconds; None: until evicted), it is evicted, or the worker drains; the caller
-    hibernates it."""
+    """Answer what is queued for the session until idle, evicted or draining."""
     log = structlog.get_logger("stowage.worker").bind(session=served.session_id)
     session = await runtime.open(served.session_id)
     while not draining():

@@ -157,8 +157,7 @@ class Worker:
     # -- claiming ---------------------------------------------------------------------------
 
     async def _connect(self) -> bool:
-        """Open the store (its pool, its tables) before the first claim, trying again every
-        ``poll_interval``; False when ``drain()`` came first."""
+        """Open the store before the first claim, retrying; False when ``drain()`` came first."""
         self._connecting = connecting = anyio.CancelScope()
         try:
             with connecting:
@@ -301,8 +300,7 @@ class Worker:
     # -- the workers table ------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        """Keep this worker's row in the store's workers table (``stowage workers`` lists it,
-        idle or not, with its rounds/s): one statement every lease-renew interval."""
+        """Keep this worker's row in the workers table, every lease-renew interval."""
         while not self._left:
             async with self._row:  # a beat in flight finishes before the row is deleted
                 if self._left:
