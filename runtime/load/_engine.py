@@ -157,41 +157,34 @@ class _Meter:
         self.microcompactions = 0
 
     def __call__(self, event: Event) -> None:
-        kind = type(event)
-        if kind is RoundStarted:
-            assert isinstance(event, RoundStarted)
+        if isinstance(event, RoundStarted):
             self.started[(event.session_id, event.round)] = time.perf_counter()
-        elif kind is RoundCommitted:
-            assert isinstance(event, RoundCommitted)
+        elif isinstance(event, RoundCommitted):
             now = time.perf_counter()
             began = self.started.pop((event.session_id, event.round), None)
             if began is not None:
                 self.round_seconds.append(now - began)
             self.acknowledged[event.session_id].append(event.round)
             self.committed_at[event.session_id] = (event.round, now)
-        elif kind is HistoryCompacted:
-            assert isinstance(event, HistoryCompacted)
+        elif isinstance(event, HistoryCompacted):
             self.compactions[event.session_id] += 1
             self.compacted += 1
             committed = self.committed_at.get(event.session_id)
             if committed is not None and committed[0] == event.round:
                 self.commit_to_compaction.append(time.perf_counter() - committed[1])
-        elif kind is CompactionFailed:
+        elif isinstance(event, CompactionFailed):
             self.compaction_failures += 1
-        elif kind is CompactionLanded:
-            assert isinstance(event, CompactionLanded)
+        elif isinstance(event, CompactionLanded):
             self.landed.append((event.kind, event.fraction, event.hard, event.waited))
-        elif kind is Microcompacted:
+        elif isinstance(event, Microcompacted):
             self.microcompactions += 1
-        elif kind is CompactionWaited:
-            assert isinstance(event, CompactionWaited)
+        elif isinstance(event, CompactionWaited):
             self.round_waits.append(event.seconds)
-        elif kind is SessionFailedEvent:
-            assert isinstance(event, SessionFailedEvent)
+        elif isinstance(event, SessionFailedEvent):
             self.failed_sessions.append(event.session_id)
-        elif kind is SessionHibernated:
+        elif isinstance(event, SessionHibernated):
             self.hibernated += 1
-        elif kind is SessionRehydrated:
+        elif isinstance(event, SessionRehydrated):
             self.rehydrated += 1
 
 
