@@ -324,34 +324,28 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             context_window=config.context_window if config.policy == "watermarks" else None,
             background_compaction=config.background_compaction,
         )
-        faulty: FaultyGateway | None = None
-        inner: ModelGateway
+        model: ModelGateway
         if config.in_process:
-            faulty = FaultyGateway(
-                ScriptedModel(
-                    tool_rounds=config.tool_rounds,
-                    latency=config.latency,
-                    keep_requests=False,
-                    prefix_cache=PrefixCache(),
-                ),
-                rates=parse_rates(config.faults),
-                slow_delay=config.slow_delay,
-                retry_after=config.retry_after,
-                seed=config.seed,
+            model = ScriptedModel(
+                tool_rounds=config.tool_rounds,
+                latency=config.latency,
+                keep_requests=False,
+                prefix_cache=PrefixCache(),
             )
-            inner = faulty
+            rates = parse_rates(config.faults)
         else:
             # the client checks every request too: an independent server (--base-url) has no
             # stats endpoint to ask, and cannot inject the faults asked for, so we do
-            faulty = FaultyGateway(
-                make_gateway(settings),
-                rates=parse_rates(config.faults) if config.base_url is not None else {},
-                slow_delay=config.slow_delay,
-                retry_after=config.retry_after,
-                seed=config.seed,
-            )
-            inner = faulty
-        gateway = MeteredGateway(inner)
+            model = make_gateway(settings)
+            rates = parse_rates(config.faults) if config.base_url is not None else {}
+        faulty = FaultyGateway(
+            model,
+            rates=rates,
+            slow_delay=config.slow_delay,
+            retry_after=config.retry_after,
+            seed=config.seed,
+        )
+        gateway = MeteredGateway(faulty)
         meter = _Meter()
         runtime = Runtime(
             settings, gateway=gateway, tools=synthetic_tools(config.tool_kb), limits=config.limits
@@ -394,7 +388,6 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             live_sessions = len(rt.sessions)
             rss_live = _rss_mb()
             verdicts, cache = await _verify_all(rt, ids, meter, acknowledged_turns)
-        assert faulty is not None
         wire = await wire_report(
             None if config.in_process else base_url,
             faulty.check,
