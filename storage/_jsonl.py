@@ -1,4 +1,4 @@
-"""The default store: one append-only JSONL file per session."""
+"""The default store: one append-only JSONL file per session (see docs/guides/stores.md)."""
 
 from __future__ import annotations
 

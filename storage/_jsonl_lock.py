@@ -1,5 +1,5 @@
-"""The JSONL writer leases: one byte each of ``<root>/.leases.lock``, locked with a Linux
-open-file-description lock, and a small record ``<root>/<session_id>.lock`` naming the holder."""
+"""The JSONL writer leases: one OFD-locked byte of ``<root>/.leases.lock`` per session and a
+record ``<root>/<session_id>.lock`` naming the holder (why: docs/guides/stores.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store many workers share: PostgreSQL through an asyncpg pool, with leases and fencing."""
+"""The store workers share: PostgreSQL through asyncpg, leases, fencing (docs/guides/workers.md)."""
 
 from __future__ import annotations
 

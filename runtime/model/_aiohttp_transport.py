@@ -1,4 +1,4 @@
-"""The gateway's HTTP client: aiohttp, one ``ClientSession`` per gateway."""
+"""The gateway's HTTP client: aiohttp, one ``ClientSession`` each (docs/guides/providers.md)."""
 
 from __future__ import annotations
 

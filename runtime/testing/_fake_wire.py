@@ -118,7 +118,7 @@ def compaction_object(
 
 
 def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
-    """ "round" or "summary": the purpose header, else what the body shows."""
+    """The purpose, "round" or "summary": the purpose header, else what the body shows."""
     if purpose in ("round", "summary"):
         return purpose
     if not body.get("tools"):

@@ -1,4 +1,4 @@
-"""Serving one claimed session: its queued messages, in order, each answered once."""
+"""One claimed session served: its queued messages, each answered once (docs/guides/workers.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A worker: one ``Runtime`` serving whichever sessions of a shared PostgreSQL store have input."""
+"""A worker: one ``Runtime`` serving the sessions of a shared PostgreSQL store that have input
+(how a fleet claims, fences and takes over: docs/guides/workers.md)."""
 
 from __future__ import annotations
 
