@@ -9,37 +9,24 @@ from typing import Any
 from stowage.core import ConfigError, IncompleteResponse, ModelConnectionError, ModelError
 
 from ._anthropic_wire import ANTHROPIC_VERSION, event_error
-from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER
-from ._sdk_events import SdkEvents
+from ._sdk_events import SdkEvents, sdk_error, sdk_plain
 
 __all__ = ["AnthropicEvents", "AnthropicSdkClient", "map_anthropic_error", "plain_message"]
 
 
 def plain_message(value: Any) -> Any:
     """A typed SDK object (a message or a stream event) as the plain JSON it came from."""
-    to_dict = getattr(value, "to_dict", None)
-    if not callable(to_dict):
-        raise IncompleteResponse(f"the response is not a message: {type(value).__name__}")
-    return to_dict(warnings=False)
+    return sdk_plain(value, "the response is not a message")
 
 
 def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
     """The ``ModelError`` for an anthropic SDK failure ``exc``. Raises nothing."""
     import anthropic
 
-    if isinstance(exc, ModelError):
-        return exc
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
-    if isinstance(exc, anthropic.APIStatusError):
-        return status_error(
-            exc.status_code,
-            None,
-            str(exc.message),
-            exc.response.headers,
-            max_retry_wait=max_retry_wait,
-        )
+    known = sdk_error(exc, anthropic, None, max_retry_wait=max_retry_wait)
+    if known is not None:
+        return known
     if isinstance(exc, anthropic.APIError):  # an error event inside a stream
         body = exc.body if isinstance(exc.body, dict) else {}
         return event_error(body.get("error", {"message": str(exc.message)}))

@@ -8,17 +8,10 @@ import inspect
 import json
 from typing import TYPE_CHECKING, Any
 
-from stowage.core import (
-    ConfigError,
-    IncompleteResponse,
-    ModelConnectionError,
-    ModelError,
-    ModelResponseError,
-)
+from stowage.core import ConfigError, IncompleteResponse, ModelError, ModelResponseError
 
-from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER, context_error, is_context_length_error
-from ._sdk_events import SdkEvents
+from ._sdk_events import SdkEvents, sdk_error, sdk_plain
 
 if TYPE_CHECKING:
     import openai
@@ -28,28 +21,16 @@ __all__ = ["PlainEvents", "SdkClient", "map_openai_error", "plain"]
 
 def plain(value: Any) -> Any:
     """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from."""
-    to_dict = getattr(value, "to_dict", None)
-    if not callable(to_dict):
-        raise IncompleteResponse(f"the response is not valid JSON: {type(value).__name__}")
-    return to_dict(warnings=False)
+    return sdk_plain(value, "the response is not valid JSON")
 
 
 def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
     """The ``ModelError`` for an openai/parse failure ``exc``, the server's wait capped."""
     import openai
 
-    if isinstance(exc, ModelError):
-        return exc
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
-    if isinstance(exc, openai.APIStatusError):
-        return status_error(
-            exc.status_code,
-            exc.code,
-            str(exc.message),
-            exc.response.headers,
-            max_retry_wait=max_retry_wait,
-        )
+    known = sdk_error(exc, openai, getattr(exc, "code", None), max_retry_wait=max_retry_wait)
+    if known is not None:
+        return known
     if isinstance(exc, openai.APIError):  # an error event inside a stream, a bad body
         if is_context_length_error(exc.code, str(exc.message)):
             return context_error(exc.code, str(exc.message))
