@@ -1,22 +1,5 @@
-"""What the SQL stores share to keep a long session's hot table small: which records move to
-the archive table, up to which seq, and what a resume still needs from the moved range.
-
-A record may move once a compaction covers it (``seq <= covers_through``) and that compaction
-was recorded before the retention cutoff: resume (``read_tail``) reads only the session record
-and what follows the newest compaction's ``covers_through``, so the moved rows are never read
-again on the hot path. Everything else still reads them: ``read`` (``show``, ``export``, a
-fork's parent, ``recall_artifact``) and ``read_range``/``search_log`` read the archive and the
-hot table as one log.
-
-Four kinds stay hot wherever they stand, since what a session runs with is folded from them on
-every resume (``read_identity``): the session record, ``settings_changed``, ``rewind`` and
-``forked_from``. They are few and small, so the hot table still stops growing.
-
-The stores find the kept kinds and the compactions by the head of the stored line (the codec
-writes ``v``, ``seq``, ``ts``, ``type`` first): a match is only a candidate, decoded and
-checked here, so a line whose text happens to hold the same words costs a decode, never a
-wrong answer.
-"""
+"""What the SQL stores share to keep a long session's hot table small: which records move to the
+archive table, up to which seq, and what a resume still needs from the moved range."""
 
 from __future__ import annotations
 
@@ -63,8 +46,7 @@ _IDENTITY_TYPES = (SessionRecord, SettingsChangedRecord, RewindRecord, ForkedFro
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchiveReport:
-    """What archiving did to one session: ``moved`` rows, and the seq the archive now holds
-    the log through (0: nothing archived)."""
+    """What archiving did to one session: rows moved, and the seq archived through."""
 
     session_id: str
     moved: int
@@ -77,10 +59,7 @@ def head_like(kind: str) -> str:
 
 
 def archive_through(candidates: Iterable[Record], *, cutoff: datetime, tail_from: int) -> int:
-    """The seq up to which a session may be archived: the largest ``covers_through`` of the
-    compactions among ``candidates`` recorded at or before ``cutoff``, never at or past
-    ``tail_from`` (what resume reads from). 0 when none qualifies. Pure; raises nothing (a
-    compaction whose ``ts`` does not parse is not old enough)."""
+    """The seq a session may be archived through (0: none); never at or past ``tail_from``."""
     through = 0
     for record in candidates:
         if not isinstance(record, CompactionRecord):
@@ -96,15 +75,13 @@ def archive_through(candidates: Iterable[Record], *, cutoff: datetime, tail_from
 
 
 def identity_records(candidates: Iterable[Record]) -> tuple[Record, ...]:
-    """The records among ``candidates`` that resume folds a session's identity from (see
-    ``IDENTITY_KINDS``), in their order. Pure."""
+    """The records among ``candidates`` that resume folds a session's identity from. Pure."""
     return tuple(r for r in candidates if isinstance(r, _IDENTITY_TYPES))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchivePass:
-    """One run of ``archive`` over a store: records a compaction recorded before ``cutoff``
-    covers move, ``batch`` seqs a transaction, ``on_batch(session_id, moved)`` after each."""
+    """One run of ``archive`` over a store: what moves, in batches of ``batch`` seqs."""
 
     cutoff: datetime
     batch: int
@@ -119,9 +96,7 @@ class ArchivePass:
         archived: int,
         move: Callable[[int, int], Awaitable[int]],
     ) -> ArchiveReport:
-        """Archive what ``candidates`` (the compactions past ``archived``, decoded) let move,
-        a batch a call of ``move(first, last)`` (one transaction: it returns the rows it
-        moved). Raises what ``move`` raises."""
+        """Archive what ``candidates`` let move, one ``move(first, last)`` transaction a batch."""
         through = archive_through(candidates, cutoff=self.cutoff, tail_from=tail_from)
         moved = 0
         first = max(archived + 1, 2)  # seq 1, the session record, stays hot
@@ -138,8 +113,7 @@ class ArchivePass:
 
 
 def decode_candidates(rows: Iterable[tuple[int, str]], *, where: str) -> list[Record]:
-    """Decode candidate ``(seq, body)`` rows; ``CorruptLogError`` naming ``where`` and the seq
-    of a bad one."""
+    """Decode candidate ``(seq, body)`` rows; ``CorruptLogError`` naming ``where``."""
     out: list[Record] = []
     for seq, body in rows:
         try:

@@ -1,11 +1,4 @@
-"""The record codec: one record, one JSON line.
-
-Every store writes the same line format (JSONL holds it verbatim, SQLite and PostgreSQL keep it
-as the row body), so a log can move between stores byte for byte. The codec is on the hot path
-of every append and every resume, hence orjson and hand-written field mapping, no validation
-framework: a line is checked just enough that a bad one fails with a message naming the record
-type and the field.
-"""
+"""The record codec: one record, one JSON line."""
 
 from __future__ import annotations
 

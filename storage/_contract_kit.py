@@ -1,8 +1,5 @@
-"""What the store contract's checks are built from: the factories they take, the records they
-write, and the small assertions they share (see ``contract``).
-
-No pytest import here: the module ships with the package for third-party stores.
-"""
+"""What the store contract's checks are built from: the factories they take, the records they write,
+and the small assertions they share (see ``contract``)."""
 
 from __future__ import annotations
 
@@ -62,12 +59,7 @@ ExpiryCheck: TypeAlias = Callable[[ExpiringStoreFactory], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backing:
-    """A view of a store's backing data, for checks that readers change none of it.
-
-    ``snapshot()`` returns everything the store keeps (say, every file under a directory with
-    its bytes), comparable with ``==``; ``tear(session_id)``, for stores whose writes can tear,
-    leaves a partial record at the end of the session's log as a crash mid-write would.
-    """
+    """A view of a store's backing data, for checks that readers change none of it."""
 
     snapshot: Callable[[], Awaitable[object]]
     tear: Callable[[str], Awaitable[None]] | None = None

@@ -1,8 +1,5 @@
 """The store contract's checks of the writer lease: one writer per session, across stores and
-processes, and for stores whose leases expire, the fence that stops a writer taken over.
-
-No pytest import here: the module ships with the package for third-party stores.
-"""
+processes, and for stores whose leases expire, the fence that stops a writer taken over."""
 
 from __future__ import annotations
 
@@ -14,14 +11,7 @@ import sys
 from functools import partial
 
 import anyio
-from stowage.core import (
-    FencingError,
-    Record,
-    SessionBusy,
-    SessionExists,
-    StoreError,
-    WriterLease,
-)
+from stowage.core import FencingError, Record, SessionBusy, SessionExists, StoreError, WriterLease
 
 from ._contract_kit import (
     ExpiringStoreFactory,
@@ -248,12 +238,8 @@ anyio.run(main)
 async def check_writer_in_another_process(
     open_store: StoreFactory, store_source: str, *, takeover_within: float = 0.0
 ) -> None:
-    """A session another process holds is refused with ``SessionBusy`` naming that process;
-    once the process is killed (SIGKILL), its lease frees within ``takeover_within`` seconds.
-
-    ``store_source`` is the source of an expression that opens the same store in the child,
-    after ``from stowage.storage import *``, e.g. ``"JsonlStore('/srv/logs')"``.
-    """
+    """A session another process holds is refused with ``SessionBusy`` naming that process; once the
+    process is killed (SIGKILL), its lease frees within ``takeover_within`` seconds."""
     async with opened(open_store) as store:
         await store.create("s1", session_start())
     code = _CHILD.format(store=store_source, session_id="s1")

@@ -1,10 +1,4 @@
-"""A bounded LRU of open append descriptors, shared by the store's worker threads.
-
-Reopening a log on every append costs a path walk and an open per batch; with thousands of
-sessions, keeping every file open would exhaust descriptors. Entries in use are pinned, because
-closing a descriptor another thread is writing through could let the number be reused by an
-unrelated open and the bytes land in the wrong file.
-"""
+"""A bounded LRU of open append descriptors, shared by the store's worker threads."""
 
 from __future__ import annotations
 
@@ -26,11 +20,7 @@ class _Entry:
 
 
 class FdCache:
-    """Descriptors by key, least recently used closed first once over ``capacity``.
-
-    Methods are thread-safe. A caller must not acquire the same key from two threads at once
-    (the store serialises per session before it gets here).
-    """
+    """Descriptors by key, least recently used closed first once over ``capacity``."""
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -43,10 +33,7 @@ class FdCache:
         return len(self._entries)
 
     def acquire(self, key: str, opener: Callable[[], int]) -> int:
-        """The descriptor for ``key``, pinned until ``release``; ``opener`` makes one if absent.
-
-        Raises whatever ``opener`` raises.
-        """
+        """The descriptor for ``key``, pinned until ``release``; ``opener`` makes one if absent."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

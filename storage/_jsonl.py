@@ -1,36 +1,4 @@
-"""The default store: one append-only JSONL file per session.
-
-Line ``n`` of a log holds seq ``n``, so a reader can locate any record by counting newlines
-from a known one. Resume uses that: it scans backwards for the newest compaction line and
-decodes only what follows it, so its cost grows with the tail, not with the whole log.
-
-Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
-was given in that hop), because the persistence actor batches across many sessions and a hop per
-file would cost more than the writes; the hop goes to a thread of the store's own (see
-``WriterThread``), as anyio's worker threads cost several times more on the event loop per call.
-Each session's file is written and synced on its own: a failure on one file fails that session
-only, and its file is cut back to where it stood, so an acknowledged batch is whole and an
-unacknowledged one is absent (a crash can still leave a torn last line: bytes after the last
-newline). Before every write the open descriptor is checked against the path (still linked,
-still the file under that name, still the file the lease was taken on): bytes written to a log
-deleted or replaced under a live session would be acknowledged and then found by no reader.
-
-One writer per session: the writer lease is a lock on the session's byte of the root's one lease
-file, ``.leases.lock``, taken through the one descriptor the store object holds for all its
-leases (see ``_jsonl_lock``: an open-file-description lock, so no descriptor is held per live
-session), and a record ``<id>.lock`` beside the log naming the holder. It is held by the store
-object from its ``acquire``, ``create`` or first append of the session until ``release`` or
-``aclose``, and by nobody once the process is gone. Logs are opened through a bounded cache of
-descriptors (``max_open_files``), so a store holds at most ``max_open_files + 1`` however many
-sessions are live. A
-second writer, in another process or through another store (or a second ``acquire`` through
-this one), gets ``SessionBusy`` naming the holder. The store remembers the leases it holds, so
-appends carry no token; holding the lock is the fence. Taking the lease cuts a torn last line
-off the log, and only the lease holder ever cuts one: a reader reports it and changes nothing
-(``read(..., repair=False)``), unless it asks to ``repair`` and the lease is free, in which case
-it takes the lease for the cut and gives it back. Readers never create the root, a log or a lock
-file; the root is created by the first ``create``.
-"""
+"""The default store: one append-only JSONL file per session (see docs/guides/stores.md)."""
 
 from __future__ import annotations
 
@@ -86,8 +54,7 @@ _Reader = Callable[[str, str], Awaitable[tuple[tuple[Record, ...], LogEnd]]]
 
 @dataclass(eq=False, slots=True)
 class _Held:
-    """A lease this store holds (its lock is in the store's ``LeaseTable``); ``log_id`` is the
-    log file it writes (``None`` until the log exists)."""
+    """A lease this store holds; ``log_id`` is the log file it writes (None until it exists)."""
 
     lease: Lease
     log_id: FileId | None = None
@@ -127,8 +94,7 @@ class _SessionLocks:
 
 
 class _Holding:
-    """One ``async with`` of ``_SessionLocks.hold`` (a class, not a generator-based context
-    manager: every group commit enters one)."""
+    """One ``async with`` of ``_SessionLocks.hold``: a class, cheaper than a generator CM."""
 
     __slots__ = ("_held", "_session_ids", "_slots", "_taken")
 
@@ -185,11 +151,7 @@ class JsonlStore:
     """
 
     def __init__(
-        self,
-        root: Path | str,
-        *,
-        durability: Durability = "fsync",
-        max_open_files: int = 512,
+        self, root: Path | str, *, durability: Durability = "fsync", max_open_files: int = 512
     ) -> None:
         if durability not in ("fsync", "syncfs", "none"):
             raise ConfigError(f"durability must be 'fsync', 'syncfs' or 'none', got {durability!r}")
@@ -425,8 +387,7 @@ class JsonlStore:
     async def _lock(
         self, session_id: str, path: str, *, make_root: bool = False
     ) -> tuple[int, LeaseHolder]:
-        """Take the session's lock: ``(token, holder)``; ``SessionBusy`` if held.
-        With ``make_root``, the root is created first (in the same thread hop)."""
+        """Take the session's lock: ``(token, holder)``; ``SessionBusy`` if held."""
         lock_path = self._files.lock_path(path)
         try:
             return await anyio.to_thread.run_sync(self._lock_sync, session_id, lock_path, make_root)
@@ -486,8 +447,7 @@ class JsonlStore:
     # -- group commits ----------------------------------------------------------------------
 
     def _plan(self, session_id: str, records: Sequence[Record]) -> _Plan:
-        """Check and encode one batch (see ``group_by_session``); raises ``InvalidSessionId``,
-        ``StoreError``."""
+        """Check and encode one batch; raises ``InvalidSessionId``, ``StoreError``."""
         held = self._held.get(session_id)
         path = held.path if held is not None else None
         if path is None:
@@ -498,13 +458,7 @@ class JsonlStore:
         return _Plan(path=path, records=records, data=_encode(session_id, records))
 
     async def _prepare(self, session_id: str, plans: list[_Plan]) -> LogWrite | None:
-        """Check one session's batches against its log under its lease (taken here if not
-        held): the write to make, or ``None`` when the batches hold no record.
-
-        Raises ``SessionNotFound``, ``SessionBusy``, ``CorruptLogError``, or ``StoreError``
-        for seqs that do not continue the log or a log deleted or replaced under the lease;
-        a lease taken here is given back then.
-        """
+        """One session's batches checked under its lease: the write to make, or None."""
         path = plans[0].path
         took_lease = session_id not in self._held
         if took_lease:
@@ -573,10 +527,7 @@ class JsonlStore:
     async def _repair_as_writer(
         self, session_id: str, path: str
     ) -> TornTail | Literal[False] | None:
-        """Cut a torn tail as its writer: under the lease this store holds, or under one taken
-        for the cut and given back; returns what was cut (``None`` if the tail was whole by
-        then). ``False`` when another writer holds the lease (or the lock file cannot be made,
-        say on a read-only disk): then nothing is cut."""
+        """Cut a torn tail under this store's lease (or one taken for it); what was cut, or None."""
         if session_id in self._held:
             return await self._load_end(session_id, path)
         try:
@@ -601,8 +552,7 @@ class JsonlStore:
     # -- reading ----------------------------------------------------------------------------
 
     async def _read_repairing(self, session_id: str, read: _Reader, *, repair: bool) -> LogRead:
-        """``read`` the log; a torn tail is cut first when ``repair`` and this store holds or
-        can take the lease, else reported (see ``read``)."""
+        """``read``, cutting a torn tail first when ``repair`` and the lease can be had."""
         path = self._files.path(session_id)
         async with self._locks.hold((session_id,)):
             self._check_open()
@@ -655,10 +605,7 @@ class JsonlStore:
         return end, records
 
     async def _load_end(self, session_id: str, path: str) -> TornTail | None:
-        """Learn where a held log ends, cutting a torn tail off first; only a lease holder may.
-
-        Raises ``CorruptLogError`` for a bad line that is not a torn tail.
-        """
+        """Learn where a held log ends, cutting a torn tail off first; only a lease holder may."""
         try:
             try:
                 async with aiofiles.open(path, "rb") as file:

@@ -1,11 +1,6 @@
-"""The files of a JSONL store's root: where each session's log and lock live, and the blocking
-file work (create a log, write and sync a group commit, cut a torn tail), which the store runs
-in a thread (see ``_jsonl``).
-
-Every write first checks the open descriptor against the path (still linked, still the file
-under that name, still the file the lease was taken on), and a write or sync that fails cuts
-its file back to where it stood, so an unacknowledged batch is absent.
-"""
+"""The files of a JSONL store's root: where each session's log and lock live, and the blocking file
+work (create a log, write and sync a group commit, cut a torn tail), which the store runs in a
+thread (see ``_jsonl``)."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class LogFiles:
-    """The logs under ``root`` (resolved already), opened through ``fds``; synced with
-    ``fsync`` per log, or with ``syncfs`` once for a group of several when given."""
+    """The logs under ``root``: fsync per log, or one ``syncfs`` for a group when given."""
 
     def __init__(
         self, root: str, *, fds: FdCache, fsync: bool, syncfs: Callable[[int], None] | None
@@ -61,8 +55,7 @@ class LogFiles:
         self._syncfs = syncfs
 
     def create(self, session_id: str, path: str, data: bytes) -> FileId:
-        """Make the log at ``path`` holding ``data``, synced; returns its file id. Raises
-        ``SessionExists``, ``StoreError``."""
+        """Make the log at ``path`` holding ``data``, synced; returns its file id."""
         # Written under a temporary name and linked into place, so a crash never leaves a
         # half-created log, and link() refuses an existing name atomically.
         temp = os.path.join(self._root, f".{session_id}.{secrets.token_hex(4)}.tmp")
@@ -93,9 +86,7 @@ class LogFiles:
         return info.st_dev, info.st_ino
 
     def write_group(self, writes: list[LogWrite]) -> dict[str, StoreError]:
-        """Write each session's bytes to its own log, then sync each log once; returns the
-        sessions that failed on their own file (gone, replaced, a write or sync error), each
-        cut back to where it stood. Anything else cuts every file back and is raised."""
+        """Write and sync each log; the sessions that failed on their own file, cut back."""
         failed: dict[str, StoreError] = {}
         pinned: list[str] = []
         written: list[tuple[LogWrite, int, int]] = []  # (write, fd, size before the write)
@@ -156,8 +147,7 @@ class LogFiles:
         return failed
 
     def _cut_back(self, write: LogWrite, fd: int, size: int, exc: OSError) -> StoreError:
-        """A log whose write or sync failed, cut back to ``size`` (where it stood) and its
-        descriptor dropped; the error its session gets."""
+        """Cut a failed log back to ``size`` and drop its descriptor; the error its session gets."""
         with suppress(OSError):
             os.ftruncate(fd, size)
         self._fds.discard(write.session_id)
@@ -204,8 +194,7 @@ class LogFiles:
             os.close(fd)
 
     def path(self, session_id: str) -> str:
-        """The log of ``session_id``; raises ``InvalidSessionId``, also for a name that links
-        outside the root."""
+        """The log of ``session_id``; ``InvalidSessionId``, also for a link out of the root."""
         validate_session_id(session_id)
         path = os.path.join(self._root, session_id + _SUFFIX)
         # Defence in depth: the id pattern already rules out separators and dot names, but a
@@ -227,10 +216,7 @@ def _open_append(path: str) -> int:
 
 
 def _size_of_the_same_log(write: LogWrite, fd: int) -> int:
-    """The size of the open log ``fd``, once it is known to be the session's log still: the
-    file its path names (so not unlinked: ``st_nlink`` 0 never passes) and the file the lease
-    was taken on (``fd`` may have been reopened by path after the cache evicted it). Raises
-    ``StoreError`` naming the file otherwise."""
+    """The size of ``fd``, once it is known to be the session's log still (same file as leased)."""
     info = os.fstat(fd)
     try:
         named = os.stat(write.path, follow_symlinks=False)

@@ -1,37 +1,5 @@
-"""The JSONL writer leases: one byte each of ``<root>/.leases.lock``, locked with a Linux
-open-file-description lock, and a small record ``<root>/<session_id>.lock`` naming the holder.
-
-Why this shape. A lease must be held for as long as its session is live, by a lock the kernel
-drops when the process dies (a killed writer blocks nobody), and it must exclude a second store
-object in the same process as well as other processes. A ``flock`` per session does all that,
-but holds a descriptor per live session: at about 19,500 of them a process ran out of
-descriptors. POSIX record locks (``lockf``) would need only one file but belong to the process,
-so two stores in one process would never conflict, and closing any descriptor of the file drops
-them all. Open-file-description locks (``F_OFD_SETLK``, Linux 3.15) are byte-range locks owned
-by the open file description, like a ``flock``: so one descriptor per store holds every lease of
-that store, two stores conflict even within one process, and the locks die with the last
-descriptor (the process). Nothing else changes: no lease expires, none survives its process.
-
-Which byte. A session's byte is the first 63 bits of the BLAKE2b hash of its id (``lease_byte``;
-off_t is signed, the file stays empty: a lock may lie past the end). Two ids sharing a byte is a
-false conflict, never a missed one: a second store gets ``SessionBusy`` for a session nobody
-writes (with 20,000 live sessions the odds that any two share a byte are about 2 in 10^11).
-Within one store, where the kernel cannot tell two leases on one byte apart, ``LeaseTable``
-counts the holders of each byte and unlocks it with the last of them.
-
-The record. ``<id>.lock`` holds ``{"owner", "pid", "host", "since", "token"}``, written by the
-holder right after it locks and opened only for that write (and by a refused writer or a reader
-that wants the holder's name); ``token`` counts the grants, so the next holder's token is one
-more. Releasing leaves ``{"token": n}``, written before the byte is unlocked so that it never
-overwrites the next holder's name. Neither file is ever deleted: a lease file deleted while a
-store has it open would let another store lock the same byte of a new file. A store checks,
-whenever it takes a lease, that the path still names the file it holds open.
-
-Every root must be written by processes of one lock scheme: a process of a version that took a
-``flock`` on ``<id>.lock`` does not see these locks, nor they its.
-
-Everything here blocks; the store calls it from a worker thread.
-"""
+"""The JSONL writer leases: one OFD-locked byte of ``<root>/.leases.lock`` per session and a
+record ``<root>/<session_id>.lock`` naming the holder (why: docs/guides/stores.md)."""
 
 from __future__ import annotations
 
@@ -72,11 +40,7 @@ def lease_byte(session_id: str) -> int:
 
 
 class LeaseTable:
-    """The leases one store holds, as locks on its one open description of ``LEASE_FILE``.
-
-    The file is opened by the first ``take`` and closed by ``close`` (which drops every lock
-    still held). Thread-safe.
-    """
+    """The leases one store holds, as locks on its one open description of ``LEASE_FILE``."""
 
     def __init__(self, root: str, owner: str) -> None:
         self.path = os.path.join(root, LEASE_FILE)
@@ -91,13 +55,7 @@ class LeaseTable:
         return 0 if self._fd is None else 1
 
     def take(self, session_id: str, record: str) -> tuple[int, LeaseHolder]:
-        """Lock the session's byte and name this store in ``record``: ``(token, holder)``.
-
-        Raises ``SessionBusy`` naming the holder when another open description (any process,
-        this one included) has the byte, ``StoreError`` when the lease file was replaced while
-        this store held leases on it or this system has no open-file-description locks, and
-        ``OSError`` when a file cannot be opened or written.
-        """
+        """Lock the session's byte and name this store in ``record``: ``(token, holder)``."""
         byte = lease_byte(session_id)
         with self._mutex:
             locked = self._holders.get(byte, 0) > 0 or self._lock(byte)
@@ -145,8 +103,7 @@ class LeaseTable:
             os.close(fd)
 
     def _lock(self, byte: int) -> bool:
-        """Lock ``byte`` on this table's description (called with the mutex held); False if
-        another description has it."""
+        """Lock ``byte`` on this table's description (mutex held); False if another has it."""
         for _ in range(3):
             fd = self._open()
             try:
@@ -205,18 +162,14 @@ class LeaseTable:
 
 
 def holder_of_file(root: str, session_id: str, record: str) -> LeaseHolder | None:
-    """The holder of a session's lease, looked up without locking (a reader must never make a
-    writer busy), or None: its byte is not locked (no lease file, released, or its holder's
-    process is gone), or its record names no holder yet. Raises nothing."""
+    """The holder of a session's lease, looked up without locking, or None. Raises nothing."""
     if not lease_is_locked(root, session_id):
         return None
     return _parse_holder(_read(record))
 
 
 def lease_is_locked(root: str, session_id: str) -> bool:
-    """Whether some open description (any store, any process) locks the session's byte of
-    ``root``'s lease file; asks the kernel (``F_OFD_GETLK``) and locks nothing. Raises
-    nothing: an unreadable or missing lease file locks nothing."""
+    """Whether any open description locks the session's byte (``F_OFD_GETLK``; locks nothing)."""
     try:
         fd = os.open(os.path.join(root, LEASE_FILE), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:

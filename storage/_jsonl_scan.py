@@ -1,9 +1,4 @@
-"""Reading a JSONL log from its end: torn-tail detection and the resume tail.
-
-Line ``n`` holds seq ``n``, so the newest compaction found by a backwards byte scan tells how
-many lines back the tail starts; nothing before it is decoded. Anything that does not line up
-raises ``NeedFullScan`` and the caller falls back to a full read, which names the bad line.
-"""
+"""Reading a JSONL log from its end: torn-tail detection and the resume tail."""
 
 from __future__ import annotations
 
@@ -86,11 +81,7 @@ def _try_decode(line: bytes) -> Record | None:
 
 
 def parse_all(data: bytes, path: str) -> tuple[list[Record], LogEnd]:
-    """Every record of a log's bytes, and the incomplete last line (no newline) after them.
-
-    Raises ``CorruptLogError`` for a complete line (one that ends in a newline) that does not
-    decode, the last one included: only a line the crash cut short is a torn tail.
-    """
+    """Every record of a log's bytes, and the incomplete last line (no newline) after them."""
     lines = data.split(b"\n")
     partial = lines.pop()  # b"" when the file ends in a newline
     records: list[Record] = []
@@ -125,8 +116,7 @@ def tail_of(records: Sequence[Record]) -> tuple[Record, ...]:
 
 
 async def scan_end(sx: Suffix) -> LogEnd:
-    """Find the last good line and any torn line (bytes after the last newline) after it,
-    reading from the end; a complete last line that does not decode needs the full scan."""
+    """The last good line and any torn tail after it, read from the end of the log."""
     size = sx.size
     if size == 0:
         return LogEnd(good_end=0, last=None, torn_bytes=0)

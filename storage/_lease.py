@@ -1,10 +1,5 @@
-"""What the stores' writer leases share: the lease object, who this process is, and the rule an
-SQL store applies to a session's lease row before it lets a write through.
-
-A ``Lease`` is a ``WriterLease`` whose ``renew`` and ``release`` call back into the store that
-granted it; the store keeps it in its table of held leases until it is released (or the store is
-closed), which is how appends find the token they must carry.
-"""
+"""What the stores' writer leases share: the lease object, who this process is, and the rule an SQL
+store applies to a session's lease row before it lets a write through."""
 
 from __future__ import annotations
 
@@ -50,12 +45,7 @@ def pid_alive(pid: int) -> bool:
 
 
 class Lease:
-    """One grant of a session's writer lease; see ``stowage.core.WriterLease``.
-
-    ``handed_out`` is true once ``acquire`` gave it to a caller (a lease taken implicitly by a
-    write is not, and the next ``acquire`` through the same store hands it out); ``lost`` once
-    the store learned that another writer took the session over.
-    """
+    """One grant of a session's writer lease; see ``stowage.core.WriterLease``."""
 
     def __init__(
         self,
@@ -119,8 +109,7 @@ class LeaseRow:
 
 
 def lease_is_free(row: LeaseRow, *, dead_pid_frees: bool) -> bool:
-    """Whether a new writer may take the lease: released, expired, or (``dead_pid_frees``, one
-    machine) held by a process of this host that no longer exists."""
+    """Whether a new writer may take the lease: released, expired, or its local holder dead."""
     if row.owner is None or row.expired:
         return True
     holder = row.holder
@@ -135,10 +124,7 @@ def lease_is_free(row: LeaseRow, *, dead_pid_frees: bool) -> bool:
 def check_lease_row(
     session_id: str, lease: Lease, row: LeaseRow, *, owner: str, where: str = ""
 ) -> None:
-    """Raises ``FencingError`` (and marks ``lease`` lost) unless ``row`` is still ``lease``.
-
-    The token is the fence: a lease that expired but that nobody took over is still ours.
-    """
+    """Raises ``FencingError`` (and marks ``lease`` lost) unless ``row`` is still ``lease``."""
     if row.token == lease.token and row.owner == owner:
         return
     lease.lost = True

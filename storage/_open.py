@@ -1,8 +1,4 @@
-"""Pick a log store from one string, so settings and the CLI name a store the same way.
-
-Each store's module is imported when a spec names it, the way anyio picks a backend at run
-time: a JSONL store loads no database driver (``sqlite3``, asyncpg) and no SQL.
-"""
+"""Pick a log store from one string, so settings and the CLI name a store the same way."""
 
 from __future__ import annotations
 

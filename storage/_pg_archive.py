@@ -1,14 +1,5 @@
 """PostgreSQL's archive: covered records move from ``stowage_records`` to
-``stowage_records_archive`` in batches, each one statement and so one transaction.
-
-Each batch is ``WITH moved AS (DELETE … RETURNING …) INSERT INTO archive SELECT … FROM moved``:
-a row is in exactly one of the two tables in every snapshot, so a reader's single-statement
-read of both (``read``, ``read_range``) sees every record once, and a process killed between
-batches leaves whole batches moved and the rest in place; the next run starts again from the
-archive's highest seq. Appends never wait on it: they write seqs past the newest compaction's
-``covers_through``, and archiving only moves seqs below it. The rules of what moves are in
-``_archive``.
-"""
+``stowage_records_archive`` in batches, each one statement and so one transaction."""
 
 from __future__ import annotations
 
@@ -50,8 +41,7 @@ class ArchiveTables:
         )
 
     def both(self, where: str) -> str:
-        """Rows of the hot table and the archive with ``where`` (over ``session_id``, ``seq``,
-        ``body``), as one relation ``(seq, body)``."""
+        """Hot and archived rows matching ``where`` as one relation ``(seq, body)``."""
         return (
             f"(SELECT seq, body FROM {self.records} WHERE {where} "
             f"UNION ALL SELECT seq, body FROM {self.archive} WHERE {where})"
@@ -82,14 +72,9 @@ def decode_identity(rows: list[Any], *, where: str) -> tuple[Record, ...]:
 
 
 async def archive_session(
-    pool: Any,
-    tables: ArchiveTables,
-    session_id: str,
-    archiving: ArchivePass,
+    pool: Any, tables: ArchiveTables, session_id: str, archiving: ArchivePass
 ) -> ArchiveReport:
-    """Move the session's records covered by a compaction recorded at or before the pass's
-    cutoff into the archive, a batch a transaction (see ``ArchivePass``). Raises what asyncpg
-    raises (the store maps it)."""
+    """Move the session's records a compaction covers into the archive, a batch a transaction."""
     state = await pool.fetchrow(
         f"SELECT s.tail_from, (SELECT coalesce(max(a.seq), 0) FROM {tables.archive} AS a "
         f"WHERE a.session_id = s.session_id) AS archived FROM {tables.sessions} AS s "

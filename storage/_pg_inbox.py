@@ -1,23 +1,4 @@
-"""The PostgreSQL store's inbox: messages waiting for a worker, and which of them the log holds.
-
-A queued message is a JSON object in its session's ``inbox`` array: ``message_id`` (the
-sender's uuid), ``text``, ``pinned`` and ``sent`` (when). ``<schema>.stowage_messages`` has a
-row per message id the log holds: the seq of its user item, then either ``answered_seq`` (the
-seq of its turn's ``finished`` record) or ``status = 'failed'`` with the reason a worker gave up.
-
-The rows move with the log, in the append's own transaction: the append that logs a user item
-carrying a message id inserts its row (and is refused, before anything is written, when the id
-is there already: the log holds a message id at most once); the append that logs a turn's
-``finished`` record marks the turn's messages answered and takes them out of the inbox. So a
-message leaves the inbox only once its answer is durable, and a worker that dies mid-turn leaves
-it queued, marked as logged, for the next worker to finish the turn without logging it again.
-
-A session whose log does not exist yet can still receive messages (``push_message(...,
-create=True)``): its row has ``tail_from = 0`` (a real log's is 1 or more) until ``create``.
-
-Workers are woken by NOTIFY on two channels per schema: ``inbox`` when a message is queued,
-``answers`` when one is answered or given up on; the payload is the session id.
-"""
+"""The PostgreSQL store's inbox: messages waiting for a worker, and which of them the log holds."""
 
 from __future__ import annotations
 
@@ -69,8 +50,7 @@ class Logged:
         )
 
     def refusal(self, session_id: str, logged_before: Mapping[str, str]) -> StoreError | None:
-        """The error that refuses ``session_id``'s batches when they log a message id that the
-        log already holds (``logged_before``: session id -> such an id)."""
+        """The error refusing ``session_id``'s batches for logging a message id a second time."""
         message_id = logged_before.get(session_id)
         if message_id is None:
             return None
@@ -96,8 +76,7 @@ def messages_logged(batches: Sequence[tuple[str, Sequence[Record]]]) -> Logged:
 
 
 def decode_entries(inbox: str | bytes) -> list[dict[str, Any]]:
-    """The inbox column's entries (anything that is not a JSON object comes back wrapped as
-    ``{"value": ...}``, so a worker can still drop it by the original)."""
+    """The inbox column's entries; a non-object comes back as ``{"value": ...}``."""
     loaded = orjson.loads(inbox)
     if not isinstance(loaded, list):
         return []
@@ -112,8 +91,7 @@ _KEEP = (
 
 
 def keep_entries(inbox: str, keep: str) -> str:
-    """SQL for the entries of the JSON array ``inbox`` for which ``keep`` (a predicate on
-    ``e``, one entry) holds, in their order."""
+    """SQL for the entries of ``inbox`` for which ``keep`` (a predicate on ``e``) holds."""
     return _KEEP.format(inbox=inbox, keep=keep)
 
 
@@ -171,8 +149,7 @@ class InboxTables:
         return {row["session_id"]: row["message_id"] for row in rows}
 
     async def record(self, conn: Any, logged: Logged) -> None:
-        """Record the logged message ids, then mark the messages of finished turns answered,
-        take them out of their inboxes and NOTIFY their sessions' answers."""
+        """Record logged message ids; settle the answered ones and NOTIFY their sessions."""
         if logged.messages:
             await conn.execute(
                 f"INSERT INTO {self.messages} (session_id, message_id, seq) "
@@ -205,8 +182,7 @@ class InboxTables:
     async def push(
         self, conn: Any, session_id: str, message: Mapping[str, Any], *, create: bool
     ) -> Literal["queued", "duplicate", "missing"]:
-        """Queue ``message`` (it has a ``message_id``) unless that id is queued or logged;
-        ``create`` makes a row for a session with no log yet. In a transaction of the caller."""
+        """Queue ``message`` unless its id is queued or logged, in the caller's transaction."""
         message_id = message["message_id"]
         if create:
             await conn.execute(
@@ -236,8 +212,7 @@ class InboxTables:
         return "queued"
 
     def peek_sql(self, lease_columns: str) -> str:
-        """The inbox of one session (``$1``), its lease, and the status of each queued id
-        that the log holds (a JSON object: message id -> status)."""
+        """One session's inbox, its lease, and the status of each queued id the log holds."""
         # one primary-key look-up per queued id (a subquery per entry, which the planner
         # cannot turn into a join; OFFSET 0 keeps it from being evaluated twice): a join read
         # every message row of the session, 20,000 for one that had answered 20,000 messages
@@ -254,14 +229,11 @@ class InboxTables:
     async def drop(
         self, conn: Any, session_id: str, entries: Sequence[Mapping[str, Any]], reason: str
     ) -> None:
-        """Take ``entries`` out of the session's inbox; each message id among them that was
-        not answered is marked failed with ``reason``. In a transaction of the caller."""
+        """Take ``entries`` out of the inbox; the unanswered ones fail with ``reason``."""
         bodies = [orjson.dumps(dict(entry)).decode() for entry in entries]
         keep = _KEEP.format(inbox="inbox", keep="NOT (e = ANY($2::jsonb[]))")
         await conn.execute(
-            f"UPDATE {self.sessions} SET inbox = {keep} WHERE session_id = $1",
-            session_id,
-            bodies,
+            f"UPDATE {self.sessions} SET inbox = {keep} WHERE session_id = $1", session_id, bodies
         )
         ids = [str(e["message_id"]) for e in entries if isinstance(e.get("message_id"), str)]
         if ids:
@@ -277,8 +249,7 @@ class InboxTables:
         await conn.execute("SELECT pg_notify($1, $2)", self.answers_channel, session_id)
 
     async def status(self, conn: Any, session_id: str, message_id: str) -> dict[str, Any] | None:
-        """The row of one message id: status, seq, answered_seq, reason; None when the log
-        does not hold it (queued, unknown, or its session has no log yet)."""
+        """One message id's status, seq, answered_seq, reason; None when the log lacks it."""
         row = await conn.fetchrow(
             f"SELECT status, seq, answered_seq, reason FROM {self.messages} "
             "WHERE session_id = $1 AND message_id = $2",

@@ -1,11 +1,5 @@
 """The PostgreSQL statements of the writer lease: its columns on the session row, a grant, a
-renewal, a release, and a claim of the sessions with input waiting.
-
-The rules (who may take, write, reuse a lease) are ``_sql_leases``'; these are the statements
-that carry them out. Every statement that locks several session rows locks them in session id
-order, the order every statement of every worker locks them in (an ``UPDATE ... FROM`` locks in
-whatever order its join runs, and two of them, or one and an append, can deadlock).
-"""
+renewal, a release, and a claim of the sessions with input waiting."""
 
 from __future__ import annotations
 
@@ -71,8 +65,7 @@ class LeaseStatements:
         return session_id, int(granted["lease_token"]), self._mine(holder, granted["lease_since"])
 
     async def lock(self, conn: Any, session_id: str, *, also: str = "") -> Any:
-        """The session row's lease (and the columns ``also`` names, comma-terminated), locked
-        ``FOR UPDATE``; None when there is no such row."""
+        """The session row's lease (and ``also``), locked ``FOR UPDATE``; None without a row."""
         return await conn.fetchrow(
             f"SELECT {also}{LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1 FOR UPDATE",
             session_id,
@@ -94,10 +87,7 @@ class LeaseStatements:
     async def claim(
         self, pool: Any, *, limit: int, others_only: bool
     ) -> list[tuple[Taken, LeaseHolder | None]]:
-        """Grant this store the lease of up to ``limit`` sessions with input queued and no live
-        lease (``others_only``: none of this store's either), skipping rows other workers are
-        claiming (``FOR UPDATE SKIP LOCKED``). Returns each grant, by session id, with the
-        holder whose lease had expired (a takeover) or None."""
+        """Lease up to ``limit`` sessions with input and no live lease (``SKIP LOCKED``)."""
         holder = now_holder(self._owner)  # its since is replaced by the database's now()
         not_mine = "AND lease_owner IS DISTINCT FROM $1 " if others_only else ""
         rows = await pool.fetch(
@@ -137,9 +127,7 @@ class LeaseStatements:
     async def _update_mine(
         self, conn: Any, leases: Sequence[Lease], assignments: str, *arguments: Any
     ) -> set[str]:
-        """``SET assignments`` on the session rows of ``leases`` still under their tokens and
-        this store as the owner, locked in session id order (``arguments`` from ``$4``);
-        returns the session ids updated."""
+        """``SET assignments`` on the rows still under ``leases``' tokens; the ids updated."""
         rows = await conn.fetch(
             f"WITH mine AS (SELECT s.session_id FROM {self._sessions} AS s "
             "JOIN unnest($1::text[], $2::bigint[]) AS u(session_id, token) "

@@ -62,10 +62,8 @@ async def migrate_to_partitions(
     batch: int = MIGRATE_BATCH,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> bool:
-    """Partition ``<schema>.stowage_records`` by hash of session into ``count`` tables (see
-    the module docstring). False when it has ``count`` partitions already. Raises
-    ``ConfigError`` for ``count`` < 2 or a table partitioned with another count, and what
-    asyncpg raises (the store maps it)."""
+    """Partition ``<schema>.stowage_records`` by hash of session into ``count`` tables (see the
+    module docstring)."""
     if count < 2:
         raise ConfigError(f"--partitions must be at least 2, got {count}")
     table, new = f'"{schema}".{_TABLE}', f'"{schema}".{_NEW}'

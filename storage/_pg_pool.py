@@ -1,11 +1,4 @@
-"""How the PostgreSQL store reaches its database: the URL and schema, the pool, the tables.
-
-asyncpg is the ``[postgres]`` extra, so it is imported where a store is made, never by
-``import stowage.storage``. The pool opens on first use and a writer's first use makes the
-tables if missing; readers create nothing (before the first write the tables may not exist,
-and a read answers as for an empty store). Every driver error is mapped to ``StoreError`` here,
-at the boundary.
-"""
+"""How the PostgreSQL store reaches its database: the URL and schema, the pool, the tables."""
 
 from __future__ import annotations
 
@@ -32,13 +25,7 @@ _NO_EXTRA = (
 
 
 def resolve_schema(dsn: str, schema: str | None) -> tuple[str, str]:
-    """The connection URL without its ``schema`` query parameter, and the schema of the
-    store's tables: ``schema`` when given, else the URL's ``?schema=NAME``, else ``public``.
-
-    The parameter is stowage's, not the server's, so it is taken out before the URL reaches
-    the driver. Raises ``ConfigError`` for a parameter given twice, a ``schema`` that differs
-    from the URL's, or a name that is not lower-case letters, digits and ``_``.
-    """
+    """The URL without its ``schema`` parameter, and the schema (given, the URL's, or public)."""
     base, mark, query = dsn.partition("?")
     named: list[str] = []
     kept: list[str] = []
@@ -93,9 +80,7 @@ def _asyncpg() -> ModuleType:
 
 
 class PgPool:
-    """One store's asyncpg pool, opened on first use; a writer's first use runs ``ddl`` (in
-    one transaction, serialised across workers). Raises ``ConfigError`` when asyncpg (the
-    ``[postgres]`` extra) is not installed."""
+    """One store's asyncpg pool, opened on first use; a writer's first use runs ``ddl``."""
 
     def __init__(
         self, dsn: str, *, min_size: int, max_size: int, ddl: Sequence[str], name: str
@@ -124,8 +109,7 @@ class PgPool:
             raise StoreError(f"{what}: {exc}") from exc
 
     async def get(self, *, write: bool) -> Any:
-        """The pool (made on first use, with the tables when ``write``); raises ``StoreError``
-        when closed or when it cannot connect."""
+        """The pool (with the tables when ``write``); raises ``StoreError``."""
         async with self._lock:
             if self._closed:
                 raise StoreError(f"{self._name} is closed")
@@ -144,8 +128,7 @@ class PgPool:
 
     @asynccontextmanager
     async def connection(self, *, transaction: bool = False) -> AsyncIterator[Any]:
-        """A pooled connection of a writer (in a transaction when asked); errors in the block
-        are raised as ``StoreError``."""
+        """A writer's pooled connection (a transaction if asked); errors become ``StoreError``."""
         pool = await self.get(write=True)
         with self.mapped():
             async with pool.acquire() as conn:
@@ -162,8 +145,7 @@ class PgPool:
             return await fn(pool)
 
     async def read(self, fn: Callable[[Any], Awaitable[Any]], missing: Callable[[], T]) -> Any:
-        """``fn(pool)`` for a reader; ``missing()`` answers it when the tables do not exist
-        yet. Raises ``StoreError``."""
+        """``fn(pool)`` for a reader; ``missing()`` answers it when the tables do not exist yet."""
         pool = await self.get(write=False)
         try:
             return await fn(pool)
@@ -173,8 +155,7 @@ class PgPool:
             raise StoreError(f"postgres store: {exc}") from exc
 
     async def close(self, before: Callable[[Any], Awaitable[None]] | None = None) -> None:
-        """Run ``before(conn)`` (its errors ignored: closing must not fail), then close the
-        pool; later uses raise ``StoreError``."""
+        """Run ``before(conn)`` (errors ignored), then close the pool for good."""
         async with self._lock:
             if self._closed:
                 return
@@ -196,9 +177,7 @@ class PgPool:
     async def listen(
         self, channel: str, *, buffer: int
     ) -> AsyncIterator[MemoryObjectReceiveStream[str]]:
-        """LISTEN on ``channel`` over a connection of its own; yields the payloads. A full
-        buffer drops payloads; the stream ends when the connection is lost. Raises
-        ``StoreError``."""
+        """LISTEN on ``channel`` over a connection of its own; yields the payloads."""
         send, receive = anyio.create_memory_object_stream[str](buffer)
 
         def on_notification(conn: Any, pid: int, channel: str, payload: str) -> None:
@@ -235,13 +214,7 @@ class PgPool:
 
 
 def _pool_options(pg: ModuleType) -> dict[str, Any]:
-    """No reset query when a connection goes back to the pool (asyncpg >= 0.30 lets us say so).
-
-    The store keeps no session state on pooled connections (its locks are transaction-scoped,
-    it LISTENs on connections of its own), so asyncpg's reset (``pg_advisory_unlock_all();
-    CLOSE ALL; UNLISTEN *; RESET ALL``) would be one more round trip per statement or
-    transaction for nothing. asyncpg still rolls back a transaction left open.
-    """
+    """No reset query when a connection goes back to the pool (asyncpg >= 0.30 lets us say so)."""
     if "reset" not in inspect.signature(pg.create_pool).parameters:
         return {}
     return {"reset": _keep_session}

@@ -1,16 +1,4 @@
-"""The workers of a PostgreSQL store, each a row it writes itself: who is up, idle ones too.
-
-Leases name only the workers that hold a session; a worker waiting for input holds none. So a
-worker also keeps one row in ``<schema>.stowage_workers``: written when it is ready, rewritten
-every lease-renew interval (one statement: a fleet of 100 workers at the default 10 s is 10
-statements a second, whatever the rounds) and deleted when it stops. The row carries its rounds
-so far and the previous beat's, so rounds/s is a difference of two beats that needs nothing
-from the worker between them. A worker killed leaves its row, which stops counting as live
-once ``expires`` passes and is deleted by the next beat of any worker an hour later.
-
-``stowage workers`` joins these rows to the live leases (sessions held, per owner), so a store
-object that holds leases but never beats (a plain ``stowage run``) is still listed.
-"""
+"""The workers of a PostgreSQL store, each a row it writes itself: who is up, idle ones too."""
 
 from __future__ import annotations
 
@@ -43,9 +31,7 @@ class WorkerTable:
         )
 
     def beat_sql(self) -> str:
-        """Write this worker's row (``$1`` owner, ``$2`` pid, ``$3`` host, ``$4`` TTL
-        seconds, ``$5`` rounds so far), keeping the previous beat's rounds and time; rows of
-        workers gone over an hour are deleted on the way."""
+        """Write this worker's row ($1 owner, $2 pid, $3 host, $4 TTL, $5 rounds); prunes."""
         return (
             f"WITH forget AS (DELETE FROM {self.table} "
             f"WHERE expires < now() - interval '{_FORGET_AFTER}') "
@@ -61,10 +47,7 @@ class WorkerTable:
         return f"DELETE FROM {self.table} WHERE owner = $1"
 
     def list_sql(self) -> str:
-        """The live workers and lease holders, one row each: ``owner``, ``pid``, ``host``,
-        ``sessions`` held, ``since`` (the oldest grant it holds, else when it started),
-        ``renewed`` (its newest beat or lease renewal), ``rounds_per_s`` (between its last two
-        beats; None without two), ordered by host and pid."""
+        """The live workers and lease holders, one row each, ordered by host and pid."""
         # the lease count reads the sessions table as before; the workers table is tiny
         return (
             "WITH held AS (SELECT lease_owner AS owner, max(lease_pid) AS pid, "

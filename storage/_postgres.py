@@ -1,30 +1,4 @@
-"""The store many workers share: PostgreSQL through an asyncpg pool, with leases and fencing.
-
-A worker writes a session only while it holds the session's writer lease: ``lease_owner`` (the
-store object), ``lease_token`` (the fencing token, one more at every grant), the holder's pid,
-host and since, and ``lease_expires``. ``acquire`` grants it when it is released or expired;
-``claim_sessions`` grants every session with input waiting and no live lease, skipping rows
-other workers are claiming (``FOR UPDATE SKIP LOCKED``). The store remembers the leases it holds,
-and every append reads the session rows ``FOR UPDATE`` in its own transaction and writes only if
-each still carries this store's token and owner: a worker whose lease passed to another (it
-expired and was granted again) cannot write even one record (``FencingError``). The token is
-the fence, not the clock: a lease that expired but that nobody took is still good.
-
-Leases last ``lease_ttl`` seconds (30 by default) past their last renewal; the runtime renews
-them every ``lease_renew_every`` (10) with ``renew_leases()`` or ``lease.renew()``. A killed
-worker's sessions are free once its leases expire. Unlike SQLite, a dead pid frees nothing here:
-workers on other machines (or containers sharing a host name) cannot be checked.
-
-Workers share the store through each session's inbox: ``push_message`` queues a message with
-an id of its own (and NOTIFYs), ``claim_waiting`` leases sessions with input (``FOR UPDATE SKIP
-LOCKED``), ``peek_inbox``/``drop_inbox`` read and settle it under the lease; the appends that
-log a message's user item and its turn's ``finished`` record keep ``stowage_messages`` (which
-ids the log holds, which are answered) in their own transactions: see ``_pg_inbox``.
-
-asyncpg is the ``[postgres]`` extra, so it is imported where the store is made, never by
-``import stowage.storage``. Readers create nothing: before the first write the tables may not
-exist, and a read answers as for an empty store.
-"""
+"""The store workers share: PostgreSQL through asyncpg, leases, fencing (docs/guides/workers.md)."""
 
 from __future__ import annotations
 
@@ -244,8 +218,7 @@ class PostgresStore(SqlStoreBase):
     async def _append_checked(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
     ) -> dict[str, Exception | None]:
-        """``append_batches`` in one transaction that reads the locked rows back and checks
-        them here: what names a lost lease, a seq gap, a message logged twice."""
+        """``append_batches`` in one transaction that checks the locked rows it reads back."""
         planned, outcomes = plan_sessions(batches)
         if not planned:
             return outcomes
@@ -321,13 +294,12 @@ class PostgresStore(SqlStoreBase):
 
     async def lease_holder(self, session_id: str) -> LeaseHolder | None:
         """Who holds the session's lease (see ``LogStore.lease_holder``): a live, unexpired
-        grant; a dead pid frees nothing here (see the module docstring). Raises
+        grant; a dead pid frees nothing here (another machine's pid cannot be checked). Raises
         ``InvalidSessionId``."""
         validate_session_id(session_id)
         row = await self._db.read(
             lambda pool: pool.fetchrow(
-                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1",
-                session_id,
+                f"SELECT {LEASE_COLUMNS} FROM {self._sessions} WHERE session_id = $1", session_id
             ),
             lambda: None,
         )
@@ -389,8 +361,7 @@ class PostgresStore(SqlStoreBase):
                 raise SessionNotFound(f"no log for session {session_id!r}")
             self._leases.check(lease, lease_row(row))
             await conn.execute(
-                f"UPDATE {self._sessions} SET inbox = '[]'::jsonb WHERE session_id = $1",
-                session_id,
+                f"UPDATE {self._sessions} SET inbox = '[]'::jsonb WHERE session_id = $1", session_id
             )
         messages: list[dict[str, Any]] = orjson.loads(row["inbox"])
         return messages
@@ -755,9 +726,7 @@ class PostgresStore(SqlStoreBase):
     async def _fetch_logged(
         self, query: Callable[[str], str], where: str, *arguments: Any
     ) -> list[Any]:
-        """Rows of ``query(relation)``, the relation being the hot and archived rows that
-        match ``where``; of the hot rows alone on a database whose archive table was never
-        made (written by an earlier version, read before any write of this one)."""
+        """Rows of ``query`` over hot and archived rows (hot alone when no archive table exists)."""
         try:
             pool = await self._db.get(write=False)
             return list(await pool.fetch(query(self._tables.both(where)), *arguments))

@@ -1,20 +1,4 @@
-"""Finding the records of one session's log that may hold some words (``search_history``).
-
-A compacted session's model sees a summary, but the log still holds every word that was said,
-read and answered. Searching it belongs to the store, because each store can narrow it
-cheaply where the bytes are: SQLite with ``LIKE``, PostgreSQL with ``ILIKE``, both over the
-rows of one session in windows of its primary key, and JSONL with one streaming pass over the
-session's file. The store only narrows: it returns every item record whose stored line holds
-each searchable word (ASCII letters compared without case), a superset of the records whose
-text does. Which of them really match, how often, their snippets and their rank are decided
-once, over the items' text, by the tool (``stowage.tools``' ``search_history``).
-
-Why no index: a search is always within one session, which the primary key already narrows
-to its own rows, and a text index over record bodies (FTS5, ``pg_trgm``, a ``tsvector``
-expression) would be paid by every append of every session for a tool that is called rarely.
-A search has a deadline instead: it stops between windows (between lines for JSONL) and says
-how far it got.
-"""
+"""Finding the records of one session's log that may hold some words (``search_history``)."""
 
 from __future__ import annotations
 
@@ -23,14 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from stowage.core import (
-    CorruptLogError,
-    ItemRecord,
-    LogStore,
-    Record,
-    SessionNotFound,
-    StoreError,
-)
+from stowage.core import CorruptLogError, ItemRecord, LogStore, Record, SessionNotFound, StoreError
 
 from ._codec import decode_record, encode_record
 
@@ -57,9 +34,7 @@ _PUSHABLE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Found:
-    """What a search of one log found: the item records that may hold every word, in seq
-    order; ``searched_through``, the last seq it looked at; ``complete``, false when the
-    deadline stopped it before the end of the log (later records were not searched)."""
+    """What a search of one log found, how far it looked, and whether it reached the end."""
 
     records: tuple[ItemRecord, ...]
     searched_through: int
@@ -76,9 +51,7 @@ class SearchableStore(Protocol):
 
 
 def pushdown_words(words: Iterable[str]) -> tuple[str, ...]:
-    """The words a store can look for on the stored line, lower-cased: those of printable
-    ASCII but quotes and backslashes (the rest are matched by the tool alone). Raises
-    nothing."""
+    """The words a store can match on the stored line: printable ASCII, lower-cased."""
     return tuple(dict.fromkeys(w.lower() for w in words if w and all(c in _PUSHABLE for c in w)))
 
 
@@ -92,8 +65,7 @@ def like_patterns(words: Iterable[str]) -> list[str]:
 
 
 def line_may_match(line: bytes, words: Sequence[bytes]) -> bool:
-    """Whether a stored line holds every pushed-down word (``words`` lower-cased ASCII
-    bytes), ASCII letters compared without case. Raises nothing."""
+    """Whether a stored line holds every pushed-down word, ASCII case ignored. Raises nothing."""
     if not words:
         return True
     lowered = line.lower()
@@ -101,8 +73,7 @@ def line_may_match(line: bytes, words: Sequence[bytes]) -> bool:
 
 
 def decode_found(rows: Iterable[tuple[int, str | bytes]], *, where: str) -> list[ItemRecord]:
-    """The item records of ``(seq, line)`` rows; others are left out. Raises
-    ``CorruptLogError`` naming ``where`` and the seq of a line that does not decode."""
+    """The item records of ``(seq, line)`` rows; others are left out."""
     out: list[ItemRecord] = []
     for seq, line in rows:
         try:
@@ -115,15 +86,9 @@ def decode_found(rows: Iterable[tuple[int, str | bytes]], *, where: str) -> list
 
 
 async def scan_windows(
-    fetch: Callable[[int, int], Awaitable[Sequence[ItemRecord]]],
-    last_seq: int,
-    *,
-    deadline: float,
+    fetch: Callable[[int, int], Awaitable[Sequence[ItemRecord]]], last_seq: int, *, deadline: float
 ) -> Found:
-    """Search seqs ``1..last_seq`` in windows of ``WINDOW`` with ``fetch(first, last)``,
-    oldest first (what compaction removed is the oldest), until ``deadline``
-    (``time.monotonic()``); the first window is always searched. Raises what ``fetch``
-    raises."""
+    """Search ``1..last_seq`` in windows of ``WINDOW``, oldest first, until ``deadline``."""
     found: list[ItemRecord] = []
     searched = 0
     while searched < last_seq:
@@ -136,11 +101,7 @@ async def scan_windows(
 
 
 def scan_file(path: str, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
-    """One streaming pass over a JSONL log (line ``n`` holds seq ``n``), oldest first, until
-    ``deadline`` (``time.monotonic()``); blocking, for a worker thread. A last line without
-    its newline is a record being written (or a torn one): not searched. Raises
-    ``SessionNotFound``, ``CorruptLogError`` for a matching line that does not decode,
-    ``StoreError``."""
+    """One blocking pass over a JSONL log, oldest first, until ``deadline``."""
     needles = [w.encode() for w in pushdown_words(words)]
     rows: list[tuple[int, bytes]] = []
     seq = 0
@@ -167,12 +128,7 @@ def scan_file(path: str, session_id: str, words: Sequence[str], *, deadline: flo
 async def search_records(
     store: LogStore, session_id: str, words: Sequence[str], deadline: float
 ) -> Found:
-    """The records of ``session_id``'s log that may hold every one of ``words`` (see the
-    module docstring), searched until ``deadline`` (``time.monotonic()``). A store of this
-    package narrows it itself; any other store is read whole and narrowed here. With the
-    first two arguments bound (``partial(search_records, store, session_id)``) it is what
-    ``search_history`` takes as its ``find``. Raises ``SessionNotFound``,
-    ``CorruptLogError``, ``StoreError``."""
+    """The records of ``session_id``'s log that may hold every word, until ``deadline``."""
     if isinstance(store, SearchableStore):
         return await store.search_log(session_id, words, deadline=deadline)
     records: Sequence[Record] = (await store.read(session_id, repair=False)).records

@@ -1,11 +1,6 @@
-"""What the SQL stores share: batch checks before a transaction, row decoding after a query;
-what every store's group commit shares (``append_one``, ``check_follows``); and the
-``LogStore`` methods both SQL stores write alike (``SqlStoreBase``).
-
-SQL stores keep each record's JSON line as its row body (the same bytes JSONL would hold) and a
-per-session row with ``last_seq`` and ``tail_from`` (the newest compaction's covers_through + 1),
-so ``read_tail`` is one indexed range query instead of a scan for the compaction.
-"""
+"""What the SQL stores share: batch checks before a transaction, row decoding after a query; what
+every store's group commit shares (``append_one``, ``check_follows``); and the ``LogStore`` methods
+both SQL stores write alike (``SqlStoreBase``)."""
 
 from __future__ import annotations
 
@@ -68,11 +63,7 @@ class PlannedBatch:
 
 
 def plan_batch(session_id: str, records: Sequence[Record], *, create: bool = False) -> PlannedBatch:
-    """Check ids and seqs that need no database, and encode.
-
-    Raises ``InvalidSessionId``, or ``StoreError`` for seqs that are not consecutive (or do not
-    start at 1 when ``create``) and records that cannot be encoded.
-    """
+    """Check ids and seqs that need no database, and encode."""
     validate_session_id(session_id)
     seqs = [record.seq for record in records]
     if create and seqs and seqs[0] != 1:
@@ -109,23 +100,14 @@ def check_consecutive(session_id: str, seqs: Sequence[int]) -> None:
 def plan_sessions(
     batches: Sequence[tuple[str, Sequence[Record]]],
 ) -> tuple[dict[str, list[PlannedBatch]], dict[str, Exception | None]]:
-    """A group commit's batches by session (in their order), each checked and encoded.
-
-    Returns the planned batches of every session that passed, and an outcome per distinct
-    session id: ``None`` so far, or the error that refuses the session whole (one bad batch
-    refuses its session's other batches in the group too).
-    """
+    """A group commit's batches by session (in their order), each checked and encoded."""
     return group_by_session(batches, plan_batch)
 
 
 def group_by_session(
-    batches: Sequence[tuple[str, Sequence[Record]]],
-    plan: Callable[[str, Sequence[Record]], P],
+    batches: Sequence[tuple[str, Sequence[Record]]], plan: Callable[[str, Sequence[Record]], P]
 ) -> tuple[dict[str, list[P]], dict[str, Exception | None]]:
-    """``plan`` each batch of a group commit, grouped by session in their order; a session
-    one of whose batches ``plan`` refuses (``InvalidSessionId``, ``StoreError``) is refused
-    whole: its outcome holds why, and it is planned no further. Returns the plans of every
-    session that passed and an outcome (``None`` so far) per distinct session id."""
+    """``plan`` each batch by session; a session with one refused batch is refused whole."""
     planned: dict[str, list[P]] = {}
     outcomes: dict[str, Exception | None] = {}
     for session_id, records in batches:
@@ -149,8 +131,7 @@ def check_continues(batch: PlannedBatch, last_seq: int) -> None:
 
 
 def check_follows(session_id: str, first_seq: int, last_seq: int) -> None:
-    """Raises ``StoreError`` naming the session and seqs unless ``first_seq`` follows
-    ``last_seq``."""
+    """Raises ``StoreError`` unless ``first_seq`` follows ``last_seq``."""
     if first_seq == last_seq + 1:
         return
     problem = "gap" if first_seq > last_seq + 1 else "regression"
@@ -163,10 +144,7 @@ def check_follows(session_id: str, first_seq: int, last_seq: int) -> None:
 def decode_rows(
     rows: Iterable[tuple[int, str | bytes]], *, where: str, tail_from: int = 1
 ) -> tuple[Record, ...]:
-    """Decode ``(seq, body)`` rows in seq order: seq 1, then dense from ``max(tail_from, 2)``.
-
-    Raises ``CorruptLogError`` naming ``where`` and the seq of a bad row or a missing seq.
-    """
+    """Decode ``(seq, body)`` rows in seq order: seq 1, then dense from ``max(tail_from, 2)``."""
     out: list[Record] = []
     expected = 1
     for seq, body in rows:
@@ -184,8 +162,7 @@ def decode_rows(
 
 
 class SqlStoreBase:
-    """What both SQL stores' ``LogStore`` methods share: ``append`` is a group commit of one
-    batch, and ``read`` and ``read_tail`` are one query each (``_read``), never torn."""
+    """The ``LogStore`` methods both SQL stores write alike."""
 
     async def append_batches(
         self, batches: Sequence[tuple[str, Sequence[Record]]]
@@ -202,8 +179,7 @@ class SqlStoreBase:
         await append_one(self.append_batches, session_id, records)
 
     async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``. ``repair`` changes
-        nothing: a transaction is never torn."""
+        """Every record; raises ``SessionNotFound``, ``CorruptLogError``."""
         return await self._read(session_id, tail=False)
 
     async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:

@@ -1,13 +1,4 @@
-"""The leases an SQL store object holds, and the one set of rules both SQL stores apply to them.
-
-SQLite and PostgreSQL keep a session's lease in a row (the last token granted, its holder, an
-expiry) and differ only in the statements that read and write it. What a lease may do next is
-decided here, once: a lease a write took is handed to the next ``acquire`` while its row still
-carries it; a write goes through only under the row's current token, or on a free row (then the
-store takes the lease with it); a grant supersedes whatever this store held before; a released
-lease is forgotten before its row is freed. The stores supply the I/O: ``extend`` (renew one
-lease, ``FencingError`` if its row moved on) and ``free`` (give rows back).
-"""
+"""The leases an SQL store object holds, and the one set of rules both SQL stores apply to them."""
 
 from __future__ import annotations
 
@@ -23,11 +14,7 @@ __all__ = ["HeldLeases"]
 
 @dataclass(eq=False, kw_only=True)
 class HeldLeases:
-    """The writer leases one SQL store object (``owner``) holds, by session id.
-
-    ``where`` names the store in errors; ``dead_pid_frees`` says whether a holder's dead pid
-    frees its lease (one machine: SQLite) or only expiry does (PostgreSQL).
-    """
+    """The writer leases one SQL store object (``owner``) holds, by session id."""
 
     owner: str
     renew_every: float
@@ -54,8 +41,7 @@ class HeldLeases:
         }
 
     def renewed(self, leases: Iterable[Lease], renewed: set[str]) -> list[str]:
-        """Mark lost each of ``leases`` whose session is not in ``renewed``; returns the ids of
-        every lost lease held, sorted."""
+        """Mark lost the leases not ``renewed``; the ids of every lost lease held, sorted."""
         for lease in leases:
             if lease.session_id not in renewed:
                 lease.lost = True
@@ -68,9 +54,7 @@ class HeldLeases:
         return row.token == lease.token and row.owner == self.owner
 
     def reusable(self, session_id: str, row: LeaseRow) -> Lease | None:
-        """The held lease ``acquire`` may extend and hand out (one a write took) while ``row``
-        still carries it; None when a new grant is needed. Raises ``SessionBusy`` naming this
-        store when it handed that lease out already."""
+        """The held lease ``acquire`` may hand out while ``row`` still carries it, else None."""
         held = self._held.get(session_id)
         if held is None or held.lost or not self.carries(row, held):
             return None
@@ -92,9 +76,7 @@ class HeldLeases:
         check_lease_row(lease.session_id, lease, row, owner=self.owner, where=self.where)
 
     def check_write(self, session_id: str, row: LeaseRow) -> bool:
-        """Whether a write must take the lease first (none held and ``row`` free). Raises
-        ``FencingError`` when the held lease is stale, ``SessionBusy`` when none is held and
-        another writer's is live."""
+        """Whether a write must take the lease first (none held and ``row`` free)."""
         lease = self._held.get(session_id)
         if lease is None:
             self.check_free(session_id, row)
@@ -136,8 +118,7 @@ class HeldLeases:
         return lease
 
     def close(self) -> list[Lease]:
-        """Forget every lease (the store is closing) and mark it released; returns those not
-        lost, whose rows the store frees."""
+        """Forget every lease as released; the ones not lost, whose rows the store frees."""
         leases, self._held = list(self._held.values()), {}
         for lease in leases:
             lease.released = True

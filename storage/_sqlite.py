@@ -1,22 +1,4 @@
-"""A single-file store for one machine: SQLite in WAL mode, reached through worker threads.
-
-One connection, one operation at a time: SQLite has a single writer anyway, and a group commit
-(``append_batches``) is one transaction, so batching across sessions is where the speed is.
-Each session of a group commit writes inside a savepoint of its own, so one session's refused
-batch (a seq gap, a lost lease) is rolled back alone and the rest of the group commits.
-
-One writer per session, across processes: a ``leases`` row per session holds the last fencing
-token granted, the holder (owner, pid, host, since) and an expiry. Taking the lease is an
-``UPDATE`` in a ``BEGIN IMMEDIATE`` transaction (SQLite's write lock serialises it against every
-other process); every append reads the row in its own transaction and writes only if the token
-and owner are still this store's (``FencingError`` otherwise), so a writer whose lease was taken
-over cannot add one record. A lease is free when released, expired (``lease_ttl`` seconds after
-its last renewal) or held by a process of this host that no longer exists (a killed writer does
-not block its sessions for a whole TTL). Readers never write: they create no file and no table.
-
-Records that old compactions cover may move to ``records_archive`` (``archive``, see
-``_archive``): every read but resume's reads the two tables as one log.
-"""
+"""A single-file store for one machine: SQLite in WAL mode, reached through worker threads."""
 
 from __future__ import annotations
 
@@ -44,13 +26,7 @@ from stowage.core import (
     validate_session_id,
 )
 
-from ._archive import (
-    ARCHIVE_BATCH,
-    ArchivePass,
-    ArchiveReport,
-    decode_candidates,
-    identity_records,
-)
+from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport, decode_candidates, identity_records
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._search import Found, decode_found, like_patterns, scan_windows
 from ._sql import (
@@ -417,8 +393,7 @@ class SqliteStore(SqlStoreBase):
         return LeaseRow(token=token, owner=owner, expired=expired, holder=holder)
 
     def _take(self, conn: sqlite3.Connection, session_id: str, row: LeaseRow) -> Taken:
-        """Grant this store the lease if ``row`` is free; ``SessionBusy`` naming the holder if
-        not."""
+        """Grant this store the lease if ``row`` is free, else ``SessionBusy`` naming the holder."""
         self._leases.check_free(session_id, row)
         token = row.token + 1
         holder = now_holder(self._leases.owner, datetime.now(UTC))
@@ -469,9 +444,7 @@ class SqliteStore(SqlStoreBase):
     def _append_session(
         self, conn: sqlite3.Connection, session_id: str, batches: list[PlannedBatch]
     ) -> Taken | None:
-        """Check the session's lease and seqs, then write its batches; returns the lease taken
-        for it, if it was not held. Raises ``SessionNotFound``, ``SessionBusy``,
-        ``FencingError`` or ``StoreError`` (seqs) before it writes a row of a refused batch."""
+        """Check the session's lease and seqs, write its batches; the lease taken, if any."""
         row = conn.execute(
             "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
@@ -523,8 +496,7 @@ class SqliteStore(SqlStoreBase):
         return await self._run(run, missing=missing)
 
     def _archived(self, conn: sqlite3.Connection) -> bool:
-        """Whether reads must look in the archive table too: it exists (a file an earlier
-        version wrote has none until this version writes it)."""
+        """Whether reads must look in the archive table too (older files have none)."""
         if not self._has_archive:
             self._has_archive = has_archive(conn)
         return self._has_archive
@@ -536,9 +508,7 @@ class SqliteStore(SqlStoreBase):
         write: bool = False,
         missing: Callable[[], T] | None = None,
     ) -> T:
-        """Run ``fn`` in a worker thread, in a transaction if it writes. ``missing()`` answers
-        instead when there is no database file yet (and, for a read, no tables), so that
-        reads and refusals never create the file."""
+        """Run ``fn`` in a worker thread, in a transaction if it writes."""
         async with self._lock:
             self._check_open()
             return await anyio.to_thread.run_sync(self._call, fn, write, missing)
@@ -548,10 +518,7 @@ class SqliteStore(SqlStoreBase):
             raise StoreError(f"{self!r} is closed")
 
     def _call(
-        self,
-        fn: Callable[[sqlite3.Connection], T],
-        write: bool,
-        missing: Callable[[], T] | None,
+        self, fn: Callable[[sqlite3.Connection], T], write: bool, missing: Callable[[], T] | None
     ) -> T:
         if missing is not None and self._conn is None and not os.path.exists(self._path):
             return missing()
@@ -597,8 +564,7 @@ def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
 
 
 def _refusal(session_id: str, path: str, exc: StoreError | sqlite3.IntegrityError) -> StoreError:
-    """The error a refused session's append gets; a clash on (session, seq) means the session
-    row and its records disagree, which fails that session only."""
+    """The error a refused session's append gets."""
     if isinstance(exc, StoreError):
         return exc
     error = StoreError(

@@ -1,14 +1,5 @@
 """SQLite's archive: the statements that move covered records from ``records`` to
-``records_archive`` and read the two as one log (the rules of what moves are in ``_archive``).
-
-A batch is an ``INSERT … SELECT`` and a ``DELETE`` with the same condition, in one ``BEGIN
-IMMEDIATE`` transaction (the store's ``_run``): a row is in exactly one table at every commit,
-so a crash between batches loses nothing and copies nothing twice. A single ``SELECT`` reads
-one snapshot (WAL), so a read of both tables sees each record once.
-
-These functions run in the store's worker thread on its connection; they raise
-``sqlite3.Error``, which the store maps.
-"""
+``records_archive`` and read the two as one log (the rules of what moves are in ``_archive``)."""
 
 from __future__ import annotations
 
@@ -49,8 +40,7 @@ def has_archive(conn: sqlite3.Connection) -> bool:
 def logged_rows(
     conn: sqlite3.Connection, where: str, arguments: tuple[object, ...], *, archived: bool
 ) -> list[tuple[int, str]]:
-    """``(seq, body)`` of the rows matching ``where`` in the hot table and, when
-    ``archived``, the archive, in seq order, read in one statement."""
+    """``(seq, body)`` of the hot (and archived) rows matching ``where``, in seq order."""
     sql = f"SELECT seq, body FROM records WHERE {where}"
     if archived:
         sql += f" UNION ALL SELECT seq, body FROM records_archive WHERE {where}"
@@ -69,8 +59,7 @@ def identity_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, 
 def archive_state(
     conn: sqlite3.Connection, session_id: str
 ) -> tuple[int, int, list[tuple[int, str]]] | None:
-    """``(tail_from, archived through, candidate compaction rows not archived yet)`` of the
-    session, None when it has no log."""
+    """The session's tail_from, archived-through and unarchived compactions; None if no log."""
     row = conn.execute(
         "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
     ).fetchone()
@@ -88,8 +77,7 @@ def archive_state(
 
 
 def move_batch(conn: sqlite3.Connection, session_id: str, first: int, last: int) -> int:
-    """Move the session's rows ``first..last`` but the kinds kept hot to the archive (the
-    caller's transaction holds both statements); returns how many moved."""
+    """Move rows ``first..last`` but the kinds kept hot to the archive; how many moved."""
     condition = f"session_id = ? AND seq BETWEEN ? AND ? AND NOT ({_KEPT})"
     arguments = (session_id, first, last, *_KEPT_ARGS)
     moved = conn.execute(

@@ -1,12 +1,4 @@
-"""``syncfs(2)``: make everything written to one filesystem durable with one call.
-
-The JSONL store keeps a file per session, so a group commit of many sessions costs an
-``fdatasync`` per file, each paying for its own journal commit. One ``syncfs`` on any of the
-files makes every one of them durable at once (and whatever else was written to that
-filesystem: it is a superset of the per-file syncs). Python has no ``os.syncfs``; this calls
-the C library's through ``ctypes``. Linux only, and from 5.8 on: before that the call did not
-report a failed writeback, so a lost write would be acknowledged.
-"""
+"""``syncfs(2)``: make everything written to one filesystem durable with one call."""
 
 from __future__ import annotations
 

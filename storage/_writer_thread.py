@@ -1,11 +1,4 @@
-"""A store's own thread for its group commits, in place of ``anyio.to_thread.run_sync``.
-
-Every group commit of the JSONL store goes to a thread; anyio's worker threads cost several
-times more on the event loop per call (a cancel scope, running-library look-ups, a token) than
-a queue put and one ``call_soon_threadsafe``. The thread is started by the first call, ended by
-``stop`` (or ``stop_soon`` for a store nobody closed), and a process forked from the one that
-started it starts its own.
-"""
+"""A store's own thread for its group commits, in place of ``anyio.to_thread.run_sync``."""
 
 from __future__ import annotations
 
@@ -32,9 +25,7 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], A
 
 
 class WriterThread:
-    """The store's own thread for its group commits, started by the first and stopped by
-    ``stop``: a commit costs a queue put and one wake-up of the event loop. Commits are run one
-    at a time, in the order given (the persistence actor makes one at a time anyway)."""
+    """The store's own thread for its group commits: a queue put and one loop wake-up each."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -43,12 +34,7 @@ class WriterThread:
         self._pid = os.getpid()
 
     async def run(self, func: Callable[[_A], _T], arg: _A) -> _T:
-        """``func(arg)`` in the thread; returns its result or raises its exception.
-
-        Never abandoned half way, as with ``anyio.to_thread.run_sync``: a cancellation of the
-        caller is delivered once the call has returned, so the files are never left in a state
-        the caller does not know.
-        """
+        """``func(arg)`` in the thread; returns its result or raises its exception."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[_T] = loop.create_future()
         if self._pid != os.getpid():
@@ -85,10 +71,7 @@ def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
 
 
 def _run_job(
-    loop: asyncio.AbstractEventLoop,
-    done: asyncio.Future[Any],
-    func: Callable[[Any], Any],
-    arg: Any,
+    loop: asyncio.AbstractEventLoop, done: asyncio.Future[Any], func: Callable[[Any], Any], arg: Any
 ) -> None:
     try:
         result = func(arg)

@@ -10,12 +10,7 @@ if TYPE_CHECKING:
     from ._engine import add_load_arguments, main_load
     from ._faults import FAULT_NAMES, parse_fault_rates
 
-__all__ = [
-    "FAULT_NAMES",
-    "parse_fault_rates",
-    "add_load_arguments",
-    "main_load",
-]
+__all__ = ["FAULT_NAMES", "parse_fault_rates", "add_load_arguments", "main_load"]
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {

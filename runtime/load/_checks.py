@@ -1,7 +1,4 @@
-"""The verdict of a load run on one session, from its log and what the runtime acknowledged.
-
-Pure: the load engine reads the log and hands it here, so a test can feed it a log that lies.
-"""
+"""The verdict of a load run on one session, from its log and what the runtime acknowledged."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ __all__ = ["SessionVerdict", "check_session"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionVerdict:
-    """One session's checks: both replays give the live history, every acknowledged round and
-    turn is in the log. ``problems`` says what failed, empty when ``ok``."""
+    """One session's checks (replays, acknowledged rounds and turns); ``problems`` when not ok."""
 
     session_id: str
     records: int
@@ -46,9 +42,7 @@ def check_session(
     acknowledged_rounds: Collection[int],
     acknowledged_turns: int,
 ) -> SessionVerdict:
-    """Check ``records`` (the whole log) and ``tail_records`` (what resume reads) against the
-    live history and the rounds and turns the runtime acknowledged. Raises nothing: a log that
-    does not replay is a problem in the verdict."""
+    """Check the log and its resume tail against the live history and what was acknowledged."""
     problems: list[str] = []
     live_items = tuple(live)
     for name, source in (("replay of the whole log", records), ("resume replay", tail_records)):

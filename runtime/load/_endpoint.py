@@ -1,10 +1,4 @@
-"""The model endpoint of a load run: the fake server in its own process, or in-process doubles.
-
-The fake server runs as a separate process so that its CPU is not charged to the runtime under
-test, and it checks every request it receives for tool calls without their output itself (a
-10,000-session run cannot keep every body). In process, ``FaultyGateway`` injects the same
-faults and makes the same check on each request's items.
-"""
+"""The model endpoint of a load run: the fake server in its own process, or in-process doubles."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ def parse_rates(spec: str) -> dict[str, float]:
 
 
 def orphan_items(items: Sequence[Item]) -> list[str]:
-    """Ids of the function calls in ``items`` that have no output after them, and of the
-    outputs with no call before them (a provider refuses either), in order."""
+    """Ids of calls with no output after them and outputs with no call before, in order."""
     answered = {item.call_id for item in items if isinstance(item, FunctionCallOutput)}
     orphans = [
         i.call_id for i in items if isinstance(i, FunctionCall) and i.call_id not in answered
@@ -94,8 +87,7 @@ class WireCheck:
 
 
 class FaultyGateway:
-    """An in-process endpoint: checks each request like the fake server, then fails it at the
-    given rates (``{"429": 0.05, "500": 0.02, "slow": 0.01}``) or passes it to ``inner``."""
+    """An in-process endpoint that checks requests like the fake server and fails some."""
 
     def __init__(
         self,
@@ -138,8 +130,7 @@ class FaultyGateway:
             draw -= rate
 
     async def create(self, request: ModelRequest) -> ModelResponse:
-        """Raises the injected ``RateLimitError``/``ModelConnectionError``, or what ``inner``
-        raises."""
+        """Raises the injected error, or what ``inner`` raises."""
         await self._admit(request)
         return await self.inner.create(request)
 
@@ -200,11 +191,7 @@ async def fake_server_process(
     retry_after: float = 0.2,
     seed: int | None = None,
 ) -> AsyncIterator[str]:
-    """Run ``python -m stowage.testing.fake_server`` in its own process, keeping no request
-    bodies; yields its base URL (``http://127.0.0.1:PORT/v1``) and stops it on exit.
-
-    Raises ``ConfigError`` when the server does not start (its stderr says why).
-    """
+    """The fake server in its own process: yields its base URL, stops it on exit."""
     command = [
         sys.executable,
         "-m",

@@ -1,12 +1,4 @@
-"""``stowage load``: many sessions, many turns, compaction under concurrency, then proof.
-
-N sessions run T turns each against the fake OpenAI server in its own process (or the scripted
-model in process), with a tool whose outputs are sized so that every session compacts several
-times, optional latency and injected faults. Afterwards every session is checked: its log
-replays (whole, and as resume reads it) to exactly the live history, every round the runtime
-acknowledged is in the log, and no request the endpoint received carried a tool call without
-its output. The figures and the verdict are printed and can be written as JSON.
-"""
+"""``stowage load``: many sessions, many turns, compaction under concurrency, then proof."""
 
 from __future__ import annotations
 
@@ -74,8 +66,7 @@ _SYSTEM = "You are a careful agent. Fetch what you need with the tools, then ans
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadConfig:
-    """One load run. ``base_url`` points at an already running server instead of starting
-    the fake one; ``faults`` is ``"429:0.05,500:0.02,slow:0.01"`` (rates per request)."""
+    """One load run."""
 
     sessions: int = 50
     turns: int = 8
@@ -124,8 +115,7 @@ class _NoArguments(pydantic.BaseModel):
 
 
 def synthetic_tools(tool_kb: float) -> ToolRegistry:
-    """Two tools without arguments returning ``tool_kb`` KB each: the scripted brain calls
-    them in turn (one call in a round, then two), so history grows by a few KB per turn."""
+    """Two argument-less tools returning ``tool_kb`` KB each, so history grows every turn."""
     size = max(1, int(tool_kb * 1024))
     filler = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
     served = 0
@@ -167,41 +157,34 @@ class _Meter:
         self.microcompactions = 0
 
     def __call__(self, event: Event) -> None:
-        kind = type(event)
-        if kind is RoundStarted:
-            assert isinstance(event, RoundStarted)
+        if isinstance(event, RoundStarted):
             self.started[(event.session_id, event.round)] = time.perf_counter()
-        elif kind is RoundCommitted:
-            assert isinstance(event, RoundCommitted)
+        elif isinstance(event, RoundCommitted):
             now = time.perf_counter()
             began = self.started.pop((event.session_id, event.round), None)
             if began is not None:
                 self.round_seconds.append(now - began)
             self.acknowledged[event.session_id].append(event.round)
             self.committed_at[event.session_id] = (event.round, now)
-        elif kind is HistoryCompacted:
-            assert isinstance(event, HistoryCompacted)
+        elif isinstance(event, HistoryCompacted):
             self.compactions[event.session_id] += 1
             self.compacted += 1
             committed = self.committed_at.get(event.session_id)
             if committed is not None and committed[0] == event.round:
                 self.commit_to_compaction.append(time.perf_counter() - committed[1])
-        elif kind is CompactionFailed:
+        elif isinstance(event, CompactionFailed):
             self.compaction_failures += 1
-        elif kind is CompactionLanded:
-            assert isinstance(event, CompactionLanded)
+        elif isinstance(event, CompactionLanded):
             self.landed.append((event.kind, event.fraction, event.hard, event.waited))
-        elif kind is Microcompacted:
+        elif isinstance(event, Microcompacted):
             self.microcompactions += 1
-        elif kind is CompactionWaited:
-            assert isinstance(event, CompactionWaited)
+        elif isinstance(event, CompactionWaited):
             self.round_waits.append(event.seconds)
-        elif kind is SessionFailedEvent:
-            assert isinstance(event, SessionFailedEvent)
+        elif isinstance(event, SessionFailedEvent):
             self.failed_sessions.append(event.session_id)
-        elif kind is SessionHibernated:
+        elif isinstance(event, SessionHibernated):
             self.hibernated += 1
-        elif kind is SessionRehydrated:
+        elif isinstance(event, SessionRehydrated):
             self.rehydrated += 1
 
 
@@ -226,13 +209,7 @@ def _peak_rss_mb() -> float:
 
 @contextmanager
 def _gc_meter(threshold: int | None) -> Iterator[dict[str, float]]:
-    """Time spent in the cyclic GC, by generation, while the block runs.
-
-    With thousands of live sessions the heap is large, and a turn's objects live as long as
-    its rounds wait for model-call places: they are promoted and scanned again, each scan
-    following their references into the whole heap. ``tune_gc`` (with ``threshold`` as the
-    young generation's) makes the collections rarer; the figure shows what they still cost.
-    """
+    """Time spent in the cyclic GC, by generation, while the block runs."""
     spent = {"gen0": 0.0, "gen1": 0.0, "gen2": 0.0, "collections": 0.0}
     started = 0.0
 
@@ -314,8 +291,7 @@ def _progress(config: LoadConfig, console: Console) -> Iterator[Callable[[int, i
 
 
 async def run_load(config: LoadConfig, *, console: Console | None = None) -> dict[str, Any]:
-    """Run the load, check every session, and return the report (``report["ok"]`` is the
-    verdict). Raises ``ConfigError`` when the fake server cannot start."""
+    """Run the load, check every session; the report. Raises ``ConfigError``."""
 
     console = console or Console(stderr=True)
     async with AsyncExitStack() as stack:
@@ -348,40 +324,31 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             context_window=config.context_window if config.policy == "watermarks" else None,
             background_compaction=config.background_compaction,
         )
-        faulty: FaultyGateway | None = None
-        inner: ModelGateway
+        model: ModelGateway
         if config.in_process:
-            faulty = FaultyGateway(
-                ScriptedModel(
-                    tool_rounds=config.tool_rounds,
-                    latency=config.latency,
-                    keep_requests=False,
-                    prefix_cache=PrefixCache(),
-                ),
-                rates=parse_rates(config.faults),
-                slow_delay=config.slow_delay,
-                retry_after=config.retry_after,
-                seed=config.seed,
+            model = ScriptedModel(
+                tool_rounds=config.tool_rounds,
+                latency=config.latency,
+                keep_requests=False,
+                prefix_cache=PrefixCache(),
             )
-            inner = faulty
+            rates = parse_rates(config.faults)
         else:
             # the client checks every request too: an independent server (--base-url) has no
             # stats endpoint to ask, and cannot inject the faults asked for, so we do
-            faulty = FaultyGateway(
-                make_gateway(settings),
-                rates=parse_rates(config.faults) if config.base_url is not None else {},
-                slow_delay=config.slow_delay,
-                retry_after=config.retry_after,
-                seed=config.seed,
-            )
-            inner = faulty
-        gateway = MeteredGateway(inner)
+            model = make_gateway(settings)
+            rates = parse_rates(config.faults) if config.base_url is not None else {}
+        faulty = FaultyGateway(
+            model,
+            rates=rates,
+            slow_delay=config.slow_delay,
+            retry_after=config.retry_after,
+            seed=config.seed,
+        )
+        gateway = MeteredGateway(faulty)
         meter = _Meter()
         runtime = Runtime(
-            settings,
-            gateway=gateway,
-            tools=synthetic_tools(config.tool_kb),
-            limits=config.limits,
+            settings, gateway=gateway, tools=synthetic_tools(config.tool_kb), limits=config.limits
         )
         runtime.subscribe(meter)
         ids = [f"load-{n:05d}" for n in range(config.sessions)]
@@ -421,7 +388,6 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
             live_sessions = len(rt.sessions)
             rss_live = _rss_mb()
             verdicts, cache = await _verify_all(rt, ids, meter, acknowledged_turns)
-        assert faulty is not None
         wire = await wire_report(
             None if config.in_process else base_url,
             faulty.check,
@@ -450,10 +416,7 @@ async def run_load(config: LoadConfig, *, console: Console | None = None) -> dic
 async def wire_report(
     base_url: str | None, client: WireCheck, *, independent: bool
 ) -> dict[str, Any]:
-    """What the endpoint saw: the fake server's own count when it runs one, else (in process,
-    or an independent server without ``/_fake/stats``) what the client checked on every
-    request it sent. Raises ``ModelConnectionError`` when the fake server we started cannot
-    be asked."""
+    """What the endpoint saw: the fake server's count, else what the client checked."""
     if base_url is None:
         return client.as_dict() | {"checked_by": "client"}
     try:
@@ -594,8 +557,7 @@ def _report(
 
 
 def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
-    """Where compactions landed: how many were applied below the hard mark, at what share of
-    the usable budget, and how long rounds waited for compaction."""
+    """Where compactions landed against the marks, and how long rounds waited for them."""
     full = [(f, hard) for kind, f, hard, _ in meter.landed if kind == "full" and f is not None]
     below = sum(f < hard for f, hard in full)
     fractions = [f for f, _ in full]
@@ -613,8 +575,7 @@ def _landing(meter: _Meter, rounds: int) -> dict[str, Any]:
 
 
 def _summary_cached_share(wire: dict[str, Any]) -> float | None:
-    """The share of the summary requests' input the provider's prefix cache served, as the
-    fake server counts it (None where nobody counted: in process, an independent server)."""
+    """The share of summary input the prefix cache served (None: nobody counted)."""
     total = wire.get("summary_input_tokens")
     return round(wire.get("summary_cached_tokens", 0) / total, 3) if total else None
 

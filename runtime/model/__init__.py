@@ -1,10 +1,6 @@
-"""Model endpoints: the OpenAI gateway and its wire formats, the Anthropic (Claude) gateway and
-its Messages wire, and the offline scripted model (a product feature: the demo and the default
-model run on it).
-
-Importing this package imports no HTTP client: the gateway (aiohttp, or the openai or anthropic
-SDK's public API) is imported by ``make_gateway`` when a session first needs it.
-"""
+"""Model endpoints: the OpenAI gateway and its wire formats, the Anthropic (Claude) gateway and its
+Messages wire, and the offline scripted model (a product feature: the demo and the default model run
+on it)."""
 
 from ._brain import ScriptedBrain, is_summary_request, scripted_usage
 from ._discovery import (

@@ -1,29 +1,4 @@
-"""The gateway's HTTP client: aiohttp, one ``ClientSession`` per gateway.
-
-aiohttp is a well-kept client with a C-accelerated HTTP parser, a pool that takes and gives
-back a connection in constant time, proxies from the environment and verified TLS; it spends
-little CPU per request, which matters when one process runs hundreds of sessions. Using it
-through its public API replaces both stowage's own HTTP/1.1 client and the private parts of
-the openai SDK that fed it.
-
-The session is made on the first request, inside the running event loop, and closed with the
-gateway: a ``TCPConnector`` of at most ``MAX_CONNECTIONS`` connections, idle ones kept
-``KEEPALIVE_EXPIRY`` seconds; TLS verified (OpenSSL's default store, which honours
-``SSL_CERT_FILE``); gzip and deflate accepted and decoded by aiohttp. The proxy comes from the
-environment as aiohttp's ``trust_env`` would take it (``HTTP_PROXY`` / ``HTTPS_PROXY`` for the
-endpoint's scheme unless ``NO_PROXY`` exempts its host; credentials in the proxy's URL go as
-proxy auth), but it is looked up once, when the session is made: ``trust_env`` looks the proxy
-and ``.netrc`` up again on every request, two trips to a thread each (measured: a third of the
-client's CPU per call), and a ``.netrc`` entry for the host would clash with the bearer token.
-A socket that does not connect within ``connect_timeout`` seconds fails; one that goes silent
-for ``read_timeout`` seconds fails too, both timed by aiohttp; the gateway's own clocks (idle
-stream, request deadline) bound the rest. The headers name the ``Content-Type`` (JSON when the caller's do
-not), so aiohttp adds none and needs no list of headers to skip; they go with each request,
-never as the session's, which aiohttp would send to a proxy too. Failures leave this module
-as ``TransportError``, error statuses as ``HttpStatusError`` with their headers and body (the
-body read only as far as the cap), never as aiohttp's classes. Nothing here logs the headers:
-the key goes only to the endpoint.
-"""
+"""The gateway's HTTP client: aiohttp, one ``ClientSession`` each (docs/guides/providers.md)."""
 
 from __future__ import annotations
 
@@ -51,10 +26,7 @@ _log = structlog.get_logger("stowage.gateway")
 def env_proxy(
     url: URL, environ: Mapping[str, str] | None = None
 ) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-    """The proxy the environment names for ``url`` (``{scheme}_proxy`` in either case, unless
-    ``no_proxy`` exempts its host) and the proxy auth its URL carries; (None, None) when there
-    is none. A proxy aiohttp cannot speak to (not http or https, such as socks5) is left out,
-    with a log line."""
+    """The environment's proxy for ``url`` and its auth, as ``trust_env`` would find them."""
     if environ is None:
         proxies = urllib.request.getproxies_environment()
     else:
@@ -78,8 +50,7 @@ def env_proxy(
 
 
 def _failure(exc: BaseException, *, read_timeout: float | None = None) -> TransportError:
-    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``; ``read_timeout``:
-    the body was being read, so a timeout is the socket's silence."""
+    """The ``TransportError`` for an aiohttp (or socket) failure ``exc``."""
     if isinstance(exc, TimeoutError):  # aiohttp's socket timeouts are TimeoutErrors too
         if read_timeout is not None:
             return TransportError(
@@ -92,9 +63,7 @@ def _failure(exc: BaseException, *, read_timeout: float | None = None) -> Transp
 
 
 class AiohttpTransport:
-    """POSTs JSON bodies to one URL with fixed headers (the caller's purpose header added per
-    request), on a session made lazily in the loop that sends; ``connect_timeout`` and
-    ``read_timeout`` bound the socket."""
+    """POSTs JSON bodies to one URL with fixed headers, on a session made in the sending loop."""
 
     def __init__(
         self,
@@ -141,7 +110,8 @@ class AiohttpTransport:
             connector=connector,
             # no session-wide headers: aiohttp merges those into a proxy's headers too
             timeout=self._timeout,
-            # the environment's proxy is looked up here, once (see the module's doc)
+            # the environment's proxy is looked up here, once: trust_env would look it (and .netrc)
+            # up on every request, a thread trip each
             trust_env=False,
         )
         self._proxy, auth = env_proxy(self._target)
@@ -163,19 +133,8 @@ class AiohttpTransport:
             self._purpose_headers[purpose] = headers
         return headers
 
-    async def post(
-        self,
-        body: bytes,
-        purpose: str,
-        *,
-        max_error_bytes: int,
-    ) -> Any:
-        """POST ``body``; returns the aiohttp response with its body unread (the caller reads
-        it with ``read`` or ``read_chunk`` and closes it with ``finish``).
-
-        Raises ``HttpStatusError`` for an error status (its body read, at most
-        ``max_error_bytes`` of it), ``TransportError`` when the exchange fails.
-        """
+    async def post(self, body: bytes, purpose: str, *, max_error_bytes: int) -> Any:
+        """POST ``body``; the response, its body unread (read it, then ``finish``)."""
         session = self._open()
         try:
             response = await session.post(
@@ -196,20 +155,8 @@ class AiohttpTransport:
             raise HttpStatusError(response.status, response.headers, content)
         return response
 
-    async def read(
-        self,
-        response: Any,
-        *,
-        max_bytes: int,
-        capped: bool = True,
-    ) -> bytes:
-        """The body of ``response``, which is released after (its connection kept when the
-        body was read whole).
-
-        Raises ``TransportError`` if the body is cut; ``BodyTooLarge`` as soon as it passes
-        ``max_bytes`` (the rest is never read), or, with ``capped`` False, returns what was
-        read by then.
-        """
+    async def read(self, response: Any, *, max_bytes: int, capped: bool = True) -> bytes:
+        """The body of ``response``, released after (its connection kept when read whole)."""
         parts: list[bytes] = []
         size = 0
         content = response.content
@@ -234,10 +181,7 @@ class AiohttpTransport:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def read_chunk(self, response: Any) -> bytes:
-        """What has arrived of the body of ``response`` (``b""`` at its end).
-
-        Raises ``TransportError`` when the transport fails.
-        """
+        """What has arrived of the body of ``response`` (``b""`` at its end)."""
         try:
             chunk: bytes = await response.content.readany()
         except (aiohttp.ClientError, OSError) as exc:
@@ -246,16 +190,14 @@ class AiohttpTransport:
 
     @staticmethod
     def finish(response: Any, *, ended: bool) -> None:
-        """Done with ``response``: its connection goes back to the pool if its body was read to
-        the end (``ended``), else it is closed."""
+        """Done with ``response``: its connection pooled if its body was read to the end."""
         if ended:
             response.release()
         else:
             response.close()
 
     async def aclose(self) -> None:
-        """Close the session and its connections (a session of another, finished loop is
-        dropped: its connections went with that loop)."""
+        """Close the session (one of another, finished loop is dropped with that loop)."""
         session, self._session = self._session, None
         loop, self._loop = self._loop, None
         if session is None or session.closed:

@@ -1,21 +1,4 @@
-"""The Anthropic (Claude) model gateway: the Messages API, on aiohttp or on the anthropic SDK.
-
-Bodies are built by ``_anthropic_wire`` (system on top, tool calls as content blocks, prompt
-cache breakpoints where the prefix is stable) and POSTed to ``base_url + "/v1/messages"`` with
-``x-api-key`` and ``anthropic-version``: through ``_aiohttp_transport`` by default, or
-(``http_client="sdk"``) through the public ``messages.create`` of the official SDK, an extra.
-A base URL that ends in ``/v1`` (as OpenAI-style URLs do) is taken without it. The key is the
-settings' ``api_key``, else ``ANTHROPIC_API_KEY``; the endpoint ``base_url``, else
-``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``.
-
-Errors map as on the OpenAI gateway (``_http_errors``): a 400 "prompt is too long: N tokens >
-M maximum" is ``ContextLengthExceeded`` with both figures, 429 ``RateLimitError`` with the
-wait from ``retry-after`` or the ``anthropic-ratelimit-*-reset`` of a used-up limit, 529
-(overloaded) and 5xx ``ModelConnectionError``, retried by the caller; an ``error`` event in a
-stream by its type (``event_error``). Time and size are bounded as there: a stream idle for
-``stream_idle_timeout``, a request past ``request_deadline``, an answer past
-``max_answer_chars``.
-"""
+"""The Anthropic (Claude) model gateway: the Messages API, on aiohttp or on the anthropic SDK."""
 
 from __future__ import annotations
 
@@ -23,13 +6,7 @@ import os
 from typing import Any
 
 from stowage._version import __version__
-from stowage.core import (
-    ConfigError,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    redact_url,
-)
+from stowage.core import ConfigError, ModelError, ModelRequest, ModelResponse, redact_url
 
 from ._aiohttp_transport import AiohttpTransport
 from ._anthropic_sdk import AnthropicEvents, AnthropicSdkClient, map_anthropic_error, plain_message
@@ -41,13 +18,7 @@ from ._anthropic_wire import (
     parse_message,
 )
 from ._endpoint_url import post_url
-from ._gateway_calls import (
-    CALL_ERRORS,
-    Events,
-    HttpModelCalls,
-    StreamAccumulator,
-    body_bytes_cap,
-)
+from ._gateway_calls import CALL_ERRORS, Events, HttpModelCalls, StreamAccumulator, body_bytes_cap
 from ._http_errors import EventError, model_error
 from ._openai_gateway import choose_http_client
 from ._openai_wire import PURPOSE_HEADER
@@ -60,8 +31,7 @@ _PATH = "/v1/messages"
 
 
 class AnthropicGateway(HttpModelCalls):
-    """A ``ModelGateway`` for Anthropic's Messages API, sending through aiohttp or the
-    anthropic SDK's public API."""
+    """A ``ModelGateway`` for Anthropic's Messages API, through aiohttp or the anthropic SDK."""
 
     wire_api = "anthropic"
 
@@ -77,12 +47,7 @@ class AnthropicGateway(HttpModelCalls):
         max_answer_chars: int = 1_000_000,
         http_client: str | None = None,
     ) -> None:
-        """The arguments mean what they mean for ``OpenAIGateway``.
-
-        Raises ``ConfigError`` if no API key is given or in ``ANTHROPIC_API_KEY``, the endpoint
-        is not an http(s) URL, ``http_client`` is unknown, or it is ``sdk`` and the anthropic
-        SDK is not installed.
-        """
+        """The arguments mean what they mean for ``OpenAIGateway``."""
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ConfigError(

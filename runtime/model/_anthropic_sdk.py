@@ -1,13 +1,5 @@
-"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's
-public ``messages.create``, with the bodies ``_anthropic_wire`` builds.
-
-Its typed results are turned back into the plain JSON they came from (``to_dict``) and parsed
-by the same functions as the aiohttp path; a stream's typed events likewise
-(``AnthropicEvents``, used like ``JsonEventStream``). The SDK sends each request once
-(``max_retries=0``): retries are stowage's. ``import anthropic`` happens when the first
-client is made (the SDK is an extra: ``pip install stowage-runtime[anthropic]``), never when
-this module is imported; only public names of it are used.
-"""
+"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's public
+``messages.create``, with the bodies ``_anthropic_wire`` builds."""
 
 from __future__ import annotations
 
@@ -17,42 +9,24 @@ from typing import Any
 from stowage.core import ConfigError, IncompleteResponse, ModelConnectionError, ModelError
 
 from ._anthropic_wire import ANTHROPIC_VERSION, event_error
-from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER
-from ._sdk_events import SdkEvents
+from ._sdk_events import SdkEvents, sdk_error, sdk_plain
 
 __all__ = ["AnthropicEvents", "AnthropicSdkClient", "map_anthropic_error", "plain_message"]
 
 
 def plain_message(value: Any) -> Any:
-    """A typed SDK object (a message or a stream event) as the plain JSON it came from.
-
-    Raises ``IncompleteResponse`` for anything else.
-    """
-    to_dict = getattr(value, "to_dict", None)
-    if not callable(to_dict):
-        raise IncompleteResponse(f"the response is not a message: {type(value).__name__}")
-    return to_dict(warnings=False)
+    """A typed SDK object (a message or a stream event) as the plain JSON it came from."""
+    return sdk_plain(value, "the response is not a message")
 
 
 def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
-    """The ``ModelError`` for an anthropic SDK failure ``exc`` (by the rules of
-    ``status_error``: 429 with its wait, 529 and 5xx retried, an overflow
-    ``ContextLengthExceeded`` with its figures). Raises nothing."""
+    """The ``ModelError`` for an anthropic SDK failure ``exc``. Raises nothing."""
     import anthropic
 
-    if isinstance(exc, ModelError):
-        return exc
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
-    if isinstance(exc, anthropic.APIStatusError):
-        return status_error(
-            exc.status_code,
-            None,
-            str(exc.message),
-            exc.response.headers,
-            max_retry_wait=max_retry_wait,
-        )
+    known = sdk_error(exc, anthropic, None, max_retry_wait=max_retry_wait)
+    if known is not None:
+        return known
     if isinstance(exc, anthropic.APIError):  # an error event inside a stream
         body = exc.body if isinstance(exc.body, dict) else {}
         return event_error(body.get("error", {"message": str(exc.message)}))
@@ -62,8 +36,7 @@ def map_anthropic_error(exc: BaseException, *, max_retry_wait: float | None = No
 
 
 class AnthropicEvents(SdkEvents):
-    """The anthropic SDK's typed stream as plain JSON events: an ``error`` event raises what
-    ``event_error`` gives."""
+    """The anthropic SDK's typed stream as plain JSON events; an ``error`` event raises."""
 
     def sdk_errors(self) -> tuple[type[Exception], ...]:
         import anthropic
@@ -107,8 +80,7 @@ class AnthropicSdkClient:
             raise ConfigError(f"cannot configure the Anthropic client: {exc}") from exc
 
     async def create(self, body: dict[str, Any], purpose: str) -> Any:
-        """The SDK's typed result of ``messages.create`` with ``body``: a message, or a
-        stream when ``body`` asks for one."""
+        """``messages.create`` with ``body``: a message, or a stream when ``body`` asks for one."""
         return await self.client.messages.create(**body, extra_headers={PURPOSE_HEADER: purpose})
 
     async def aclose(self) -> None:

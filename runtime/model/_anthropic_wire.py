@@ -1,17 +1,5 @@
-"""Pure translation between stowage items and Anthropic's Messages API, and where its prompt
-cache breakpoints go.
-
-The Messages API differs from the OpenAI wires in three ways that shape this module. System
-text is a top-level ``system`` list, not a message. Tool calls and their outputs are content
-blocks (``tool_use`` in an assistant message, ``tool_result`` in a user message), and roles
-must alternate, so consecutive items of one role share one message. And its prompt cache
-serves only what a request marks: a ``cache_control`` breakpoint on a block caches the prefix
-up to it (tools, then system, then messages), at most four a request. ``cache_breakpoints``
-chooses them where the prefix stays the same from one request to the next (see its doc).
-
-Parsers raise ``ModelResponseError`` on payloads they cannot use and ``IncompleteResponse``
-on one that never said why it stopped (no ``stop_reason``), so a cut stream is retried.
-"""
+"""Pure translation between stowage items and Anthropic's Messages API, and where its prompt cache
+breakpoints go."""
 
 from __future__ import annotations
 
@@ -83,10 +71,7 @@ _TRANSIENT = frozenset({"overloaded_error", "api_error", "rate_limit_error", "ti
 
 
 def default_max_tokens(model: str) -> int:
-    """``max_tokens`` for a request that sets none: a registered model's output limit, at most
-    a quarter of its window (the output reserve the budget keeps, so a prompt within the
-    budget plus this never passes the window, which the API refuses), else
-    ``DEFAULT_MAX_TOKENS``. Raises nothing."""
+    """``max_tokens`` when unset: the model's output limit within a quarter of its window."""
     limits = lookup_model(model)
     if limits is None:
         return DEFAULT_MAX_TOKENS
@@ -121,8 +106,7 @@ def _leading_system(items: Sequence[Item]) -> int:
 
 
 def _conversation_end(request: ModelRequest) -> int:
-    """Index of the last item the next request repeats: the last one, or for a summary
-    request the one before its instruction message. -1 when there is none."""
+    """Index of the last item the next request repeats (a summary's instruction not); -1: none."""
     last = len(request.input) - 1
     if request.purpose == "summary" and last >= 0 and isinstance(request.input[last], UserMessage):
         last -= 1
@@ -130,30 +114,7 @@ def _conversation_end(request: ModelRequest) -> int:
 
 
 def cache_breakpoints(request: ModelRequest) -> tuple[int, ...]:
-    """Indices of ``request.input`` whose block gets a ``cache_control`` breakpoint, at most
-    ``MAX_BREAKPOINTS``, newest first; -1 stands for the last tool. Pure; raises nothing.
-
-    Breakpoints go where the prefix is stable, in this order of value:
-
-    1. the end of the conversation the next request repeats (the last item; for a summary
-       request the last item before its instruction): written now, read by the next round;
-    2. the end of the previous request (the item before the newest model answer): read now.
-       The API would find it alone within twenty blocks; marking it makes the read explicit,
-       whatever a round added (ten parallel calls and their outputs are twenty blocks);
-    3. two settled points among the stubbed outputs: the 16th, 32nd, 48th... stub, the last
-       two of them passed. A new batch of microcompaction stubs starts after the previous
-       batch's last stub, which a request cannot see; but a batch of up to
-       ``STUB_MARK_EVERY`` stubs leaves one of the two marks the requests before it carried,
-       so it re-reads everything up to there instead of all after the summary (a provider
-       that caches every prefix serves up to the first new stub by itself). Between batches
-       the marks stay put and cost nothing;
-    4. the end of protected state and the summary (the summary, else the last leading system
-       message): a break after it still reads everything before it;
-    5. the instructions (the first system message, which the tools precede), else the last
-       tool: a change of protected state or a new summary still reads tools and system.
-
-    The first four that apply are taken; duplicates collapse, so a short request has fewer.
-    """
+    """Indices of ``request.input`` to mark with ``cache_control``, newest first; -1: last tool."""
     items = request.input
     chosen: list[int] = []
 
@@ -192,8 +153,7 @@ def cache_breakpoints(request: ModelRequest) -> tuple[int, ...]:
 
 
 def _arguments(text: str) -> dict[str, Any]:
-    """A call's ``input`` object: its JSON arguments, or (not an object) the text kept whole
-    under ``arguments``, since the API takes only an object."""
+    """A call's ``input`` object: its JSON arguments, or the text under ``arguments``."""
     try:
         value = json.loads(text) if text.strip() else {}
     except ValueError:
@@ -202,8 +162,7 @@ def _arguments(text: str) -> dict[str, Any]:
 
 
 def _block(item: Item) -> tuple[str, dict[str, Any] | None]:
-    """The role and content block of a non-leading item (None: nothing to send, as an empty
-    text, which the API refuses)."""
+    """The role and content block of a non-leading item (None: nothing to send)."""
     match item:
         case AssistantMessage(text=text):
             return "assistant", {"type": "text", "text": text} if text else None
@@ -233,8 +192,7 @@ def _block(item: Item) -> tuple[str, dict[str, Any] | None]:
 def _messages(
     items: Sequence[Item], start: int
 ) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
-    """The ``messages`` for ``items[start:]``, consecutive items of one role in one message
-    (tool results first in theirs, as the API requires), and the block each item ended on."""
+    """The ``messages`` for ``items[start:]``, one per run of a role, and each item's block."""
     messages: list[dict[str, Any]] = []
     ends: dict[int, dict[str, Any]] = {}
     last: dict[str, Any] | None = None
@@ -259,14 +217,7 @@ def _messages(
 
 
 def messages_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    """The whole JSON body of a ``POST /v1/messages`` request, ``cache_control`` breakpoints
-    placed by ``cache_breakpoints``.
-
-    Leading system messages (the instructions, protected state) are the top-level ``system``;
-    tools go with ``tool_choice`` (``none`` on a summary request: the tools are there for the
-    cache); ``parallel_tool_calls`` False is ``disable_parallel_tool_use``. The request's
-    ``cache_key`` has no field on this wire: the cache is keyed by the prefix itself.
-    """
+    """The whole JSON body of a ``POST /v1/messages`` request, breakpoints placed."""
     items = request.input
     leading = _leading_system(items)
     system: list[dict[str, Any]] = [
@@ -318,10 +269,7 @@ def _count(data: dict[str, Any], key: str) -> int:
 
 
 def anthropic_usage(data: Any) -> Usage | None:
-    """Usage from a Messages ``usage`` object: the prompt counted whole (``input_tokens`` is
-    only what the cache neither read nor wrote), the cache's reads as ``cached_tokens`` and its
-    writes as ``cache_write_tokens``. None when ``data`` is no object; raises
-    ``ModelResponseError`` for counts that are not counts."""
+    """Usage from a Messages ``usage`` object, the prompt counted whole, cache reads and writes."""
     if not isinstance(data, dict):
         return None
     read = _count(data, "cache_read_input_tokens")
@@ -338,10 +286,7 @@ def anthropic_usage(data: Any) -> Usage | None:
 
 
 def finish_reason(stop_reason: Any) -> str:
-    """stowage's finish reason for a ``stop_reason`` (an unknown one is kept as it is).
-
-    Raises ``IncompleteResponse`` when there is none: the response never said it was done.
-    """
+    """stowage's finish reason for a ``stop_reason`` (an unknown one is kept as it is)."""
     if not stop_reason:
         raise IncompleteResponse("the message has no stop_reason: the response never finished")
     reason = str(stop_reason)
@@ -369,12 +314,7 @@ def _response(
 
 
 def parse_message(data: Any) -> ModelResponse:
-    """A ``ModelResponse`` from a decoded ``message`` object: its text blocks joined, its
-    ``tool_use`` blocks as calls (their ``input`` as JSON text).
-
-    Raises ``IncompleteResponse`` without a ``stop_reason``, ``ModelResponseError`` if the
-    body is malformed.
-    """
+    """A ``ModelResponse`` from a decoded ``message`` object."""
     try:
         if data.get("type") == "error":
             raise ModelResponseError(f"the endpoint answered an error: {data.get('error')!r:.200}")
@@ -396,9 +336,7 @@ def parse_message(data: Any) -> ModelResponse:
 
 
 def event_error(error: Any) -> ModelError:
-    """The ``ModelError`` for the ``error`` object of a stream's ``error`` event: an overflow
-    ``ContextLengthExceeded``, an overloaded or failing service ``ModelConnectionError``
-    (retried), anything else ``ModelResponseError``. Raises nothing."""
+    """The ``ModelError`` for a stream's ``error`` event (overloaded: retried). Raises nothing."""
     kind = error.get("type") if isinstance(error, dict) else None
     message = str(error.get("message") or "") if isinstance(error, dict) else ""
     if is_context_length_error(kind, message):
@@ -418,8 +356,7 @@ class _Block:
 
 @dataclass(eq=False)
 class MessagesStreamAccumulator:
-    """Folds Messages stream events (``message_start`` … ``message_stop``) into text deltas
-    and one final response."""
+    """Folds Messages stream events into text deltas and one final response."""
 
     _blocks: dict[int, _Block] = field(default_factory=dict)
     _usage: dict[str, Any] = field(default_factory=dict)
@@ -431,11 +368,7 @@ class MessagesStreamAccumulator:
     answer_chars: int = 0
 
     def feed(self, event: Any) -> str:
-        """Take one event; return its text (may be empty).
-
-        Raises what ``event_error`` gives for an ``error`` event, ``ModelResponseError`` for
-        a malformed one.
-        """
+        """Take one event; return its text (may be empty)."""
         self._events += 1
         try:
             kind = event.get("type")
@@ -471,8 +404,7 @@ class MessagesStreamAccumulator:
         return ""
 
     def finish(self) -> ModelResponse:
-        """The whole response. Raises ``IncompleteResponse`` if the stream carried nothing or
-        ended before ``message_delta`` said why it stopped."""
+        """The whole response."""
         if not self._started:
             raise IncompleteResponse(
                 f"message stream ended without message_start (after {self._events} events)"

@@ -300,10 +300,9 @@ def _previous(text: str) -> dict[str, list[str]]:
 
 
 def transcript_items(items: Sequence[Item]) -> list[Item]:
-    """The conversation a summary request asks to summarize: its input without the
-    instruction message that ends it (a summary request is the session's own request with
-    one user message after it). Input that does not end with a user message is all
-    conversation. Raises nothing."""
+    """The conversation a summary request asks to summarize: its input without the instruction
+    message that ends it (a summary request is the session's own request with one user message after
+    it)."""
     if items and isinstance(items[-1], UserMessage):
         return list(items[:-1])
     return list(items)

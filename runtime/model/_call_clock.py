@@ -1,12 +1,4 @@
-"""The clocks of one model call: the request's deadline and a stream's idle time.
-
-Each wait runs under one ``asyncio.timeout`` at the nearer of the two, so cancellation and
-``TimeoutError`` follow asyncio's rules; the socket's silence is aiohttp's own read timeout
-(``sock_read``). A clock that kept all three limits on one self-re-arming timer handle, where
-aiohttp re-arms one on every chunk, measured within the noise of this one in the CPU a model
-call costs (docs/benchmarks/2026-12-07-cpu-per-call.md), so the simple one stays. Nothing here
-imports an HTTP library.
-"""
+"""The clocks of one model call: the request's deadline and a stream's idle time."""
 
 from __future__ import annotations
 
@@ -21,14 +13,7 @@ Expiry = Literal["deadline", "idle"]
 
 
 class CallClock:
-    """The limits of one call, which cancel it only while it waits (``async with`` the
-    clock: once for a whole exchange, or once per read of a stream, never across a yield).
-
-    Leaving a wait raises ``TimeoutError`` when ``deadline`` seconds passed since the clock
-    was made or ``idle`` seconds since the wait began (``idle`` None: no such limit);
-    ``expired`` then says which. A deadline that passed between waits ends the next one at
-    once.
-    """
+    """The limits of one call, which cancel it only while it waits, never across a yield."""
 
     def __init__(self, *, deadline: float, idle: float | None = None) -> None:
         self._loop = asyncio.get_running_loop()

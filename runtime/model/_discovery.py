@@ -1,11 +1,4 @@
-"""Ask an endpoint how large a model's context window is.
-
-Outside the built-in registry nothing says how large a model's window is, and assuming one
-is what made a local 128k model compact at 8,000 tokens. OpenAI-compatible servers answer
-``GET {base_url}/models/{id}`` and most of them say: vLLM as ``max_model_len``, OpenRouter as
-``context_length``, others as ``context_window`` or ``max_context_length`` (some nest it under
-``top_provider`` or ``meta``). One request, once per session start; any failure is "unknown".
-"""
+"""Ask an endpoint how large a model's context window is."""
 
 from __future__ import annotations
 

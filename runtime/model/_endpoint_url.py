@@ -12,11 +12,7 @@ __all__ = ["locate_error", "post_url"]
 
 
 def post_url(base_url: str, path: str) -> tuple[str, str | None]:
-    """The URL to POST to (``base_url`` joined with ``path``, without credentials) and the
-    basic-auth header value of the credentials ``base_url`` carried, if any.
-
-    Raises ``ConfigError`` for a URL that is not http(s).
-    """
+    """The URL to POST to, without credentials, and the basic-auth header they make, if any."""
     try:
         parts = urlsplit(base_url)
         port = parts.port

@@ -1,7 +1,6 @@
-"""Which gateway a session's settings name, without importing an HTTP client until one is
-needed: ``import aiohttp`` or ``import openai`` takes a good part of a command's start, and the
-offline model, ``show``, ``check``, ``list`` and ``context`` never use either.
-"""
+"""Which gateway a session's settings name, without importing an HTTP client until one is needed:
+``import aiohttp`` or ``import openai`` takes a good part of a command's start, and the offline
+model, ``show``, ``check``, ``list`` and ``context`` never use either."""
 
 from __future__ import annotations
 

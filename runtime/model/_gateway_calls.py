@@ -1,14 +1,10 @@
-"""One model call over HTTP, bounded in time and size, whatever the wire: what the OpenAI and
-the Anthropic gateways share. Each gateway says how its wire builds a body, parses an answer,
-folds a stream and maps its SDK's errors; the clocks, the size caps, the error naming and the
-stream loop are here once, so both wires fail the same way on a silent, dripping or flooding
-endpoint.
-"""
+"""One model call over HTTP, bounded in time and size, whatever the wire: what the OpenAI and the
+Anthropic gateways share."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
 
@@ -59,8 +55,7 @@ CALL_ERRORS: tuple[type[Exception], ...] = (
 
 
 def body_bytes_cap(max_answer_chars: int) -> int:
-    """The most bytes a body, or one event of a stream, is read to: what an answer of
-    ``max_answer_chars`` characters can take as JSON, and room for the rest."""
+    """The most bytes a body, or one stream event, is read to for ``max_answer_chars``."""
     return _JSON_BYTES_PER_CHAR * max_answer_chars + _BODY_SLACK
 
 
@@ -112,12 +107,7 @@ def too_large_body(size: int, max_bytes: int) -> ResponseTooLarge:
 
 
 class HttpModelCalls(ABC):
-    """``create`` and ``stream`` over aiohttp (``_transport``) or an SDK (``_sdk``).
-
-    A subclass sets the attributes below in its ``__init__`` and gives the wire's parts:
-    ``_request_body``, ``_parse``, ``_sdk_data``, ``_sdk_events``, ``_new_accumulator`` and
-    ``_map``.
-    """
+    """``create`` and ``stream`` over aiohttp (``_transport``) or an SDK (``_sdk``)."""
 
     wire_api: str
     #: the endpoint as errors and logs name it: never with its credentials
@@ -166,9 +156,7 @@ class HttpModelCalls(ABC):
         status: int | None = None,
         url: str | None = None,
     ) -> NoReturn:
-        """Raise the ``ModelError`` for ``exc``, naming the endpoint (``url``, else the
-        wire's) and the HTTP status (``status``: the stream's, for a failure after its
-        headers came)."""
+        """Raise the ``ModelError`` for ``exc``, naming the endpoint and the HTTP status."""
         error = self._map(exc)
         if isinstance(exc, HttpStatusError):
             status = exc.status
@@ -193,8 +181,7 @@ class HttpModelCalls(ABC):
         raise error from exc
 
     def _timed_out(self, request: ModelRequest, *, idle: bool, status: int | None) -> NoReturn:
-        """Raise the ``ModelConnectionError`` of a call that stalled: no stream event for
-        ``stream_idle_timeout`` (``idle``), or no whole answer by ``request_deadline``."""
+        """Raise the ``ModelConnectionError`` of a call that stalled (``idle``: the stream did)."""
         if idle:
             what = (
                 f"no stream event for {self.stream_idle_timeout:g} s (stream_idle_timeout; "
@@ -207,8 +194,7 @@ class HttpModelCalls(ABC):
         )
 
     def _clock(self, *, idle: float | None = None) -> CallClock:
-        """The clock of one call: ``request_deadline`` and ``idle`` (a stream's); the socket's
-        silence is the transport's read timeout (the SDK times its own)."""
+        """The clock of one call: ``request_deadline``, and ``idle`` for a stream."""
         return CallClock(deadline=self.request_deadline, idle=idle)
 
     def _expired(self, clock: CallClock, request: ModelRequest, *, status: int | None) -> NoReturn:
@@ -216,15 +202,13 @@ class HttpModelCalls(ABC):
         self._timed_out(request, idle=clock.expired == "idle", status=status)
 
     def _check_size(self, chars: int) -> None:
-        """Raises ``ResponseTooLarge`` when an answer of ``chars`` characters (text and call
-        arguments, or as many as were read) passes ``max_answer_chars``."""
+        """Raises ``ResponseTooLarge`` when ``chars`` characters pass ``max_answer_chars``."""
         reason = oversized_answer(chars, self.max_answer_chars)
         if reason is not None:
             raise ResponseTooLarge(reason)
 
     async def _post_and_read(self, transport: AiohttpTransport, body: bytes, purpose: str) -> Any:
-        """The raw JSON answer to ``body``. Raises what the transport raises,
-        ``ResponseTooLarge`` for a body past ``max_body_bytes``."""
+        """The raw JSON answer to ``body``."""
         max_bytes = self.max_body_bytes
         response = await transport.post(body, purpose, max_error_bytes=max_bytes)
         try:
@@ -232,28 +216,36 @@ class HttpModelCalls(ABC):
         except BodyTooLarge as exc:
             raise too_large_body(exc.size, max_bytes) from None
 
-    async def create(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming call.
-
-        Raises ``ModelConnectionError``, ``RateLimitError``, ``ContextLengthExceeded``,
-        ``ModelAuthError`` or ``ModelResponseError``.
-        """
-        body = self._request_body(request, stream=False)
+    async def _exchange(
+        self,
+        request: ModelRequest,
+        body: dict[str, Any],
+        transport: AiohttpTransport | None,
+        sdk_send: Callable[[dict[str, Any], str], Awaitable[Any]] | None,
+        *,
+        url: str | None = None,
+    ) -> Any:
+        """The raw answer to ``body``, sent through ``transport``, else ``sdk_send``."""
         raw: Any
         clock = self._clock()
         try:
             async with clock:
-                if self._transport is not None:
-                    raw = await self._post_and_read(
-                        self._transport, orjson.dumps(body), request.purpose
-                    )
+                if transport is not None:
+                    raw = await self._post_and_read(transport, orjson.dumps(body), request.purpose)
                 else:
-                    assert self._sdk is not None
-                    raw = await self._sdk.create(body, request.purpose)
+                    assert sdk_send is not None
+                    raw = await sdk_send(body, request.purpose)
         except self._boundary as exc:
-            self._raise(exc, request)
+            self._raise(exc, request, url=url)
         except TimeoutError:
             self._expired(clock, request, status=None)
+        return raw
+
+    async def create(self, request: ModelRequest) -> ModelResponse:
+        """One non-streaming call."""
+        body = self._request_body(request, stream=False)
+        sdk_send = None if self._sdk is None else self._sdk.create
+        raw = await self._exchange(request, body, self._transport, sdk_send)
         try:
             data = orjson.loads(raw) if self._sdk is None else self._sdk_data(raw)
             response = self._parse(data)
@@ -284,10 +276,7 @@ class HttpModelCalls(ABC):
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``.
-
-        Raises what ``create`` raises, at the point of failure in the stream.
-        """
+        """Stream one response: ``TextDelta`` pieces, then exactly one ``ResponseDone``."""
         accumulator = self._new_accumulator()
         events: Events
         clock = self._clock(idle=self.stream_idle_timeout)

@@ -1,14 +1,4 @@
-"""What goes wrong on the wire, as plain exceptions, and the ``ModelError`` each one stands for.
-
-Neither HTTP client of the gateway leaks its own error classes past its module: the aiohttp
-transport raises ``HttpStatusError`` for an error status (its status, headers and body kept)
-and ``TransportError`` when the exchange itself fails (refused, reset, a cut body, a socket
-timeout); an ``error`` payload inside an event stream is an ``EventError``. ``model_error``
-turns any of them into stowage's error tree, by the same rules the SDK path follows
-(``status_error``): 429 ``RateLimitError`` with the wait the server asked for, 401/403
-``ModelAuthError``, an overflow message ``ContextLengthExceeded``, 5xx ``ModelConnectionError``.
-Nothing here imports an HTTP library.
-"""
+"""What goes wrong on the wire, as plain exceptions, and the ``ModelError`` each one stands for."""
 
 from __future__ import annotations
 
@@ -40,8 +30,7 @@ __all__ = [
 
 
 class TransportError(Exception):
-    """The HTTP exchange failed before a whole answer came: no connection, a reset, a body cut
-    short, a socket that stopped sending (``timeout``)."""
+    """The HTTP exchange failed before a whole answer came (``timeout``: the socket went silent)."""
 
     def __init__(self, message: str, *, timeout: bool = False) -> None:
         super().__init__(message)
@@ -57,8 +46,7 @@ class BodyTooLarge(Exception):
 
 
 class HttpStatusError(Exception):
-    """The endpoint answered an error status: ``status``, its ``headers`` (as sent) and
-    ``body`` (read whole, or as far as the answer cap allows)."""
+    """The endpoint answered an error status, with its ``headers`` and ``body``."""
 
     def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
         self.status = status
@@ -81,8 +69,7 @@ class EventError(Exception):
 
 
 def error_fields(status: int, body: bytes) -> tuple[object, str]:
-    """The error ``code`` of an error body (OpenAI's ``{"error": {"code": ...}}``) and the
-    message that names it, worded as the openai SDK words it: ``Error code: 429 - {...}``."""
+    """The ``code`` of an error body and the message naming it, as the openai SDK words it."""
     text = body.decode("utf-8", "replace").strip()
     try:
         parsed: Any = json.loads(text)
@@ -101,8 +88,7 @@ def status_error(
     *,
     max_retry_wait: float | None = None,
 ) -> ModelError:
-    """The ``ModelError`` for an error status; a wait the server asked for (at most
-    ``max_retry_wait`` seconds) is its ``retry_after``."""
+    """The ``ModelError`` for an error status; the server's wait, capped, is its ``retry_after``."""
     wait = requested_wait(headers, cap=max_retry_wait)
     error: ModelError
     if status == 429:
@@ -120,8 +106,7 @@ def status_error(
 
 
 def model_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
-    """The ``ModelError`` that stands for ``exc``: one of this module's, a body that is not
-    JSON (``IncompleteResponse``), or anything else a parser raised (``ModelResponseError``)."""
+    """The ``ModelError`` that stands for ``exc``."""
     if isinstance(exc, ModelError):
         return exc
     if isinstance(exc, TransportError):

@@ -1,37 +1,4 @@
-"""The OpenAI(-compatible) model gateway: two wire APIs, on aiohttp or on the openai SDK.
-
-Bodies are built by the pure functions of ``_openai_wire`` and encoded with orjson. By default
-(``http_client="aiohttp"``) they are POSTed to ``base_url + "/chat/completions"`` or
-``"/responses"`` through ``_aiohttp_transport``: one aiohttp session per gateway, made on the
-first call, with the key as a bearer token, the purpose header, and OpenAI's organization and
-project headers when ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` are set (credentials in the URL
-go as basic auth, as the SDK's HTTP client sent them). The answer is parsed as plain JSON with
-orjson, a stream decoded by ``JsonEventStream``. Why aiohttp: a well-kept client with a
-C-accelerated parser, cheap per request at hundreds of sessions, proxies and verified TLS from
-the environment, used only through its public API; earlier releases reached into private
-parts of the openai SDK and kept an HTTP/1.1 client of their own to get the same CPU cost.
-
-``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``) sends through the SDK's public API
-instead (``_openai_sdk``): the same bodies, the typed results turned back into the same plain
-JSON and parsed by the same functions. stowage retries itself, so the SDK never does. Every
-failure of either path is mapped here to a ``ModelError`` (``_http_errors``).
-
-Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
-an event (SSE comments and keep-alives do not count) and any request still unfinished after
-``request_deadline`` seconds are abandoned as ``ModelConnectionError``, so a silent or dripping
-endpoint fails in bounded time and is retried. Those clocks (``_call_clock``) cancel through
-an ``asyncio.timeout`` (aiohttp runs on asyncio only, and it costs a fraction of a cancel
-scope); the socket's silence is aiohttp's read timeout.
-Every error names the endpoint (its URL redacted) and the HTTP status, and carries the
-longest wait the server asked for.
-
-Size is bounded too: an answer whose text and call arguments pass ``max_answer_chars`` is
-``ResponseTooLarge``, raised as soon as a stream's deltas pass it, and a body (or one event of
-a stream) is not read past ``body_bytes_cap`` bytes (six a character of the cap plus a
-slack) (the most such an answer can take as JSON, with room for the rest of the
-body): an endpoint that streams 30 MB is cut off at the cap, never held. On the SDK path the
-SDK reads each event and body itself, so there only the parsed answer is checked.
-"""
+"""The OpenAI(-compatible) model gateway: two wire APIs, on aiohttp or on the openai SDK."""
 
 from __future__ import annotations
 
@@ -53,16 +20,8 @@ from stowage.core import (
 
 from ._aiohttp_transport import AiohttpTransport
 from ._endpoint_url import post_url
-from ._gateway_calls import (
-    CALL_ERRORS,
-    Events,
-    HttpModelCalls,
-    StreamAccumulator,
-    body_bytes_cap,
-)
-from ._http_errors import (
-    model_error,
-)
+from ._gateway_calls import CALL_ERRORS, Events, HttpModelCalls, StreamAccumulator, body_bytes_cap
+from ._http_errors import model_error
 from ._openai_sdk import PlainEvents, SdkClient, map_openai_error, plain
 from ._openai_wire import (
     PURPOSE_HEADER,
@@ -108,12 +67,7 @@ _COMPACT_PATH = "/responses/compact"
 
 
 def choose_http_client(http_client: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The HTTP client a gateway sends with: ``http_client`` when given, else the
-    ``STOWAGE_HTTP_CLIENT`` variable of ``environ`` (``os.environ``; ``lean``, the name of the
-    client before aiohttp, counts as ``aiohttp``), else ``aiohttp``.
-
-    Raises ``ConfigError`` for any other value.
-    """
+    """``http_client`` if given, else ``STOWAGE_HTTP_CLIENT`` (``lean``: aiohttp), else aiohttp."""
     if http_client is not None:
         if http_client not in HTTP_CLIENTS:
             raise ConfigError(f"http_client must be 'aiohttp' or 'sdk', got {http_client!r}")
@@ -128,8 +82,7 @@ def choose_http_client(http_client: str | None, environ: Mapping[str, str] | Non
 
 
 class OpenAIGateway(HttpModelCalls):
-    """A ``ModelGateway`` for an OpenAI-compatible endpoint, on the chat or the responses wire
-    API, sending through aiohttp or the openai SDK's public API."""
+    """A ``ModelGateway`` for an OpenAI-compatible endpoint, chat or responses wire API."""
 
     def __init__(
         self,
@@ -144,17 +97,7 @@ class OpenAIGateway(HttpModelCalls):
         max_answer_chars: int = 1_000_000,
         http_client: str | None = None,
     ) -> None:
-        """``timeout``: seconds to connect, and the most a socket may go silent;
-        ``stream_idle_timeout``: seconds a stream may go without an event;
-        ``request_deadline``: seconds a request may take in all; ``max_retry_wait``: the most
-        a wait the server asks for is taken at; ``max_answer_chars``: the most characters of
-        text and call arguments one answer may carry (reading stops as soon as a response
-        passes it: ``ResponseTooLarge``); ``http_client``: ``aiohttp`` or ``sdk`` (None: see
-        ``choose_http_client``).
-
-        Raises ``ConfigError`` if no API key is given or in ``OPENAI_API_KEY``, ``wire_api``
-        or ``http_client`` is unknown, or the endpoint is not an http(s) URL.
-        """
+        """The bounds are the settings of those names; ``http_client``: ``aiohttp`` or ``sdk``."""
         if wire_api not in ("chat", "responses"):
             raise ConfigError(f"wire_api must be 'chat' or 'responses', got {wire_api!r}")
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -248,33 +191,15 @@ class OpenAIGateway(HttpModelCalls):
         return model_error(exc, max_retry_wait=self.max_retry_wait)
 
     async def compact(self, request: ModelRequest) -> ProviderCompaction:
-        """Compact ``request.input`` with the endpoint's own ``POST /responses/compact``: the
-        compaction item it answers, verbatim, to stand for those items from now on.
-
-        Raises what ``create`` raises (an endpoint without it: ``ModelResponseError`` for its
-        404, 405 or 501), and ``ModelResponseError`` for an answer with no compaction item or
-        on the chat wire, which has no such endpoint.
-        """
+        """Compact ``request.input`` with ``POST /responses/compact``: the item it answers."""
         if self.wire_api != "responses":
             raise ModelResponseError(
                 "provider compaction needs the responses wire API; this gateway speaks chat"
             )
-        body = compact_body(request)
-        raw: Any
-        clock = self._clock()
-        try:
-            async with clock:
-                if self._compactor is not None:
-                    raw = await self._post_and_read(
-                        self._compactor, orjson.dumps(body), request.purpose
-                    )
-                else:
-                    assert self._sdk is not None
-                    raw = await self._sdk.compact(body, request.purpose)
-        except self._boundary as exc:
-            self._raise(exc, request, url=self.compact_url)
-        except TimeoutError:
-            self._expired(clock, request, status=None)
+        sdk_send = None if self._sdk is None else self._sdk.compact
+        raw = await self._exchange(
+            request, compact_body(request), self._compactor, sdk_send, url=self.compact_url
+        )
         try:
             data = orjson.loads(raw)
             compaction = parse_compaction(data, covered=len(request.input))

@@ -1,16 +1,6 @@
 """The compatible path: the openai SDK's public API, ``chat.completions.create`` and
-``responses.create``, for a gateway set to ``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``).
-
-The bodies are the same ones ``_openai_wire`` builds for the aiohttp path: each field the
-public ``create`` takes goes as its keyword argument, the rest as ``extra_body``. The typed
-results are turned back into the plain JSON they came from (``to_dict``) and go through the
-same parsers; a stream's typed events likewise (``PlainEvents``, used like
-``JsonEventStream``). The SDK sends each request once (``max_retries=0``): retries are the
-caller's. Only public names of the SDK are used here; its errors become ``ModelError`` by
-``map_openai_error``. The SDK reads each event and body itself, so on this path only the
-parsed answer is checked against ``max_answer_chars``. ``import openai`` (about 0.4 s) happens
-when the first ``SdkClient`` is made, never when this module is imported.
-"""
+``responses.create``, for a gateway set to ``http_client="sdk"`` (or
+``STOWAGE_HTTP_CLIENT=sdk``)."""
 
 from __future__ import annotations
 
@@ -18,17 +8,10 @@ import inspect
 import json
 from typing import TYPE_CHECKING, Any
 
-from stowage.core import (
-    ConfigError,
-    IncompleteResponse,
-    ModelConnectionError,
-    ModelError,
-    ModelResponseError,
-)
+from stowage.core import ConfigError, IncompleteResponse, ModelError, ModelResponseError
 
-from ._http_errors import status_error
 from ._openai_wire import PURPOSE_HEADER, context_error, is_context_length_error
-from ._sdk_events import SdkEvents
+from ._sdk_events import SdkEvents, sdk_error, sdk_plain
 
 if TYPE_CHECKING:
     import openai
@@ -37,34 +20,17 @@ __all__ = ["PlainEvents", "SdkClient", "map_openai_error", "plain"]
 
 
 def plain(value: Any) -> Any:
-    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from.
-
-    Raises ``IncompleteResponse`` for anything else, such as the text the SDK returns for an
-    answer that is not JSON.
-    """
-    to_dict = getattr(value, "to_dict", None)
-    if not callable(to_dict):
-        raise IncompleteResponse(f"the response is not valid JSON: {type(value).__name__}")
-    return to_dict(warnings=False)
+    """A typed SDK object (a response, a stream chunk or event) as the plain JSON it came from."""
+    return sdk_plain(value, "the response is not valid JSON")
 
 
 def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None) -> ModelError:
-    """The ``ModelError`` that stands for an openai/parse failure ``exc``; a wait the server
-    asked for (at most ``max_retry_wait`` seconds) is its ``retry_after``."""
+    """The ``ModelError`` for an openai/parse failure ``exc``, the server's wait capped."""
     import openai
 
-    if isinstance(exc, ModelError):
-        return exc
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
-    if isinstance(exc, openai.APIStatusError):
-        return status_error(
-            exc.status_code,
-            exc.code,
-            str(exc.message),
-            exc.response.headers,
-            max_retry_wait=max_retry_wait,
-        )
+    known = sdk_error(exc, openai, getattr(exc, "code", None), max_retry_wait=max_retry_wait)
+    if known is not None:
+        return known
     if isinstance(exc, openai.APIError):  # an error event inside a stream, a bad body
         if is_context_length_error(exc.code, str(exc.message)):
             return context_error(exc.code, str(exc.message))
@@ -75,8 +41,7 @@ def map_openai_error(exc: BaseException, *, max_retry_wait: float | None = None)
 
 
 class PlainEvents(SdkEvents):
-    """The openai SDK's typed ``AsyncStream`` as plain JSON events: its transport failures
-    become ``openai.APIConnectionError``."""
+    """The openai SDK's typed ``AsyncStream`` as plain JSON events."""
 
     def sdk_errors(self) -> tuple[type[Exception], ...]:
         import openai
@@ -93,11 +58,7 @@ class PlainEvents(SdkEvents):
 
 
 def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[str] | None:
-    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any).
-
-    Raises ``ConfigError`` if the SDK has no public API for ``wire_api`` (the responses API came
-    with openai 1.66).
-    """
+    """The keyword arguments the public ``create`` of ``wire_api`` takes (None: any)."""
     import openai
 
     if wire_api == "chat":
@@ -120,8 +81,7 @@ def _public_parameters(client: openai.AsyncOpenAI, wire_api: str) -> frozenset[s
 def _split_body(
     body: dict[str, Any], parameters: frozenset[str] | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``body`` as the keyword arguments of a public ``create`` that takes ``parameters`` (None:
-    any), and the rest of it, to be sent as ``extra_body``."""
+    """``body`` split into the public ``create``'s keyword arguments and ``extra_body``."""
     if parameters is None:
         return body, {}
     known = {k: v for k, v in body.items() if k in parameters}
@@ -134,8 +94,7 @@ class SdkClient:
     def __init__(
         self, *, api_key: str, base_url: str | None, timeout: float, wire_api: str
     ) -> None:
-        """Raises ``ConfigError`` if the SDK cannot make a client of these, or has no public
-        API for ``wire_api``."""
+        """Raises ``ConfigError`` if the SDK cannot make a client or lacks ``wire_api``."""
         import openai
 
         #: what a call on this path may raise that is the provider's fault
@@ -161,8 +120,7 @@ class SdkClient:
         return str(self.client.base_url)
 
     async def create(self, body: dict[str, Any], purpose: str) -> Any:
-        """The SDK's typed result of ``create`` with ``body``: a response, or a stream when
-        ``body`` asks for one."""
+        """``create`` with ``body``: a response, or a stream when ``body`` asks for one."""
         known, extra = _split_body(body, self.parameters)
         endpoint: Any = (
             self.client.chat.completions if self.wire_api == "chat" else self.client.responses
@@ -172,9 +130,7 @@ class SdkClient:
         )
 
     async def compact(self, body: dict[str, Any], purpose: str) -> bytes:
-        """The body of ``POST /responses/compact`` with ``body``, as bytes: through the SDK's
-        public ``post`` (the way it documents for endpoints it may not type), since
-        ``responses.compact`` exists only in its newer releases."""
+        """``POST /responses/compact`` through the SDK's public ``post`` (older SDKs lack it)."""
         answer: bytes = await self.client.post(
             "/responses/compact",
             cast_to=bytes,

@@ -1,12 +1,4 @@
-"""Pure translation between stowage items and the two OpenAI wire formats.
-
-Kept free of I/O and of the SDK's typed models so that the bodies can be unit-tested, sent by
-any HTTP path (the SDK's low-level ``post`` today), and parsed from plain decoded JSON. Parsers
-raise ``ModelResponseError`` on payloads they cannot use, and ``IncompleteResponse`` on one
-that never said it was done: a response counts only with its finish marker (a Chat choice's
-``finish_reason``, a Responses ``status`` of ``completed``, or ``incomplete`` when the output
-limit stopped it), so a cut stream is retried instead of half used.
-"""
+"""Pure translation between stowage items and the two OpenAI wire formats."""
 
 from __future__ import annotations
 
@@ -165,11 +157,7 @@ def responses_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
 
 
 def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    """The whole JSON body of a Chat Completions request.
-
-    Without tools, neither ``tools`` nor ``tool_choice`` is sent: the API rejects a
-    ``tool_choice`` that has no tools.
-    """
+    """The whole JSON body of a Chat Completions request."""
     body: dict[str, Any] = {"model": request.model, "messages": chat_messages(request.input)}
     body.update(_request_options(request, chat_tools(request.tools), "max_tokens"))
     if stream:
@@ -181,8 +169,7 @@ def chat_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
 def _request_options(
     request: ModelRequest, tools: list[dict[str, Any]], max_tokens_field: str
 ) -> dict[str, Any]:
-    """The fields both wire APIs take alike: the ``tools`` (in the API's format) with the
-    choice among them, the output limit as ``max_tokens_field``, and the cache key."""
+    """The fields both wire APIs take alike: tools and choice, the output limit, the cache key."""
     options: dict[str, Any] = {}
     if request.tools:
         options["tools"] = tools
@@ -197,9 +184,7 @@ def _request_options(
 
 
 def compact_body(request: ModelRequest) -> dict[str, Any]:
-    """The JSON body of a ``POST /responses/compact`` request: the model and the items to
-    compact (an earlier compaction item among them goes back verbatim, so compactions
-    chain), and the session's cache key. Tools and limits are not part of that endpoint."""
+    """The JSON body of ``POST /responses/compact``: model, items to compact, cache key."""
     body: dict[str, Any] = {"model": request.model, "input": responses_input(request.input)}
     if request.cache_key:
         body["prompt_cache_key"] = request.cache_key
@@ -207,13 +192,7 @@ def compact_body(request: ModelRequest) -> dict[str, Any]:
 
 
 def parse_compaction(data: Any, *, covered: int) -> ProviderCompaction:
-    """The compaction a decoded ``response.compaction`` object carries: its (last)
-    ``compaction`` output item, verbatim, a readable line that says what it stands for, and
-    usage when reported. The other output items (user messages the endpoint kept) are left
-    out: stowage keeps its own choice of them. ``covered``: how many items were compacted.
-
-    Raises ``ModelResponseError`` if the body is malformed or has no compaction item.
-    """
+    """The compaction a decoded ``response.compaction`` object carries, verbatim."""
     try:
         output = data["output"]
         found = [
@@ -282,10 +261,7 @@ def _number(text: str) -> int:
 
 
 def context_error_figures(message: str) -> tuple[int | None, int | None]:
-    """The input tokens and the window a context-length error message states, each None when
-    it does not say. A message that names token counts without saying which is which (as
-    LiteLLM's wrappers may) gives the largest count that is not the window as the input.
-    Raises nothing."""
+    """The input tokens and the window a context-length error states (None: not said)."""
     limit = next((_number(m.group(1)) for p in _LIMIT if (m := p.search(message))), None)
     tokens = next((_number(m.group(1)) for p in _INPUT if (m := p.search(message))), None)
     if tokens is None:
@@ -320,8 +296,7 @@ def _usage(data: Any, inp: str, out: str) -> Usage | None:
 
 
 def _cached(data: dict[str, Any]) -> int:
-    """Cached input tokens: ``prompt_tokens_details.cached_tokens`` (Chat Completions) or
-    ``input_tokens_details.cached_tokens`` (Responses); 0 when absent or not a count."""
+    """Cached input tokens of either wire API's usage; 0 when absent or not a count."""
     for key in ("prompt_tokens_details", "input_tokens_details"):
         details = data.get(key)
         if isinstance(details, dict):
@@ -354,11 +329,7 @@ def _response(
 
 
 def parse_chat_completion(data: Any) -> ModelResponse:
-    """A ``ModelResponse`` from a decoded ``chat.completion`` body.
-
-    Raises ``IncompleteResponse`` if the body has no choice or its choice no ``finish_reason``,
-    ``ModelResponseError`` if it is malformed.
-    """
+    """A ``ModelResponse`` from a decoded ``chat.completion`` body."""
     try:
         choices = data.get("choices")
         if not choices:
@@ -385,10 +356,7 @@ def parse_chat_completion(data: Any) -> ModelResponse:
 
 
 def _responses_finish(data: dict[str, Any], has_calls: bool) -> str:
-    """The finish reason a Responses API ``response`` object stands for.
-
-    Raises ``ModelResponseError`` if it failed, ``IncompleteResponse`` if it is not finished.
-    """
+    """The finish reason a Responses API ``response`` object stands for."""
     status = data.get("status")
     if status == "failed" or data.get("error"):
         raise ModelResponseError(f"response failed: {data.get('error')!r:.200}")
@@ -401,11 +369,7 @@ def _responses_finish(data: dict[str, Any], has_calls: bool) -> str:
 
 
 def parse_responses_response(data: Any) -> ModelResponse:
-    """A ``ModelResponse`` from a decoded Responses API ``response`` object.
-
-    Raises ``ModelResponseError`` if the body is malformed or the response failed, and
-    ``IncompleteResponse`` if it is not finished or has no output at all.
-    """
+    """A ``ModelResponse`` from a decoded Responses API ``response`` object."""
     try:
         texts: list[str] = []
         calls: list[FunctionCall] = []
@@ -478,8 +442,7 @@ class ChatStreamAccumulator:
         return text
 
     def finish(self) -> ModelResponse:
-        """The whole response. Raises ``IncompleteResponse`` if the stream carried nothing or
-        ended before a choice said why it finished."""
+        """The whole response."""
         if not self._chunks:
             raise IncompleteResponse("chat stream ended without a single chunk")
         if self._finish_reason is None:
@@ -506,11 +469,7 @@ class ResponsesStreamAccumulator:
     answer_chars: int = 0
 
     def feed(self, event: Any) -> str:
-        """Take one event; return its text delta (may be empty).
-
-        Raises ``ModelResponseError`` on an ``error`` or ``response.failed`` event, or a
-        malformed one; ``ContextLengthExceeded`` when that error says the input was too long.
-        """
+        """Take one event; return its text delta (may be empty)."""
         self._events += 1
         try:
             kind = event.get("type")
@@ -535,8 +494,7 @@ class ResponsesStreamAccumulator:
         return ""
 
     def finish(self) -> ModelResponse:
-        """The final response. Raises ``IncompleteResponse`` if the stream ended before
-        ``response.completed`` (or ``response.incomplete``)."""
+        """The final response."""
         if self._final is None:
             raise IncompleteResponse(
                 f"responses stream ended before response.completed (after {self._events} "

@@ -1,12 +1,4 @@
-"""The scripted summarizer's protected-state proposals, and its deliberate lossiness.
-
-Proposals follow a few plain conventions, so a test or the drift evaluation can plant facts
-that a real model would notice on its own: a tool call that failed becomes a failed attempt,
-and lines of user messages starting ``decided:``, ``failed: WHAT because WHY``,
-``artifact: REF -- NOTE``, ``pending:`` and ``done:`` become the matching ops (``done: X``
-completes the pending entry whose text is X). Proposals are never lossy: the lossy mode
-stands for a summarizer whose prose drops facts, which is what protected state guards against.
-"""
+"""The scripted summarizer's protected-state proposals, and its deliberate lossiness."""
 
 from __future__ import annotations
 
@@ -36,15 +28,13 @@ _PENDING = re.compile(r"^- \[(p\d+)\] (.*)$")
 
 
 def asks_for_updates(request: ModelRequest) -> bool:
-    """Whether the summary request asks for the protected-updates block: its instruction
-    message, the user message that ends it, names the block. Raises nothing."""
+    """Whether the summary request asks for the protected-updates block. Raises nothing."""
     last = request.input[-1] if request.input else None
     return isinstance(last, UserMessage) and UPDATES_KEY in last.text
 
 
 def protected_section(request: ModelRequest) -> str:
-    """The protected state the summary request carries: the text of its protected-state
-    system message, as every round request shows it ('' if none). Raises nothing."""
+    """The text of the request's protected-state system message ('' if none). Raises nothing."""
     for item in request.input:
         if isinstance(item, SystemMessage) and item.text.startswith(_PROTECTED_HEADING):
             return item.text
@@ -52,8 +42,7 @@ def protected_section(request: ModelRequest) -> str:
 
 
 def propose_updates(items: Sequence[Item], protected: str) -> list[dict[str, Any]]:
-    """The ops the scripted summarizer proposes for ``items``, skipping those ``protected``
-    already shows. Deterministic; raises nothing."""
+    """The ops the scripted summarizer proposes for ``items``, new ones only. Raises nothing."""
     pending = _pending(protected)
     calls = {i.call_id: i for i in items if isinstance(i, FunctionCall)}
     ops: list[dict[str, Any]] = []
@@ -111,8 +100,7 @@ def _from_line(kind: str, text: str, pending: dict[str, str]) -> list[dict[str, 
 
 
 def drop_facts(lines: Sequence[str], loss: float, seed: int, context: str) -> list[str]:
-    """``lines`` with each one dropped with probability ``loss``; the draw is seeded by
-    ``seed`` and ``context`` (the request), so the same request loses the same facts."""
+    """``lines`` each dropped with probability ``loss``, seeded by ``seed`` and ``context``."""
     if loss <= 0:
         return list(lines)
     digest = hashlib.sha256(f"{seed}|{context}".encode()).hexdigest()

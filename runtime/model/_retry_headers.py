@@ -1,13 +1,4 @@
-"""How long a server asks us to wait, from every header that says so.
-
-Providers and the proxies in front of them say it in different words: ``Retry-After``
-(seconds or an HTTP date), ``retry-after-ms``, LiteLLM's ``llm_provider-*`` copies of the
-provider's own headers, and OpenAI's ``x-ratelimit-reset-requests`` / ``-tokens`` (durations
-such as ``1s``, ``6m0s``, ``250ms``), and Anthropic's ``anthropic-ratelimit-*-reset`` (an
-RFC 3339 time). The longest wait that applies wins: a reset applies only to a limit that is
-used up (its ``x-ratelimit-remaining-*`` or ``anthropic-ratelimit-*-remaining`` is 0 or not
-given).
-"""
+"""How long a server asks us to wait, from every header that says so."""
 
 from __future__ import annotations
 
@@ -25,8 +16,7 @@ _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (delta seconds or an HTTP date), or None.
-    Raises nothing."""
+    """Seconds to wait from a ``Retry-After`` value (delta seconds or an HTTP date), or None."""
     if value is None or not value.strip():
         return None
     try:
@@ -41,8 +31,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 
 def parse_duration(value: str | None) -> float | None:
-    """Seconds of a duration such as ``1s``, ``6m0s``, ``1h2m3.5s``, ``250ms`` or a bare
-    number of seconds; None when ``value`` is none of these. Raises nothing."""
+    """Seconds of a duration such as ``6m0s``, ``250ms`` or a bare number; None if not one."""
     if value is None:
         return None
     text = value.strip().lower()
@@ -109,9 +98,7 @@ def _waits(headers: Mapping[str, str], now: float | None) -> list[float | None]:
 def requested_wait(
     headers: Mapping[str, str], *, cap: float | None = None, now: float | None = None
 ) -> float | None:
-    """The longest wait any header of ``headers`` asks for (None when none does), at most
-    ``cap`` seconds. Header names are matched in lower case, as httpx gives them; those a
-    proxy prefixed with ``llm_provider-`` count as the provider's own. Raises nothing."""
+    """The longest wait any of ``headers`` asks for (None: none does), at most ``cap``."""
     lowered = {k.lower(): v for k, v in headers.items()}
     proxied = {
         k.removeprefix(_PROXY_PREFIX): v for k, v in lowered.items() if k.startswith(_PROXY_PREFIX)

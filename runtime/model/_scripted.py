@@ -1,8 +1,4 @@
-"""``ScriptedModel``: an offline, deterministic ``ModelGateway``, the embedded default model.
-
-The gateway is a thin shell over a brain (any callable request → response; ``ScriptedBrain``
-by default): it records requests, sleeps the configured latency and streams the text in chunks.
-"""
+"""``ScriptedModel``: an offline, deterministic ``ModelGateway``, the embedded default model."""
 
 from __future__ import annotations
 

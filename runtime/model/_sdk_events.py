@@ -5,15 +5,40 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Self
 
-from stowage.core import ModelError
+from stowage.core import IncompleteResponse, ModelConnectionError, ModelError
 
-__all__ = ["SdkEvents"]
+from ._http_errors import status_error
+
+__all__ = ["SdkEvents", "sdk_error", "sdk_plain"]
+
+
+def sdk_plain(value: Any, refused: str) -> Any:
+    """A typed SDK object as the plain JSON it came from; ``IncompleteResponse`` if it is none."""
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        raise IncompleteResponse(f"{refused}: {type(value).__name__}")
+    return to_dict(warnings=False)
+
+
+def sdk_error(
+    exc: BaseException, sdk: Any, code: object, *, max_retry_wait: float | None
+) -> ModelError | None:
+    """The ``ModelError`` for what both SDKs raise alike (no connection, an error status), or
+    None; ``sdk`` is the SDK's module, ``code`` the error code a status error carries."""
+    if isinstance(exc, ModelError):
+        return exc
+    if isinstance(exc, sdk.APIConnectionError):  # includes APITimeoutError
+        return ModelConnectionError(f"cannot reach the model endpoint: {exc}")
+    if isinstance(exc, sdk.APIStatusError):
+        headers = exc.response.headers
+        return status_error(
+            exc.status_code, code, str(exc.message), headers, max_retry_wait=max_retry_wait
+        )
+    return None
 
 
 class SdkEvents:
-    """An SDK's typed stream as plain JSON events, a batch of one at a time, used like
-    ``JsonEventStream``. A subclass names its SDK's error base (``sdk_errors``), what a transport
-    failure becomes (``broken``) and how an event turns plain (``plain_event``)."""
+    """An SDK's typed stream as plain JSON events, used like ``JsonEventStream``."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -40,8 +65,7 @@ class SdkEvents:
         raise NotImplementedError
 
     async def next_events(self) -> list[Any] | None:
-        """The next event as a batch of one (as ``JsonEventStream.next_events``), or None at
-        the end of the stream."""
+        """The next event as a batch of one, or None at the end of the stream."""
         passes: tuple[type[Exception], ...] = (ModelError, ValueError, TypeError, KeyError)
         try:
             event = await anext(self._stream)

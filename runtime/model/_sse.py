@@ -1,13 +1,4 @@
-"""Server-sent events decoded straight from the response bytes with orjson.
-
-``JsonEventStream`` takes a ``read`` coroutine function that returns whatever bytes of the
-body have arrived (``b""`` at its end; the aiohttp transport hands it
-``response.content.readany``, wrapped so that a transport failure is a ``TransportError``), so
-one read returns every event that came together and a caller times each read, not each event.
-An ``error`` payload raises ``EventError``; an event that grows past ``max_event_bytes``
-before it ends raises ``ResponseTooLarge``: an endpoint that streams one endless event must
-not fill memory. Nothing here imports an HTTP library.
-"""
+"""Server-sent events decoded straight from the response bytes with orjson."""
 
 from __future__ import annotations
 
@@ -24,8 +15,7 @@ __all__ = ["JsonEventStream", "sse_data"]
 
 
 def sse_data(block: bytes) -> bytes | None:
-    """The data of one event block (its ``data:`` lines joined by newlines), or None if it has
-    none (a comment or a keep-alive)."""
+    """The data of one event block, or None if it has none (a comment or a keep-alive)."""
     # found with two searches, not a split into lines: nearly every event has one data line,
     # alone (Chat's) or after its ``event:`` line (Responses')
     if block.startswith(b"data:"):
@@ -47,9 +37,7 @@ def sse_data(block: bytes) -> bytes | None:
 
 
 class JsonEventStream:
-    """The decoded JSON payloads of a streamed body, read a chunk at a time with ``read`` and
-    ending at ``[DONE]`` or the body's end; leaving it calls ``close`` (with whether the body
-    was read to its end, so a connection can be kept for the next request)."""
+    """The decoded JSON payloads of a streamed body, ending at ``[DONE]`` or the body's end."""
 
     def __init__(
         self,
@@ -59,8 +47,7 @@ class JsonEventStream:
         status: int | None = None,
         max_event_bytes: int | None = None,
     ) -> None:
-        """``status``: the HTTP status of the response, for errors to name; ``max_event_bytes``:
-        the most bytes one event may take before it ends (None: no limit)."""
+        """``status``: the response's, for errors; ``max_event_bytes``: one event's cap."""
         self.status = status
         self._read = read
         self._close = close
@@ -78,13 +65,7 @@ class JsonEventStream:
         await self._close(self._ended)
 
     async def next_events(self) -> list[Any] | None:
-        """The events of the next chunks of the body (at least one, as many as arrived
-        together), or None at the end of the stream. One await per network read.
-
-        Raises ``EventError`` for an ``error`` payload, ``orjson.JSONDecodeError`` for a
-        payload that is not JSON, what ``read`` raises when the transport fails,
-        ``ResponseTooLarge`` when an event passes ``max_event_bytes`` before it ends.
-        """
+        """The events of the chunks that arrived together, or None at the end of the stream."""
         while not self._ended:
             chunk = await self._read()
             if not chunk:

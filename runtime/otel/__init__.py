@@ -1,8 +1,4 @@
-"""OpenTelemetry traces of sessions (the ``[otel]`` extra: ``opentelemetry-api`` only).
-
-``runtime.subscribe(TraceSubscriber(model=settings.model))`` traces every session of a runtime;
-spans go to whatever tracer provider the application configured, and nowhere without one.
-"""
+"""OpenTelemetry traces of sessions (the ``[otel]`` extra: ``opentelemetry-api`` only)."""
 
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ if TYPE_CHECKING:
 __all__ = ["TraceSubscriber"]
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
-_EXPORTS = {
-    "TraceSubscriber": "._spans",
-}
+_EXPORTS = {"TraceSubscriber": "._spans"}
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -1,11 +1,5 @@
-"""Spans from the runtime's events: one trace per turn, a span per round, model call, tool call
-and compaction, built by an event subscriber, so no actor knows about tracing.
-
-Events are facts already true when published, so each span is opened and closed with explicit
-times taken from when its events arrived, and children name their parent context explicitly:
-nothing depends on which task happens to be current. GenAI semantic conventions name the model
-call's attributes. Message text is never put on a span unless ``include_text`` is set.
-"""
+"""Spans from the runtime's events: one trace per turn, a span per round, model call, tool call and
+compaction, built by an event subscriber, so no actor knows about tracing."""
 
 from __future__ import annotations
 

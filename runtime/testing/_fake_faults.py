@@ -1,11 +1,5 @@
-"""The fake server's faults that answer 200: a response as a proxy or a broken provider would
-send it, pure, so the server only picks one and streams what this module built.
-
-Two kinds: some change what the model said (``mutate``: usage zeroed or invented, the output
-limit cutting a call's arguments, arguments that are not JSON, duplicate call ids, a call to a
-tool that does not exist); the others change how it is sent (``chat_answer``/``chat_stream``,
-``responses_answer``/``responses_stream``: no finish marker, no choices, a stream cut off).
-"""
+"""The fake server's faults that answer 200: a response as a proxy or a broken provider would send
+it, pure, so the server only picks one and streams what this module built."""
 
 from __future__ import annotations
 
@@ -61,8 +55,7 @@ def _calls(
 
 
 def mutate(response: ModelResponse, kind: str) -> ModelResponse:
-    """``response`` as the fault ``kind`` (one of ``MUTATIONS``) makes it. Raises
-    ``ValueError`` on another kind."""
+    """``response`` as the fault ``kind`` (one of ``MUTATIONS``) makes it."""
     if kind == "zero_usage":
         return replace(response, usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0))
     if kind == "invented_usage":

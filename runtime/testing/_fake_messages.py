@@ -73,8 +73,7 @@ def _assistant_block(block: dict[str, Any]) -> Item | None:
 
 
 def request_from_messages(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
-    """The ``ModelRequest`` a Messages body stands for. Raises ``KeyError``/``TypeError`` on
-    a malformed body."""
+    """The ``ModelRequest`` a Messages body stands for."""
     items: list[Item] = []
     system = body.get("system")
     if isinstance(system, str):
@@ -107,9 +106,8 @@ def request_from_messages(body: dict[str, Any], *, purpose: str | None = None) -
 
 
 def overflow_error(request: ModelRequest, window: int) -> dict[str, Any] | None:
-    """The 400 body the API answers when ``request`` does not fit a ``window``-token context
-    (its prompt counted as the scripted brain counts it: four characters a token), else None.
-    Raises nothing."""
+    """The 400 body the API answers when ``request`` does not fit a ``window``-token context (its
+    prompt counted as the scripted brain counts it: four characters a token), else None."""
     tokens = scripted_usage(request, ()).input_tokens
     reserve = request.max_output_tokens or 0
     if tokens > window:
@@ -175,10 +173,9 @@ class CacheUse:
 
 @dataclass(kw_only=True)
 class BreakpointCache:
-    """Anthropic's prompt cache as the module's doc describes it: prefixes marked by
-    breakpoints, ``capacity`` of them remembered (oldest forgotten first); a marked prefix
-    under ``minimum`` tokens is not cached, as the API ignores such breakpoints. ``figures``
-    counts per key requests, prompt, read and written tokens and prefix breaks."""
+    """Anthropic's prompt cache as the module's doc describes it: prefixes marked by breakpoints,
+    ``capacity`` of them remembered (oldest forgotten first); a marked prefix under ``minimum``
+    tokens is not cached, as the API ignores such breakpoints."""
 
     minimum: int = 0
     capacity: int = 100_000

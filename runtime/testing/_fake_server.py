@@ -1,18 +1,4 @@
-"""A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider.
-
-It serves ``/v1/chat/completions``, ``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed
-and not; see ``_fake_messages``) from a brain (the scripted one by default), and
-``/v1/responses/compact`` (the brain's summary sealed in a compaction item it reads back when
-the item returns; ``compact_endpoint=False`` answers 404), records every request body, and
-injects faults (``Fault``, see ``_fault_spec``) on demand: in process through ``inject``, or
-from another process through ``POST /_fake/faults``; or at random, at given rates
-(``fault_rates``), for load runs. Faults answer like real providers and the proxies in front of
-them do when things go wrong: errors with their headers and bodies (OpenAI's and LiteLLM's),
-and 200s that are not what they should be (see ``_fake_faults``): usage zeroed or invented,
-the output limit cutting a call off, no finish marker, no choices, a stream cut off, a stream
-of keep-alives only, a dripping stream. It checks every request it receives for tool calls
-without their output itself (``GET /_fake/stats``), so a long load run need not keep the bodies.
-"""
+"""A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider."""
 
 from __future__ import annotations
 
@@ -246,8 +232,7 @@ class FakeOpenAIServer:
         return figures
 
     def _count_cached(self, key: str, purpose: str, hit: CacheHit) -> None:
-        """The cache's figures of ``key`` and ``stats``, by purpose: a summary request that
-        rides the session's prompt cache shows apart from the rounds it follows."""
+        """The cache's figures of ``key`` and ``stats``, by purpose."""
         assert self.prefix_cache is not None
         figures = self.prefix_cache.figures[key]
         for name in ("round", "summary"):
@@ -385,8 +370,7 @@ class FakeOpenAIServer:
     async def _prepare(
         self, request: Request
     ) -> tuple[dict[str, Any], Fault | None, Response | None]:
-        """The request's body, the fault to shape the answer with (None: a normal one), or the
-        whole answer when the fault is an error, garbage or keep-alives."""
+        """The body and its fault, or the whole answer when the fault makes one."""
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
@@ -462,9 +446,7 @@ class FakeOpenAIServer:
         return Response(raw, media_type="application/json")
 
     async def _read(self, request: Request, parse: _Parse) -> _Read | Response:
-        """The request's body, its fault and the model request ``parse`` reads from the body;
-        or the whole answer: the one its fault makes (see ``_prepare``), or a 400 for a body
-        ``parse`` cannot read."""
+        """The body, its fault and the request ``parse`` reads; or the whole answer (fault, 400)."""
         body, fault, failure = await self._prepare(request)
         if failure is not None:
             return failure
@@ -481,8 +463,7 @@ class FakeOpenAIServer:
         return await self._openai(request, chat=False)
 
     async def _openai(self, request: Request, *, chat: bool) -> Response:
-        """The brain's answer in the form of Chat Completions (``chat``) or of the Responses
-        API, streamed or not, shaped by the request's fault."""
+        """The brain's answer as Chat Completions or Responses, streamed or not, faults applied."""
         read = await self._read(request, request_from_chat if chat else request_from_responses)
         if isinstance(read, Response):
             return read
@@ -504,9 +485,7 @@ class FakeOpenAIServer:
         return self._whole(whole, fault)
 
     async def _messages(self, request: Request) -> Response:
-        """``POST /v1/messages``: Anthropic's Messages API, the same brain behind it; a
-        request past ``context_window`` gets the API's overflow error, and usage says what
-        ``breakpoint_cache`` read and wrote."""
+        """``POST /v1/messages``: Anthropic's Messages API over the same brain."""
         read = await self._read(request, request_from_messages)
         if isinstance(read, Response):
             return read
@@ -536,8 +515,7 @@ class FakeOpenAIServer:
         return _event_stream(list(events), fault, named=True)
 
     async def _compact(self, request: Request) -> Response:
-        """``POST /v1/responses/compact``: the brain summarizes the input (as it would a
-        summary request), sealed in one compaction item; 404 without ``compact_endpoint``."""
+        """``POST /v1/responses/compact``: the brain's summary in one compaction item."""
         read = await self._read(request, _summary_request)
         if not self.compact_endpoint:  # recorded and counted like any request, then refused
             error = {
@@ -619,8 +597,7 @@ def _summary_request(body: dict[str, Any], *, purpose: str | None = None) -> Mod
 def _event_stream(
     events: Iterable[dict[str, Any]], fault: Fault | None, *, named: bool, done: bool = False
 ) -> StreamingResponse:
-    """A streamed answer of ``events`` (with event names when ``named``, and OpenAI's
-    ``[DONE]`` at the end when ``done``), dripped when ``fault`` says so."""
+    """A streamed answer of ``events``, dripped when ``fault`` says so."""
     interval = fault.interval if fault is not None and fault.kind == "drip" else 0.0
     return StreamingResponse(
         _sse(events, named=named, done=done, interval=interval), media_type="text/event-stream"

@@ -1,9 +1,4 @@
-"""The fake server's side of the wire: bodies back into requests, responses into real formats.
-
-The inverse of ``runtime._openai_wire``, pure, so the fake server is a thin HTTP shell. The
-bodies and stream events follow the shapes the real API sends (ids, ``object`` fields, usage
-details, sequence numbers) closely enough for the official SDK.
-"""
+"""The fake server's side of the wire: bodies back into requests, responses into real formats."""
 
 from __future__ import annotations
 
@@ -82,9 +77,7 @@ def _seal(payload: dict[str, Any]) -> str:
 
 
 def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
-    """The summary a compaction input item stands for, the item itself carried along: the
-    fake's own items are read back (their content is base64 of a JSON digest, not
-    encrypted); any other is opaque and says so. Raises nothing."""
+    """The summary a compaction input item stands for, and the item. Raises nothing."""
     text = "[a compaction item this server cannot read]"
     try:
         payload = json.loads(base64.b64decode(str(entry.get("encrypted_content", ""))))
@@ -98,10 +91,7 @@ def read_compaction(entry: dict[str, Any]) -> CompactionSummary:
 def compaction_object(
     summary: str, *, items: int, users: list[str], usage: Usage | None, model: str, serial: int
 ) -> dict[str, Any]:
-    """A ``response.compaction`` object: one compaction item whose content is base64 of a
-    JSON digest (the brain's ``summary`` of the ``items`` compacted and the openings of the
-    user messages among them: a compaction is smaller than what it stands for), which
-    ``read_compaction`` reads back when the item returns."""
+    """A ``response.compaction`` object whose item ``read_compaction`` reads back."""
     openings = [text[:_USER_OPENING] for text in users]
     digest = {"kind": _FAKE_CONTENT, "items": items, "users": openings, "summary": summary}
     return {
@@ -128,10 +118,7 @@ def compaction_object(
 
 
 def body_purpose(body: dict[str, Any], purpose: str | None = None) -> str:
-    """The request's purpose, "round" or "summary": the gateway's purpose header when it
-    sent one, else what the body shows (a request without tools, or one with ``tool_choice``
-    "none" that ends with a user message: the session's request with the summary
-    instructions after it). Raises nothing."""
+    """The purpose, "round" or "summary": the purpose header, else what the body shows."""
     if purpose in ("round", "summary"):
         return purpose
     if not body.get("tools"):
@@ -166,11 +153,7 @@ def _request(
 
 
 def request_from_chat(body: dict[str, Any], *, purpose: str | None = None) -> ModelRequest:
-    """The ``ModelRequest`` a Chat Completions body stands for.
-
-    ``purpose`` comes from the gateway's purpose header; without it a request with no tools is
-    taken for a summary. Raises ``KeyError``/``TypeError`` on a malformed body.
-    """
+    """The ``ModelRequest`` a Chat Completions body stands for."""
     items: list[Item] = []
     for message in body["messages"]:
         role = message["role"]
@@ -364,8 +347,7 @@ def _output_items(response: ModelResponse, serial: int) -> list[dict[str, Any]]:
 def responses_object(
     response: ModelResponse, *, model: str, serial: int, status: str = "completed"
 ) -> dict[str, Any]:
-    """A Responses API ``response`` object for ``response`` (``incomplete`` when the output
-    limit cut it off, as its ``finish_reason`` says)."""
+    """A Responses API ``response`` object for ``response``."""
     incomplete = status == "completed" and response.truncated
     if incomplete:
         status = "incomplete"

@@ -1,8 +1,7 @@
-"""What the fake server can be told to do wrong: ``Fault``, one injected failure, built in
-process (its class methods), from the JSON of ``POST /_fake/faults`` (``from_json``) or from a
-name of the load engine's fault spec (``random_fault``); and the error body an error fault
-answers with, as OpenAI (or LiteLLM in front of it) writes it.
-"""
+"""What the fake server can be told to do wrong: ``Fault``, one injected failure, built in process
+(its class methods), from the JSON of ``POST /_fake/faults`` (``from_json``) or from a name of the
+load engine's fault spec (``random_fault``); and the error body an error fault answers with, as
+OpenAI (or LiteLLM in front of it) writes it."""
 
 from __future__ import annotations
 

@@ -34,9 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added per request")
     parser.add_argument("--tool-rounds", type=int, default=2)
     parser.add_argument(
-        "--faults",
-        default="",
-        help="random faults per request, e.g. '429:0.05,500:0.02,slow:0.01'",
+        "--faults", default="", help="random faults per request, e.g. '429:0.05,500:0.02,slow:0.01'"
     )
     parser.add_argument("--slow-delay", type=float, default=1.0, help="seconds of a 'slow' fault")
     parser.add_argument(

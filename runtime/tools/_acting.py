@@ -1,14 +1,4 @@
-"""Tools that act: write a file, edit one, run a command; each says what it touches.
-
-They are offered when the session's sandbox lets something change (``workspace-write`` or
-``full``); the approval policy (``_policy``) decides on each call before it runs, from the
-``Effect``s the tool declares. Every path passes the workspace rules of ``_guard`` (inside
-the root, never the session store, no secrets, nothing ``.gitignore`` ignores). A write is
-atomic (a temporary file renamed over the target), so a process killed mid-write leaves the
-old file or the new one, never half of it; and every acting tool can tell, after such a
-kill, whether its call was applied (``applied_after_crash``), so a resume records "applied"
-or "interrupted" and never applies it twice.
-"""
+"""Tools that act: write a file, edit one, run a command; each says what it touches."""
 
 from __future__ import annotations
 
@@ -66,8 +56,7 @@ class EditFileArgs(BaseModel):
 
 
 def _atomic_write(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file in its directory, synced, then
-    renamed over it: a kill leaves the old file or the new one."""
+    """Write ``text`` to ``target`` atomically: a kill leaves the old file or the new one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -142,8 +131,7 @@ def _replaced(text: str, args: EditFileArgs) -> str:
 
 
 def _blank_context(patch: str) -> str:
-    """``patch`` with the empty lines inside its hunks read as blank context lines (" "): a
-    model writing a diff often drops the space before an empty line."""
+    """``patch`` with empty lines in hunks read as blank context (models drop the space)."""
     lines = patch.split("\n")
     in_hunk = False
     for i, line in enumerate(lines[:-1]):

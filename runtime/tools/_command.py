@@ -1,12 +1,4 @@
-"""``run_command``: a command in the workspace, confined by the session's sandbox.
-
-A command is an argv list, or a shell line run by ``/bin/sh -c``. It runs in a working
-directory inside the workspace, with only the environment variables ``command_env`` names
-(API keys and the rest of the runtime's environment never reach it), under the sandbox of
-``_sandbox`` and a timeout. What it prints (stdout and stderr together) is made durable in
-pieces as it comes (``ToolContext.progress``), so a process killed mid-command leaves in the
-log what the command had printed; the output the model reads ends with the exit status.
-"""
+"""``run_command``: a command in the workspace, confined by the session's sandbox."""
 
 from __future__ import annotations
 
@@ -56,8 +48,7 @@ def command_line(command: str | list[str]) -> str:
 
 
 class _Printed:
-    """What a command printed, as the model reads it: the whole of it while short, its head
-    and its tail once long (never more than that in memory, whatever the command floods)."""
+    """What a command printed: whole while short, head and tail once long."""
 
     __slots__ = ("head", "tail", "total")
 
@@ -85,10 +76,7 @@ class _Printed:
 
 
 def command_tool(guard: Guard, settings: Settings) -> FunctionTool[RunCommandArgs]:
-    """``run_command`` over the guard's workspace, under the settings' sandbox.
-
-    Raises nothing here: a sandbox that cannot be had is said by each call that needs it.
-    """
+    """``run_command`` over the guard's workspace, under the settings' sandbox."""
     store = Path(settings.store).resolve()
 
     async def run_command(args: RunCommandArgs) -> str:
@@ -138,8 +126,7 @@ def command_tool(guard: Guard, settings: Settings) -> FunctionTool[RunCommandArg
 
 
 async def _run(argv: list[str], cwd: Path, env: dict[str, str], seconds: float) -> str:
-    """Run ``argv``; its output (stdout and stderr together, made durable as it comes) and
-    exit status. A command still running after ``seconds`` is killed with its process group."""
+    """Run ``argv``; its output and exit status, its process group killed after ``seconds``."""
     context = current_tool_context.get()
     progress = context.progress if context is not None else None
     printed = _Printed()

@@ -1,11 +1,4 @@
-"""``@tool``: a typed function becomes a tool, its signature and docstring the model's view.
-
-The name is the function's, the description its docstring's opening text, and the argument
-schema a pydantic model built from its parameters (annotations, defaults, and the
-``Args:`` lines of a Google-style docstring as descriptions). A sync function runs in a
-worker thread so it never blocks the event loop; a parameter annotated ``ToolContext`` gets
-the context of the call instead of an argument from the model.
-"""
+"""``@tool``: a typed function becomes a tool, its signature and docstring the model's view."""
 
 from __future__ import annotations
 
@@ -123,9 +116,7 @@ class DecoratedTool:
             )
         try:
             self._args_model = pydantic.create_model(
-                f"{tool_name}_arguments",
-                __config__=pydantic.ConfigDict(extra="forbid"),
-                **fields,
+                f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
             )
             schema = self._args_model.model_json_schema()
         except Exception as exc:

@@ -1,20 +1,4 @@
-"""What the workspace tools may touch: the rules, checked on every path a model names.
-
-A path is refused, with a message naming it and the rule, when it
-
-* leaves the workspace (``..``, an absolute path, a symlink resolving outside);
-* lies in the session store: the store directory of the settings (when it is a local
-  directory), any directory named ``.stowage``, any other directory holding stowage logs or
-  lease lock files, or such a file itself; no setting lifts this: the store holds other
-  sessions' transcripts;
-* looks like a secret (``DEFAULT_SECRET_PATTERNS``), unless ``Settings.workspace_allow``
-  names it;
-* is ignored by a ``.gitignore`` of the workspace (or ``.git/info/exclude``), unless
-  ``Settings.workspace_gitignore`` is off or ``Settings.workspace_allow`` names it.
-
-Listing and searching hide what reading refuses. Both the path as given and the path its
-symlinks resolve to must pass, so neither a symlink nor a ``..`` step hides a refused file.
-"""
+"""What the workspace tools may touch: the rules, checked on every path a model names."""
 
 from __future__ import annotations
 
@@ -93,8 +77,7 @@ SECRET = Refusal(
     "it looks like a secret (keys, credentials, .env); Settings.workspace_allow can allow it",
 )
 IGNORED = Refusal(
-    "ignored by .gitignore",
-    "it is ignored by .gitignore; Settings.workspace_allow can allow it",
+    "ignored by .gitignore", "it is ignored by .gitignore; Settings.workspace_allow can allow it"
 )
 
 
@@ -164,10 +147,7 @@ class Scope:
     # -- whole paths ------------------------------------------------------------------------
 
     def resolve(self, path: str) -> Path:
-        """The resolved path ``path`` names under the root, if every rule lets it be read.
-
-        Raises ``ToolError`` naming ``path`` and the rule it breaks.
-        """
+        """The resolved path ``path`` names under the root, if every rule lets it be read."""
         base = self.base
         if os.path.isabs(path) or path.startswith("~"):
             raise ToolError(
@@ -198,11 +178,7 @@ class Scope:
     def refusal(
         self, parts: tuple[str, ...], is_dir: bool, *, on_disk: bool = True
     ) -> Refusal | None:
-        """Why the path ``parts`` (relative to the root) may not be read, or ``None``.
-
-        Every directory on the way is checked too; ``on_disk=False`` checks the names only
-        (for a path as given, whose disk location the resolved path already covers).
-        """
+        """Why the path ``parts`` (relative to the root) may not be read, or ``None``."""
         allowed = self._allowed(parts, is_dir)
         for depth in range(1, len(parts) + 1):
             last = depth == len(parts)
@@ -296,9 +272,7 @@ class Scope:
     # -- .gitignore ---------------------------------------------------------------------------
 
     def _ignored(self, parts: tuple[str, ...], is_dir: bool) -> bool:
-        """Whether the .gitignore files from the root down to the entry's directory ignore it;
-        the deepest file with a matching pattern decides, its last match winning (git's rule).
-        """
+        """Whether the .gitignore files down to the entry's directory ignore it (git's rule)."""
         verdict: bool | None = None
         for depth in range(len(parts)):
             spec = self._spec_for(parts[:depth])

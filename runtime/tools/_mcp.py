@@ -1,12 +1,5 @@
-"""Tools from Model Context Protocol servers, through the official ``mcp`` SDK (the ``mcp``
-extra, imported only when a server is started).
-
-Each server is one long-lived client connection run by a task of the runtime: a local command
-over stdio, or a URL over streamable HTTP. Its tools are listed once, at start, and run through
-the same executor as every other tool, so timeouts, error outputs, write-ahead records and
-interrupted outputs on resume all hold. A server that dies or stops answering does not take a
-session down: the call gets an error output, and the connection is started again.
-"""
+"""Tools from Model Context Protocol servers, through the official ``mcp`` SDK (the ``mcp`` extra,
+imported only when a server is started)."""
 
 from __future__ import annotations
 

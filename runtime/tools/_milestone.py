@@ -1,9 +1,4 @@
-"""``mark_milestone``: the model says a phase of its work ended (``milestone_tool``).
-
-The tool itself only answers; the sampler records the milestone once the round that called it
-is committed (a ``milestone`` record with ``source="model"``), exactly as ``stowage
-milestone`` does for a person.
-"""
+"""``mark_milestone``: the model says a phase of its work ended (``milestone_tool``)."""
 
 from __future__ import annotations
 

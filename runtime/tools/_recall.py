@@ -1,12 +1,5 @@
-"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed,
-or any record ``search_history`` found.
-
-A stub names its artifact ``R<seq>``: the seq of the output's record in the log. The live
-history still holds the original (stubs exist only in the projection); an output a later
-compaction absorbed is read back from the log, where nothing is ever deleted. The same
-reference reads a user message, an answer or a tool call back, since ``search_history``
-(offered with this tool) finds those too.
-"""
+"""``recall_artifact``: the built-in tool that gives back a tool output microcompaction stubbed, or
+any record ``search_history`` found."""
 
 from __future__ import annotations
 
@@ -56,10 +49,7 @@ def recall_tool(
     history: Callable[[], Sequence[HistoryEntry]],
     read_log: Callable[[], Awaitable[Sequence[Record]]],
 ) -> FunctionTool[RecallArgs]:
-    """The tool over one session: ``history`` gives its live history, ``read_log`` its whole
-    log (read only when the output was compacted away). Raises nothing; the tool raises
-    ``ToolError`` for a reference that names no record of the session's messages and tool
-    steps."""
+    """The tool over one session's live history and whole log."""
 
     async def recall(args: RecallArgs) -> str:
         match = _REF.match(args.ref)
@@ -89,10 +79,7 @@ def recall_tool(
 
 
 def _page(output: str, args: RecallArgs) -> str:
-    """The whole output when it fits one page and no part was asked for; else the part
-    asked for under a line saying which part and what follows. A page is at most
-    ``PAGE_CHARS``, and within what the session's window takes (``ToolContext.output``): a
-    page the window cannot hold would only be cut again."""
+    """The whole output if it fits one page and no part was asked; else the part, headed."""
     size = len(output)
     context = current_tool_context.get()
     page = PAGE_CHARS

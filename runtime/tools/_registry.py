@@ -1,10 +1,4 @@
-"""Tools and their execution: a model's tool call always ends in an output, never a crash.
-
-Whatever goes wrong — an unknown name, arguments that are not JSON or do not fit the schema,
-a tool that raises or hangs — becomes an error output the model can read and correct itself
-from. Only the caller's own cancellation propagates, so a round can always be committed with an
-output for every call.
-"""
+"""Tools and their execution: a model's tool call always ends in an output, never a crash."""
 
 from __future__ import annotations
 
@@ -147,8 +141,7 @@ class FunctionTool(Generic[ArgsT]):
         return self._ask(self._after_crash, arguments)
 
     def _ask(self, hook: Callable[[ArgsT], _R] | None, arguments: Any) -> _R | None:
-        """What ``hook`` answers for the validated ``arguments``; None when there is no hook,
-        the arguments do not validate or the hook fails."""
+        """What ``hook`` answers for the validated ``arguments``; None when it cannot."""
         if hook is None:
             return None
         try:
@@ -166,9 +159,7 @@ def _describe_validation_error(exc: pydantic.ValidationError) -> str:
 
 
 def _ask(tool: Tool | None, method: str, call: FunctionCall) -> object:
-    """What ``tool``'s optional ``method`` says of ``call``'s decoded arguments (None when the
-    tool has no such method or the arguments are not JSON). Raises nothing the methods of
-    ``FunctionTool`` raise: none."""
+    """What ``tool``'s optional ``method`` says of ``call``'s arguments (None: nothing)."""
     asked = getattr(tool, method, None)
     if asked is None:
         return None
@@ -194,10 +185,7 @@ def call_preview(tool: Tool | None, call: FunctionCall) -> str | None:
 
 
 def declared_effects(touches: Mapping[str, EffectKind], arguments: Any) -> tuple[Effect, ...]:
-    """What a call touches, from a tool's declaration of which of its arguments are paths
-    (``read``, ``write``, ...) or commands (``run``): ``{"path": "read"}``. An argument that
-    is a string, or a list of strings, is a target; anything else is ignored. Raises
-    nothing."""
+    """What a call touches, from the tool's ``touches`` declaration."""
     if not isinstance(arguments, dict):
         return ()
     found: list[Effect] = []
@@ -348,11 +336,7 @@ async def execute_calls(
     default_timeout: float,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
-    """Run ``calls`` concurrently, at most ``limiter.total_tokens`` at once if given.
-
-    Returns the outputs in the order of ``calls``. Raises nothing but the cancellation of the
-    calling task.
-    """
+    """Run ``calls`` concurrently, at most ``limiter.total_tokens`` at once if given."""
     outputs: list[FunctionCallOutput | None] = [None] * len(calls)
 
     async def run_one(index: int, call: FunctionCall) -> None:

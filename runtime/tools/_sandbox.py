@@ -1,14 +1,4 @@
-"""Where a command runs: in a bubblewrap sandbox, unless the user said ``full``.
-
-Bubblewrap (Debian's ``bubblewrap``, the sandbox Flatpak is built on) needs no Python
-binding and no daemon: a command runs in new namespaces with the whole file system bound
-read-only, the workspace bound writable only under ``workspace-write`` (its ``.git`` still read-only,
-as the default ``tool_deny`` keeps the file tools out of it), its own ``/tmp`` (where a
-program or a virtualenv under ``/tmp`` stays visible, read-only),
-the session store hidden, and no network unless ``sandbox_network`` says so. Where bwrap is
-missing, a sandboxed command is refused with what to install: it never runs unconfined
-because a tool was absent.
-"""
+"""Where a command runs: in a bubblewrap sandbox, unless the user said ``full``."""
 
 from __future__ import annotations
 
@@ -39,13 +29,7 @@ def sandboxed_argv(
     network: bool = False,
     bwrap: str | None = None,
 ) -> list[str]:
-    """The argv that runs ``argv`` in ``cwd`` under ``sandbox``: as it is for ``full``, else
-        inside bubblewrap (``bwrap``: its path, found on PATH when None); ``hidden`` directories
-        (the session store) are covered by an empty tmpfs; ``protected`` entries of the workspace
-    (its ``.git``) stay read-only under ``workspace-write``.
-
-        Raises ``ToolError`` when a sandbox is asked for and bubblewrap is not installed.
-    """
+    """The argv that runs ``argv`` in ``cwd`` under ``sandbox`` (bubblewrap unless ``full``)."""
     if sandbox == "full":
         return list(argv)
     found = bwrap or shutil.which(BWRAP)
@@ -74,9 +58,7 @@ def sandboxed_argv(
 
 
 def _programs_in_tmp(argv: Sequence[str]) -> list[Path]:
-    """Directories under ``/tmp`` that hold the program to run or a ``PATH`` entry (a
-    virtualenv's ``bin``: its whole environment), which the sandbox's own ``/tmp`` would
-    hide; bound back read-only. Raises nothing."""
+    """Directories under ``/tmp`` holding the program or a ``PATH`` entry. Raises nothing."""
     entries = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     program = argv[0] if argv else ""
     where = program if os.path.isabs(program) else shutil.which(program) if program else None

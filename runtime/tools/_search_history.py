@@ -1,17 +1,4 @@
-"""``search_history``: the built-in tool that finds what compaction took out of the context.
-
-A summary keeps what its writer judged to matter; the log keeps everything. The model gives
-words, the tool answers with the records that hold them all (user messages, answers, tool
-calls and outputs, compacted or not): each as its reference ``R<seq>``, its kind, its number
-of hits and a snippet around them. ``recall_artifact`` then reads one whole.
-
-The store narrows (see ``stowage.storage``' search, handed to the tool as a callable, since
-tools do not import the store); matching, snippets and rank are decided here and only here,
-over the items' text: case-insensitive substrings, every word required, most hits first and
-the newest of equals, a text repeated (a recalled output, a message said twice) shown once, by
-its first record. A search has a deadline and its answer a size cap, so a common word in
-a long log costs the model a bounded answer and the session a bounded wait.
-"""
+"""``search_history``: the built-in tool that finds what compaction took out of the context."""
 
 from __future__ import annotations
 
@@ -109,8 +96,7 @@ class Hit:
 
 
 def find_in_log(read_log: Callable[[], Awaitable[Sequence[Record]]]) -> FindRecords:
-    """A ``find`` over the whole log ``read_log`` returns, for a runtime whose store offers
-    no search of its own: every item record is a candidate. Raises what ``read_log`` raises."""
+    """A ``find`` over the whole log, for a store without search. Raises what ``read_log`` does."""
 
     async def find(words: Sequence[str], deadline: float) -> FoundRecords:
         records = await read_log()
@@ -122,8 +108,7 @@ def find_in_log(read_log: Callable[[], Awaitable[Sequence[Record]]]) -> FindReco
 
 
 def query_words(query: str) -> tuple[str, ...]:
-    """The distinct lower-cased words of ``query``. Raises ``ToolError`` when it has none or
-    more than ``MAX_QUERY_WORDS``."""
+    """The distinct lower-cased words of ``query``."""
     words = tuple(dict.fromkeys(query.lower().split()))
     if not words:
         raise ToolError("empty query: give one or more words to search the session's history for")
@@ -135,8 +120,7 @@ def query_words(query: str) -> tuple[str, ...]:
 
 
 def item_text(item: Item) -> tuple[str, str] | None:
-    """``(kind, text)`` of an item the model or the user wrote or a tool returned; None for
-    system messages and summaries (the model reads those already). Raises nothing."""
+    """``(kind, text)`` of a searchable item; None for system messages and summaries."""
     match item:
         case UserMessage(text=text):
             return "user message", text
@@ -150,8 +134,7 @@ def item_text(item: Item) -> tuple[str, str] | None:
 
 
 def count_hits(lowered: str, words: Sequence[str]) -> int:
-    """Occurrences of ``words`` in ``lowered`` (a lower-cased text); 0 unless every word
-    occurs. Raises nothing."""
+    """Occurrences of ``words`` in ``lowered`` (a lower-cased text); 0 unless every word occurs."""
     total = 0
     for word in words:
         found = lowered.count(word)
@@ -162,9 +145,7 @@ def count_hits(lowered: str, words: Sequence[str]) -> int:
 
 
 def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
-    """About ``width`` characters of ``text`` around the first occurrence of its rarest word
-    (the likeliest to be what was asked for), whitespace collapsed, ``…`` where cut. Raises
-    nothing."""
+    """About ``width`` characters of ``text`` around its rarest word, ``…`` where cut."""
     flat = _SPACE.sub(" ", text).strip()
     lowered = flat.lower()
     present = [w for w in words if w in lowered] or [""]
@@ -178,11 +159,7 @@ def snippet(text: str, words: Sequence[str], width: int = SNIPPET_CHARS) -> str:
 def best_hits(
     records: Sequence[ItemRecord], words: Sequence[str], limit: int, *, deadline: float
 ) -> tuple[list[Hit], int, int | None]:
-    """The ``limit`` best matches of ``records`` (most hits first, then newest), how many
-    records match in all, and the seq matching stopped before when ``deadline``
-    (``time.monotonic()``) passed (None: every record was matched). A text the same as an
-    earlier match's (an output recall gave back, a message said twice) is that match again,
-    not another: the first, the original, stands for it. Raises nothing."""
+    """The best matches, how many match, and the seq the deadline stopped at (None: none)."""
     best: list[tuple[int, int, ItemRecord, str]] = []
     seen: set[int] = set()  # hashes of the matched texts, not the texts: outputs can be huge
     matched = 0
@@ -206,8 +183,7 @@ def best_hits(
 
 
 def _is_search_step(item: Item) -> bool:
-    """A search's own call or answer: it holds the words it looked for, so every later search
-    for them would find it first (it is the newest) instead of what was asked."""
+    """A search's own call or answer, left out: it would always be the newest hit."""
     match item:
         case FunctionCall(name=name):
             return name == SEARCH_TOOL
@@ -235,8 +211,7 @@ def render(
     complete: bool,
     reader: str,
 ) -> str:
-    """The tool's answer: a head line, one line per hit, the cap and deadline notes; at most
-    ``OUTPUT_CHARS``. Raises nothing."""
+    """The tool's answer, at most ``OUTPUT_CHARS``. Raises nothing."""
     if complete:
         scope = f"searched all {searched_through} records"
     else:

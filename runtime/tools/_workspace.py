@@ -1,15 +1,6 @@
-"""The workspace tools: read a file, list a directory, search text, all inside one root; and,
-when the session's sandbox lets something change, write and edit files and run commands
-(``_acting``, ``_command``).
-
-Every path a model gives passes the rules of ``_guard`` (inside the root, symlinks included;
-never the session store; no secrets; nothing ``.gitignore`` ignores, unless the settings allow
-it); listing and searching hide what reading refuses. Every read is bounded: ``read_file``
-reads at most ``Settings.read_max_bytes`` from an offset, never a whole file, and says what it
-left out; ``search_text`` stops at ``Settings.search_max_matches`` lines and skips files over
-``Settings.search_max_file_bytes`` and binary ones, and says so. The file system is touched
-only in a worker thread, never on the event loop.
-"""
+"""The workspace tools: read a file, list a directory, search text, all inside one root; and, when
+the session's sandbox lets something change, write and edit files and run commands (``_acting``,
+``_command``)."""
 
 from __future__ import annotations
 
@@ -235,9 +226,7 @@ def _read_file(scope: Scope, args: ReadFileArgs, cap: int, budget: OutputBudget 
 
 
 def _char_cut(data: bytes, start: int, limit: int) -> int:
-    """Where to end a read of ``data[start:]`` wanted up to ``limit``: the last UTF-8 character
-    boundary at or below it. Past it (by at most 3 bytes) only when the first character is
-    longer than the whole read (so a read always moves on), or the bytes there are not UTF-8."""
+    """Where to end a read of ``data[start:]`` wanted up to ``limit``: a UTF-8 boundary."""
     cut = limit
     floor = max(start, limit - (_MAX_CHAR_BYTES - 1))
     while cut > floor and _is_continuation(data[cut]):
@@ -300,9 +289,7 @@ def _entry_refusal(
 def _search_text(
     scope: Scope, args: SearchTextArgs, most: int, max_file_bytes: int, max_chars: int | None
 ) -> str:
-    """The matching lines (at most ``most``, and at most ``max_chars`` characters of them:
-    what the session's window shows whole), with notes on where it stopped and what it
-    skipped."""
+    """The matching lines within the caps, with notes on where it stopped and what it skipped."""
     base = scope.base
     target = scope.resolve(args.path)
     if not target.exists():
@@ -367,9 +354,7 @@ def _search_text(
 
 
 def _files_under(scope: Scope, target: Path) -> Iterator[Path]:
-    """The files to search under ``target``, sorted, each directory's files before its
-    subdirectories; hidden and refused directories and refused files are skipped, and
-    symlinked directories are not followed."""
+    """The files to search under ``target``, sorted; refused and hidden ones skipped."""
     base = scope.base
     if target.is_file():
         yield target

@@ -1,17 +1,4 @@
-"""Send a message to a session that workers serve, and wait for its answer if asked.
-
-The message goes into the session's inbox with an id of its own; any worker may take it. A
-sender that waits listens for the store's NOTIFY of answers *before* queueing, so an answer that
-comes fast is not missed, and looks again every few seconds in case a notification was (the
-listening connection can drop). The answer is read from the log, where the worker committed it.
-One listening connection serves every wait of a client (``async with``), however many.
-
-A forked session's log numbers its own records from 1 while the records refer to lineage seqs
-(see ``stowage.core.LineageStore``): the seq a message row names is the log's own, the first
-seq of a round is the lineage's, so the answer is read back in the log's own numbering, with
-the offset its first record (``ForkedFromRecord``) gives; it never changes, so a client asks
-once per session.
-"""
+"""Send a message to a session that workers serve, and wait for its answer if asked."""
 
 from __future__ import annotations
 
@@ -210,9 +197,7 @@ async def _answer(conn: _Connection, session_id: str, message_id: str) -> str:
 
 
 async def _read_answer(conn: _Connection, session_id: str, finished_seq: int) -> str:
-    """The text of the turn whose ``finished`` record is at ``finished_seq`` (the log's own
-    seq): the assistant items of its last round, which ``round_committed`` (just before)
-    delimits with lineage seqs."""
+    """The text of the turn whose ``finished`` record is at ``finished_seq``."""
     store = conn.store
     commit = await store.read_range(session_id, finished_seq - 1, finished_seq - 1)
     first = final_round_first_seq(commit)

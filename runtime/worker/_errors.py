@@ -1,10 +1,4 @@
-"""What a sender of messages can be told beyond the store's errors: the message was given up.
-
-``MessageFailed`` is a ``StowageError`` (``stowage.core``'s tree)::
-
-    StowageError
-    └── MessageFailed     a worker gave up on the message; ``reason`` says why
-"""
+"""What a sender of messages can be told beyond the store's errors: the message was given up."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The one format of a queued message, and reading a message's answer back out of the log.
-
-A message is a JSON object in its session's inbox: ``message_id`` (a uuid, the sender's),
-``text``, ``pinned`` and ``sent`` (an ISO time, for people). The store keys everything on the
-id: the user item that logs the message carries it, and its turn's ``finished`` record marks
-it answered (see ``stowage.storage.PostgresStore.push_message``).
-"""
+"""The one format of a queued message, and reading a message's answer back out of the log."""
 
 from __future__ import annotations
 
@@ -57,8 +51,7 @@ def parse_message(entry: Mapping[str, Any]) -> InboxMessage | None:
 
 
 def answer_text(final_round: Sequence[Record]) -> str:
-    """The answer of a turn: the assistant text of its last round (the records from that
-    round's first seq to its ``round_committed``), joined as the sampler returned it."""
+    """The answer of a turn: the assistant text of its last round."""
     return "".join(
         r.item.text
         for r in final_round

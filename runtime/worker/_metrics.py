@@ -1,16 +1,4 @@
-"""A worker's counters in Prometheus' text format, served on a loopback port.
-
-What an operator graphs to size a fleet: how much work a worker does (messages answered,
-rounds, compactions), how it holds its sessions (serving now, leases lost), how much waits
-(sessions with input queued in the whole store), how long a claim takes, and how near the
-process is to its limit of open descriptors (under Prometheus' standard process names, where
-it refuses new sessions: see ``Runtime.descriptors``). The counters are
-fed by the runtime's events and the worker's claims; the page is rendered on each scrape (a
-pure function of the counters), and the queue depth is one indexed count per scrape.
-
-The server is aiohttp's (a dependency already, for the model calls), bound to 127.0.0.1 only:
-a scraper on the same host or a sidecar reads it; nothing is exposed beyond the machine.
-"""
+"""A worker's counters in Prometheus' text format, served on a loopback port."""
 
 from __future__ import annotations
 
@@ -20,13 +8,7 @@ from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
-from stowage.core import (
-    ConfigError,
-    Event,
-    HistoryCompacted,
-    RoundCommitted,
-    SessionLeaseLostEvent,
-)
+from stowage.core import ConfigError, Event, HistoryCompacted, RoundCommitted, SessionLeaseLostEvent
 from stowage.facade import DescriptorUse
 
 __all__ = ["CLAIM_BUCKETS", "WorkerMetrics", "render_metrics", "serve_metrics"]
@@ -75,10 +57,7 @@ def render_metrics(
     queue_depth: tuple[int, int] | None,
     descriptors: DescriptorUse | None = None,
 ) -> str:
-    """The metrics page (Prometheus text format 0.0.4). ``queue_depth``: (messages, sessions)
-    queued in the store; None when the store could not be asked, and the gauges are left out
-    rather than shown as 0. ``descriptors``: open and allowed (a figure unknown or unlimited
-    is left out the same way)."""
+    """The metrics page (Prometheus text format 0.0.4)."""
     lines: list[str] = []
 
     def one(name: str, kind: str, text: str, value: float) -> None:
@@ -87,10 +66,7 @@ def render_metrics(
     one("stowage_worker_messages_answered_total", "counter", "Messages answered.", answered)
     one("stowage_worker_rounds_total", "counter", "Model rounds committed.", metrics.rounds)
     one(
-        "stowage_worker_compactions_total",
-        "counter",
-        "Compactions committed.",
-        metrics.compactions,
+        "stowage_worker_compactions_total", "counter", "Compactions committed.", metrics.compactions
     )
     one(
         "stowage_worker_lease_losses_total",
@@ -135,8 +111,7 @@ async def serve_metrics(
     *,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``page()`` at ``http://127.0.0.1:PORT/metrics`` until cancelled; ``task_status``
-    gets the port bound (0: any free one). Raises ``ConfigError`` when the port is taken."""
+    """Serve ``page()`` on a loopback port until cancelled. Raises ``ConfigError``."""
     from aiohttp import web  # the server only when metrics are asked for
 
     async def metrics(request: web.Request) -> web.Response:

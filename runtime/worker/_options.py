@@ -1,10 +1,4 @@
-"""How a worker paces itself: sessions at once, polling, the shutdown grace; and its limits.
-
-Declared as ``RuntimeLimits`` are (``limit_field``): ``stowage worker``'s flags are made from
-both declarations. How long an idle session stays live is the runtime's ``idle_timeout``; a
-worker's default (``WORKER_LIMITS``) is 2 s, so the leases of idle sessions go back to the
-fleet soon.
-"""
+"""How a worker paces itself: sessions at once, polling, the shutdown grace; and its limits."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Serving one claimed session: its queued messages, in order, each answered once.
-
-The store does the bookkeeping in the log's own transactions (see ``PostgresStore``): the
-append of a message's user item records its id, the append of its turn's ``finished`` record
-marks it answered and takes it out of the inbox. So a queued message is in one of three states
-when a worker looks, and each has one right move:
-
-- not logged: run a turn with it (``Session.send(..., message_id=)``);
-- logged, turn still open: a worker died (or the model failed) mid-turn; finish that turn
-  (``Session.continue_turn``) without logging the input again;
-- answered or given up on: a duplicate; drop it.
-
-A turn that stops without an answer (round limit), a message the model keeps failing, and an
-entry that is not a message are given up on: dropped with the reason, which the sender sees.
-"""
+"""One claimed session served: its queued messages, each answered once (docs/guides/workers.md)."""
 
 from __future__ import annotations
 
@@ -34,11 +20,7 @@ __all__ = ["Served", "serve_session"]
 
 @dataclass(eq=False)
 class Served:
-    """A session a worker serves: how to wake it, whether it idles, what it has done.
-
-    ``after`` is the end of an earlier serving of the same id in this worker, which must
-    finish (hibernate, give its lease back) before this one opens the session.
-    """
+    """A session a worker serves: how to wake it, whether it idles, what it has done."""
 
     session_id: str
     after: anyio.Event | None = None
@@ -64,8 +46,7 @@ class Served:
         self._wake.set()
 
     async def linger(self, seconds: float | None) -> bool:
-        """Wait idle up to ``seconds`` (None: no bound) for a wake-up since ``arm``; False
-        when none came or it was evicted (time to hibernate)."""
+        """Wait idle up to ``seconds`` for a wake-up; False when none came or it was evicted."""
         if (seconds is not None and seconds <= 0) or self.evicted:
             return False
         self.idle_since = anyio.current_time()
@@ -86,13 +67,7 @@ async def serve_session(
     idle_timeout: float | None,
     draining: Callable[[], bool],
 ) -> None:
-    """Open the session and answer what is queued for it until nothing is (after lingering
-    ``idle_timeout`` seconds; None: until evicted), it is evicted, or the worker drains; the
-    caller hibernates it.
-
-    Raises what ``Runtime.open``, ``Session.send`` and the store's inbox calls raise
-    (``SessionLeaseLost``, ``SessionFailed``, ``FencingError``, ``StoreError``, ...).
-    """
+    """Answer what is queued for the session until idle, evicted or draining."""
     log = structlog.get_logger("stowage.worker").bind(session=served.session_id)
     session = await runtime.open(served.session_id)
     while not draining():
