@@ -1,5 +1,22 @@
-"""What the SQL stores share to keep a long session's hot table small: which records move to the
-archive table, up to which seq, and what a resume still needs from the moved range."""
+"""What the SQL stores share to keep a long session's hot table small: which records move to
+the archive table, up to which seq, and what a resume still needs from the moved range.
+
+A record may move once a compaction covers it (``seq <= covers_through``) and that compaction
+was recorded before the retention cutoff: resume (``read_tail``) reads only the session record
+and what follows the newest compaction's ``covers_through``, so the moved rows are never read
+again on the hot path. Everything else still reads them: ``read`` (``show``, ``export``, a
+fork's parent, ``recall_artifact``) and ``read_range``/``search_log`` read the archive and the
+hot table as one log.
+
+Four kinds stay hot wherever they stand, since what a session runs with is folded from them on
+every resume (``read_identity``): the session record, ``settings_changed``, ``rewind`` and
+``forked_from``. They are few and small, so the hot table still stops growing.
+
+The stores find the kept kinds and the compactions by the head of the stored line (the codec
+writes ``v``, ``seq``, ``ts``, ``type`` first): a match is only a candidate, decoded and
+checked here, so a line whose text happens to hold the same words costs a decode, never a
+wrong answer.
+"""
 
 from __future__ import annotations
 

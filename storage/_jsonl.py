@@ -1,4 +1,36 @@
-"""The default store: one append-only JSONL file per session (see docs/guides/stores.md)."""
+"""The default store: one append-only JSONL file per session.
+
+Line ``n`` of a log holds seq ``n``, so a reader can locate any record by counting newlines
+from a known one. Resume uses that: it scans backwards for the newest compaction line and
+decodes only what follows it, so its cost grows with the tail, not with the whole log.
+
+Writes go through one thread hop per call (``append_batches`` writes and syncs every session it
+was given in that hop), because the persistence actor batches across many sessions and a hop per
+file would cost more than the writes; the hop goes to a thread of the store's own (see
+``WriterThread``), as anyio's worker threads cost several times more on the event loop per call.
+Each session's file is written and synced on its own: a failure on one file fails that session
+only, and its file is cut back to where it stood, so an acknowledged batch is whole and an
+unacknowledged one is absent (a crash can still leave a torn last line: bytes after the last
+newline). Before every write the open descriptor is checked against the path (still linked,
+still the file under that name, still the file the lease was taken on): bytes written to a log
+deleted or replaced under a live session would be acknowledged and then found by no reader.
+
+One writer per session: the writer lease is a lock on the session's byte of the root's one lease
+file, ``.leases.lock``, taken through the one descriptor the store object holds for all its
+leases (see ``_jsonl_lock``: an open-file-description lock, so no descriptor is held per live
+session), and a record ``<id>.lock`` beside the log naming the holder. It is held by the store
+object from its ``acquire``, ``create`` or first append of the session until ``release`` or
+``aclose``, and by nobody once the process is gone. Logs are opened through a bounded cache of
+descriptors (``max_open_files``), so a store holds at most ``max_open_files + 1`` however many
+sessions are live. A
+second writer, in another process or through another store (or a second ``acquire`` through
+this one), gets ``SessionBusy`` naming the holder. The store remembers the leases it holds, so
+appends carry no token; holding the lock is the fence. Taking the lease cuts a torn last line
+off the log, and only the lease holder ever cuts one: a reader reports it and changes nothing
+(``read(..., repair=False)``), unless it asks to ``repair`` and the lease is free, in which case
+it takes the lease for the cut and gives it back. Readers never create the root, a log or a lock
+file; the root is created by the first ``create``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,37 @@
-"""The JSONL writer leases: one OFD-locked byte of ``<root>/.leases.lock`` per session and a
-record ``<root>/<session_id>.lock`` naming the holder (why: docs/guides/stores.md)."""
+"""The JSONL writer leases: one byte each of ``<root>/.leases.lock``, locked with a Linux
+open-file-description lock, and a small record ``<root>/<session_id>.lock`` naming the holder.
+
+Why this shape. A lease must be held for as long as its session is live, by a lock the kernel
+drops when the process dies (a killed writer blocks nobody), and it must exclude a second store
+object in the same process as well as other processes. A ``flock`` per session does all that,
+but holds a descriptor per live session: at about 19,500 of them a process ran out of
+descriptors. POSIX record locks (``lockf``) would need only one file but belong to the process,
+so two stores in one process would never conflict, and closing any descriptor of the file drops
+them all. Open-file-description locks (``F_OFD_SETLK``, Linux 3.15) are byte-range locks owned
+by the open file description, like a ``flock``: so one descriptor per store holds every lease of
+that store, two stores conflict even within one process, and the locks die with the last
+descriptor (the process). Nothing else changes: no lease expires, none survives its process.
+
+Which byte. A session's byte is the first 63 bits of the BLAKE2b hash of its id (``lease_byte``;
+off_t is signed, the file stays empty: a lock may lie past the end). Two ids sharing a byte is a
+false conflict, never a missed one: a second store gets ``SessionBusy`` for a session nobody
+writes (with 20,000 live sessions the odds that any two share a byte are about 2 in 10^11).
+Within one store, where the kernel cannot tell two leases on one byte apart, ``LeaseTable``
+counts the holders of each byte and unlocks it with the last of them.
+
+The record. ``<id>.lock`` holds ``{"owner", "pid", "host", "since", "token"}``, written by the
+holder right after it locks and opened only for that write (and by a refused writer or a reader
+that wants the holder's name); ``token`` counts the grants, so the next holder's token is one
+more. Releasing leaves ``{"token": n}``, written before the byte is unlocked so that it never
+overwrites the next holder's name. Neither file is ever deleted: a lease file deleted while a
+store has it open would let another store lock the same byte of a new file. A store checks,
+whenever it takes a lease, that the path still names the file it holds open.
+
+Every root must be written by processes of one lock scheme: a process of a version that took a
+``flock`` on ``<id>.lock`` does not see these locks, nor they its.
+
+Everything here blocks; the store calls it from a worker thread.
+"""
 
 from __future__ import annotations
 

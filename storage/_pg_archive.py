@@ -1,5 +1,14 @@
 """PostgreSQL's archive: covered records move from ``stowage_records`` to
-``stowage_records_archive`` in batches, each one statement and so one transaction."""
+``stowage_records_archive`` in batches, each one statement and so one transaction.
+
+Each batch is ``WITH moved AS (DELETE … RETURNING …) INSERT INTO archive SELECT … FROM moved``:
+a row is in exactly one of the two tables in every snapshot, so a reader's single-statement
+read of both (``read``, ``read_range``) sees every record once, and a process killed between
+batches leaves whole batches moved and the rest in place; the next run starts again from the
+archive's highest seq. Appends never wait on it: they write seqs past the newest compaction's
+``covers_through``, and archiving only moves seqs below it. The rules of what moves are in
+``_archive``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,23 @@
-"""The PostgreSQL store's inbox: messages waiting for a worker, and which of them the log holds."""
+"""The PostgreSQL store's inbox: messages waiting for a worker, and which of them the log holds.
+
+A queued message is a JSON object in its session's ``inbox`` array: ``message_id`` (the
+sender's uuid), ``text``, ``pinned`` and ``sent`` (when). ``<schema>.stowage_messages`` has a
+row per message id the log holds: the seq of its user item, then either ``answered_seq`` (the
+seq of its turn's ``finished`` record) or ``status = 'failed'`` with the reason a worker gave up.
+
+The rows move with the log, in the append's own transaction: the append that logs a user item
+carrying a message id inserts its row (and is refused, before anything is written, when the id
+is there already: the log holds a message id at most once); the append that logs a turn's
+``finished`` record marks the turn's messages answered and takes them out of the inbox. So a
+message leaves the inbox only once its answer is durable, and a worker that dies mid-turn leaves
+it queued, marked as logged, for the next worker to finish the turn without logging it again.
+
+A session whose log does not exist yet can still receive messages (``push_message(...,
+create=True)``): its row has ``tail_from = 0`` (a real log's is 1 or more) until ``create``.
+
+Workers are woken by NOTIFY on two channels per schema: ``inbox`` when a message is queued,
+``answers`` when one is answered or given up on; the payload is the session id.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""The workers of a PostgreSQL store, each a row it writes itself: who is up, idle ones too."""
+"""The workers of a PostgreSQL store, each a row it writes itself: who is up, idle ones too.
+
+Leases name only the workers that hold a session; a worker waiting for input holds none. So a
+worker also keeps one row in ``<schema>.stowage_workers``: written when it is ready, rewritten
+every lease-renew interval (one statement: a fleet of 100 workers at the default 10 s is 10
+statements a second, whatever the rounds) and deleted when it stops. The row carries its rounds
+so far and the previous beat's, so rounds/s is a difference of two beats that needs nothing
+from the worker between them. A worker killed leaves its row, which stops counting as live
+once ``expires`` passes and is deleted by the next beat of any worker an hour later.
+
+``stowage workers`` joins these rows to the live leases (sessions held, per owner), so a store
+object that holds leases but never beats (a plain ``stowage run``) is still listed.
+"""
 
 from __future__ import annotations
 

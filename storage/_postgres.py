@@ -1,4 +1,30 @@
-"""The store workers share: PostgreSQL through asyncpg, leases, fencing (docs/guides/workers.md)."""
+"""The store many workers share: PostgreSQL through an asyncpg pool, with leases and fencing.
+
+A worker writes a session only while it holds the session's writer lease: ``lease_owner`` (the
+store object), ``lease_token`` (the fencing token, one more at every grant), the holder's pid,
+host and since, and ``lease_expires``. ``acquire`` grants it when it is released or expired;
+``claim_sessions`` grants every session with input waiting and no live lease, skipping rows
+other workers are claiming (``FOR UPDATE SKIP LOCKED``). The store remembers the leases it holds,
+and every append reads the session rows ``FOR UPDATE`` in its own transaction and writes only if
+each still carries this store's token and owner: a worker whose lease passed to another (it
+expired and was granted again) cannot write even one record (``FencingError``). The token is
+the fence, not the clock: a lease that expired but that nobody took is still good.
+
+Leases last ``lease_ttl`` seconds (30 by default) past their last renewal; the runtime renews
+them every ``lease_renew_every`` (10) with ``renew_leases()`` or ``lease.renew()``. A killed
+worker's sessions are free once its leases expire. Unlike SQLite, a dead pid frees nothing here:
+workers on other machines (or containers sharing a host name) cannot be checked.
+
+Workers share the store through each session's inbox: ``push_message`` queues a message with
+an id of its own (and NOTIFYs), ``claim_waiting`` leases sessions with input (``FOR UPDATE SKIP
+LOCKED``), ``peek_inbox``/``drop_inbox`` read and settle it under the lease; the appends that
+log a message's user item and its turn's ``finished`` record keep ``stowage_messages`` (which
+ids the log holds, which are answered) in their own transactions: see ``_pg_inbox``.
+
+asyncpg is the ``[postgres]`` extra, so it is imported where the store is made, never by
+``import stowage.storage``. Readers create nothing: before the first write the tables may not
+exist, and a read answers as for an empty store.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,20 @@
-"""Finding the records of one session's log that may hold some words (``search_history``)."""
+"""Finding the records of one session's log that may hold some words (``search_history``).
+
+A compacted session's model sees a summary, but the log still holds every word that was said,
+read and answered. Searching it belongs to the store, because each store can narrow it
+cheaply where the bytes are: SQLite with ``LIKE``, PostgreSQL with ``ILIKE``, both over the
+rows of one session in windows of its primary key, and JSONL with one streaming pass over the
+session's file. The store only narrows: it returns every item record whose stored line holds
+each searchable word (ASCII letters compared without case), a superset of the records whose
+text does. Which of them really match, how often, their snippets and their rank are decided
+once, over the items' text, by the tool (``stowage.tools``' ``search_history``).
+
+Why no index: a search is always within one session, which the primary key already narrows
+to its own rows, and a text index over record bodies (FTS5, ``pg_trgm``, a ``tsvector``
+expression) would be paid by every append of every session for a tool that is called rarely.
+A search has a deadline instead: it stops between windows (between lines for JSONL) and says
+how far it got.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,13 @@
-"""The leases an SQL store object holds, and the one set of rules both SQL stores apply to them."""
+"""The leases an SQL store object holds, and the one set of rules both SQL stores apply to them.
+
+SQLite and PostgreSQL keep a session's lease in a row (the last token granted, its holder, an
+expiry) and differ only in the statements that read and write it. What a lease may do next is
+decided here, once: a lease a write took is handed to the next ``acquire`` while its row still
+carries it; a write goes through only under the row's current token, or on a free row (then the
+store takes the lease with it); a grant supersedes whatever this store held before; a released
+lease is forgotten before its row is freed. The stores supply the I/O: ``extend`` (renew one
+lease, ``FencingError`` if its row moved on) and ``free`` (give rows back).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,22 @@
-"""A single-file store for one machine: SQLite in WAL mode, reached through worker threads."""
+"""A single-file store for one machine: SQLite in WAL mode, reached through worker threads.
+
+One connection, one operation at a time: SQLite has a single writer anyway, and a group commit
+(``append_batches``) is one transaction, so batching across sessions is where the speed is.
+Each session of a group commit writes inside a savepoint of its own, so one session's refused
+batch (a seq gap, a lost lease) is rolled back alone and the rest of the group commits.
+
+One writer per session, across processes: a ``leases`` row per session holds the last fencing
+token granted, the holder (owner, pid, host, since) and an expiry. Taking the lease is an
+``UPDATE`` in a ``BEGIN IMMEDIATE`` transaction (SQLite's write lock serialises it against every
+other process); every append reads the row in its own transaction and writes only if the token
+and owner are still this store's (``FencingError`` otherwise), so a writer whose lease was taken
+over cannot add one record. A lease is free when released, expired (``lease_ttl`` seconds after
+its last renewal) or held by a process of this host that no longer exists (a killed writer does
+not block its sessions for a whole TTL). Readers never write: they create no file and no table.
+
+Records that old compactions cover may move to ``records_archive`` (``archive``, see
+``_archive``): every read but resume's reads the two tables as one log.
+"""
 
 from __future__ import annotations
 

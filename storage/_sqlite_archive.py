@@ -1,5 +1,14 @@
 """SQLite's archive: the statements that move covered records from ``records`` to
-``records_archive`` and read the two as one log (the rules of what moves are in ``_archive``)."""
+``records_archive`` and read the two as one log (the rules of what moves are in ``_archive``).
+
+A batch is an ``INSERT … SELECT`` and a ``DELETE`` with the same condition, in one ``BEGIN
+IMMEDIATE`` transaction (the store's ``_run``): a row is in exactly one table at every commit,
+so a crash between batches loses nothing and copies nothing twice. A single ``SELECT`` reads
+one snapshot (WAL), so a read of both tables sees each record once.
+
+These functions run in the store's worker thread on its connection; they raise
+``sqlite3.Error``, which the store maps.
+"""
 
 from __future__ import annotations
 

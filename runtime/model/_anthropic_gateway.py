@@ -1,4 +1,21 @@
-"""The Anthropic (Claude) model gateway: the Messages API, on aiohttp or on the anthropic SDK."""
+"""The Anthropic (Claude) model gateway: the Messages API, on aiohttp or on the anthropic SDK.
+
+Bodies are built by ``_anthropic_wire`` (system on top, tool calls as content blocks, prompt
+cache breakpoints where the prefix is stable) and POSTed to ``base_url + "/v1/messages"`` with
+``x-api-key`` and ``anthropic-version``: through ``_aiohttp_transport`` by default, or
+(``http_client="sdk"``) through the public ``messages.create`` of the official SDK, an extra.
+A base URL that ends in ``/v1`` (as OpenAI-style URLs do) is taken without it. The key is the
+settings' ``api_key``, else ``ANTHROPIC_API_KEY``; the endpoint ``base_url``, else
+``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``.
+
+Errors map as on the OpenAI gateway (``_http_errors``): a 400 "prompt is too long: N tokens >
+M maximum" is ``ContextLengthExceeded`` with both figures, 429 ``RateLimitError`` with the
+wait from ``retry-after`` or the ``anthropic-ratelimit-*-reset`` of a used-up limit, 529
+(overloaded) and 5xx ``ModelConnectionError``, retried by the caller; an ``error`` event in a
+stream by its type (``event_error``). Time and size are bounded as there: a stream idle for
+``stream_idle_timeout``, a request past ``request_deadline``, an answer past
+``max_answer_chars``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,13 @@
-"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's public
-``messages.create``, with the bodies ``_anthropic_wire`` builds."""
+"""The ``http_client="sdk"`` path of the Anthropic gateway: the official ``anthropic`` SDK's
+public ``messages.create``, with the bodies ``_anthropic_wire`` builds.
+
+Its typed results are turned back into the plain JSON they came from (``to_dict``) and parsed
+by the same functions as the aiohttp path; a stream's typed events likewise
+(``AnthropicEvents``, used like ``JsonEventStream``). The SDK sends each request once
+(``max_retries=0``): retries are stowage's. ``import anthropic`` happens when the first
+client is made (the SDK is an extra: ``pip install stowage-runtime[anthropic]``), never when
+this module is imported; only public names of it are used.
+"""
 
 from __future__ import annotations
 

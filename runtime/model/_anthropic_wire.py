@@ -1,5 +1,17 @@
-"""Pure translation between stowage items and Anthropic's Messages API, and where its prompt cache
-breakpoints go."""
+"""Pure translation between stowage items and Anthropic's Messages API, and where its prompt
+cache breakpoints go.
+
+The Messages API differs from the OpenAI wires in three ways that shape this module. System
+text is a top-level ``system`` list, not a message. Tool calls and their outputs are content
+blocks (``tool_use`` in an assistant message, ``tool_result`` in a user message), and roles
+must alternate, so consecutive items of one role share one message. And its prompt cache
+serves only what a request marks: a ``cache_control`` breakpoint on a block caches the prefix
+up to it (tools, then system, then messages), at most four a request. ``cache_breakpoints``
+chooses them where the prefix stays the same from one request to the next (see its doc).
+
+Parsers raise ``ModelResponseError`` on payloads they cannot use and ``IncompleteResponse``
+on one that never said why it stopped (no ``stop_reason``), so a cut stream is retried.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,14 @@
-"""What goes wrong on the wire, as plain exceptions, and the ``ModelError`` each one stands for."""
+"""What goes wrong on the wire, as plain exceptions, and the ``ModelError`` each one stands for.
+
+Neither HTTP client of the gateway leaks its own error classes past its module: the aiohttp
+transport raises ``HttpStatusError`` for an error status (its status, headers and body kept)
+and ``TransportError`` when the exchange itself fails (refused, reset, a cut body, a socket
+timeout); an ``error`` payload inside an event stream is an ``EventError``. ``model_error``
+turns any of them into stowage's error tree, by the same rules the SDK path follows
+(``status_error``): 429 ``RateLimitError`` with the wait the server asked for, 401/403
+``ModelAuthError``, an overflow message ``ContextLengthExceeded``, 5xx ``ModelConnectionError``.
+Nothing here imports an HTTP library.
+"""
 
 from __future__ import annotations
 

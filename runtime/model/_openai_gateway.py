@@ -1,4 +1,37 @@
-"""The OpenAI(-compatible) model gateway: two wire APIs, on aiohttp or on the openai SDK."""
+"""The OpenAI(-compatible) model gateway: two wire APIs, on aiohttp or on the openai SDK.
+
+Bodies are built by the pure functions of ``_openai_wire`` and encoded with orjson. By default
+(``http_client="aiohttp"``) they are POSTed to ``base_url + "/chat/completions"`` or
+``"/responses"`` through ``_aiohttp_transport``: one aiohttp session per gateway, made on the
+first call, with the key as a bearer token, the purpose header, and OpenAI's organization and
+project headers when ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` are set (credentials in the URL
+go as basic auth, as the SDK's HTTP client sent them). The answer is parsed as plain JSON with
+orjson, a stream decoded by ``JsonEventStream``. Why aiohttp: a well-kept client with a
+C-accelerated parser, cheap per request at hundreds of sessions, proxies and verified TLS from
+the environment, used only through its public API; earlier releases reached into private
+parts of the openai SDK and kept an HTTP/1.1 client of their own to get the same CPU cost.
+
+``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``) sends through the SDK's public API
+instead (``_openai_sdk``): the same bodies, the typed results turned back into the same plain
+JSON and parsed by the same functions. stowage retries itself, so the SDK never does. Every
+failure of either path is mapped here to a ``ModelError`` (``_http_errors``).
+
+Time is bounded twice: a streamed response that goes ``stream_idle_timeout`` seconds without
+an event (SSE comments and keep-alives do not count) and any request still unfinished after
+``request_deadline`` seconds are abandoned as ``ModelConnectionError``, so a silent or dripping
+endpoint fails in bounded time and is retried. Those clocks (``_call_clock``) cancel through
+an ``asyncio.timeout`` (aiohttp runs on asyncio only, and it costs a fraction of a cancel
+scope); the socket's silence is aiohttp's read timeout.
+Every error names the endpoint (its URL redacted) and the HTTP status, and carries the
+longest wait the server asked for.
+
+Size is bounded too: an answer whose text and call arguments pass ``max_answer_chars`` is
+``ResponseTooLarge``, raised as soon as a stream's deltas pass it, and a body (or one event of
+a stream) is not read past ``body_bytes_cap`` bytes (six a character of the cap plus a
+slack) (the most such an answer can take as JSON, with room for the rest of the
+body): an endpoint that streams 30 MB is cut off at the cap, never held. On the SDK path the
+SDK reads each event and body itself, so there only the parsed answer is checked.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,16 @@
 """The compatible path: the openai SDK's public API, ``chat.completions.create`` and
-``responses.create``, for a gateway set to ``http_client="sdk"`` (or
-``STOWAGE_HTTP_CLIENT=sdk``)."""
+``responses.create``, for a gateway set to ``http_client="sdk"`` (or ``STOWAGE_HTTP_CLIENT=sdk``).
+
+The bodies are the same ones ``_openai_wire`` builds for the aiohttp path: each field the
+public ``create`` takes goes as its keyword argument, the rest as ``extra_body``. The typed
+results are turned back into the plain JSON they came from (``to_dict``) and go through the
+same parsers; a stream's typed events likewise (``PlainEvents``, used like
+``JsonEventStream``). The SDK sends each request once (``max_retries=0``): retries are the
+caller's. Only public names of the SDK are used here; its errors become ``ModelError`` by
+``map_openai_error``. The SDK reads each event and body itself, so on this path only the
+parsed answer is checked against ``max_answer_chars``. ``import openai`` (about 0.4 s) happens
+when the first ``SdkClient`` is made, never when this module is imported.
+"""
 
 from __future__ import annotations
 

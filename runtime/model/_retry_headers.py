@@ -1,4 +1,13 @@
-"""How long a server asks us to wait, from every header that says so."""
+"""How long a server asks us to wait, from every header that says so.
+
+Providers and the proxies in front of them say it in different words: ``Retry-After``
+(seconds or an HTTP date), ``retry-after-ms``, LiteLLM's ``llm_provider-*`` copies of the
+provider's own headers, and OpenAI's ``x-ratelimit-reset-requests`` / ``-tokens`` (durations
+such as ``1s``, ``6m0s``, ``250ms``), and Anthropic's ``anthropic-ratelimit-*-reset`` (an
+RFC 3339 time). The longest wait that applies wins: a reset applies only to a limit that is
+used up (its ``x-ratelimit-remaining-*`` or ``anthropic-ratelimit-*-remaining`` is 0 or not
+given).
+"""
 
 from __future__ import annotations
 

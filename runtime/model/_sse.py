@@ -1,4 +1,13 @@
-"""Server-sent events decoded straight from the response bytes with orjson."""
+"""Server-sent events decoded straight from the response bytes with orjson.
+
+``JsonEventStream`` takes a ``read`` coroutine function that returns whatever bytes of the
+body have arrived (``b""`` at its end; the aiohttp transport hands it
+``response.content.readany``, wrapped so that a transport failure is a ``TransportError``), so
+one read returns every event that came together and a caller times each read, not each event.
+An ``error`` payload raises ``EventError``; an event that grows past ``max_event_bytes``
+before it ends raises ``ResponseTooLarge``: an endpoint that streams one endless event must
+not fill memory. Nothing here imports an HTTP library.
+"""
 
 from __future__ import annotations
 

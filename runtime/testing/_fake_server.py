@@ -1,4 +1,18 @@
-"""A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider."""
+"""A fake OpenAI-compatible HTTP server, for tests, load runs and demos without a provider.
+
+It serves ``/v1/chat/completions``, ``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed
+and not; see ``_fake_messages``) from a brain (the scripted one by default), and
+``/v1/responses/compact`` (the brain's summary sealed in a compaction item it reads back when
+the item returns; ``compact_endpoint=False`` answers 404), records every request body, and
+injects faults (``Fault``, see ``_fault_spec``) on demand: in process through ``inject``, or
+from another process through ``POST /_fake/faults``; or at random, at given rates
+(``fault_rates``), for load runs. Faults answer like real providers and the proxies in front of
+them do when things go wrong: errors with their headers and bodies (OpenAI's and LiteLLM's),
+and 200s that are not what they should be (see ``_fake_faults``): usage zeroed or invented,
+the output limit cutting a call off, no finish marker, no choices, a stream cut off, a stream
+of keep-alives only, a dripping stream. It checks every request it receives for tool calls
+without their output itself (``GET /_fake/stats``), so a long load run need not keep the bodies.
+"""
 
 from __future__ import annotations
 

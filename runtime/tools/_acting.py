@@ -1,4 +1,14 @@
-"""Tools that act: write a file, edit one, run a command; each says what it touches."""
+"""Tools that act: write a file, edit one, run a command; each says what it touches.
+
+They are offered when the session's sandbox lets something change (``workspace-write`` or
+``full``); the approval policy (``_policy``) decides on each call before it runs, from the
+``Effect``s the tool declares. Every path passes the workspace rules of ``_guard`` (inside
+the root, never the session store, no secrets, nothing ``.gitignore`` ignores). A write is
+atomic (a temporary file renamed over the target), so a process killed mid-write leaves the
+old file or the new one, never half of it; and every acting tool can tell, after such a
+kill, whether its call was applied (``applied_after_crash``), so a resume records "applied"
+or "interrupted" and never applies it twice.
+"""
 
 from __future__ import annotations
 

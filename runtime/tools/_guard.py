@@ -1,4 +1,20 @@
-"""What the workspace tools may touch: the rules, checked on every path a model names."""
+"""What the workspace tools may touch: the rules, checked on every path a model names.
+
+A path is refused, with a message naming it and the rule, when it
+
+* leaves the workspace (``..``, an absolute path, a symlink resolving outside);
+* lies in the session store: the store directory of the settings (when it is a local
+  directory), any directory named ``.stowage``, any other directory holding stowage logs or
+  lease lock files, or such a file itself; no setting lifts this: the store holds other
+  sessions' transcripts;
+* looks like a secret (``DEFAULT_SECRET_PATTERNS``), unless ``Settings.workspace_allow``
+  names it;
+* is ignored by a ``.gitignore`` of the workspace (or ``.git/info/exclude``), unless
+  ``Settings.workspace_gitignore`` is off or ``Settings.workspace_allow`` names it.
+
+Listing and searching hide what reading refuses. Both the path as given and the path its
+symlinks resolve to must pass, so neither a symlink nor a ``..`` step hides a refused file.
+"""
 
 from __future__ import annotations
 

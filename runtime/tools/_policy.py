@@ -1,4 +1,15 @@
-"""Whether a tool call runs, waits for a person's word, or is refused: the user's policy."""
+"""Whether a tool call runs, waits for a person's word, or is refused: the user's policy.
+
+Two settings say it, as Codex users know them: ``sandbox`` (what may change at all:
+``read-only``, ``workspace-write``, ``full``) and ``approval`` (when a call that acts waits
+for a person: ``untrusted``, ``on-request``, ``never``), with rules ``TOOL:PATTERN`` that
+allow a call without asking (``tool_allow``) or refuse it whatever else says
+(``tool_deny``). A call is judged on what it says it touches (``Effect``): reading never
+waits; a write or an edit is refused under ``read-only`` (where the acting tools are not
+even offered), any call is refused by a deny rule, run without asking by an allow rule, and
+otherwise asked for as ``approval`` says. Pure: the same call, settings and effects always
+get the same verdict, before anything runs and again when an answer comes.
+"""
 
 from __future__ import annotations
 

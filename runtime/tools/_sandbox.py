@@ -1,4 +1,14 @@
-"""Where a command runs: in a bubblewrap sandbox, unless the user said ``full``."""
+"""Where a command runs: in a bubblewrap sandbox, unless the user said ``full``.
+
+Bubblewrap (Debian's ``bubblewrap``, the sandbox Flatpak is built on) needs no Python
+binding and no daemon: a command runs in new namespaces with the whole file system bound
+read-only, the workspace bound writable only under ``workspace-write`` (its ``.git`` still read-only,
+as the default ``tool_deny`` keeps the file tools out of it), its own ``/tmp`` (where a
+program or a virtualenv under ``/tmp`` stays visible, read-only),
+the session store hidden, and no network unless ``sandbox_network`` says so. Where bwrap is
+missing, a sandboxed command is refused with what to install: it never runs unconfined
+because a tool was absent.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,17 @@
-"""``search_history``: the built-in tool that finds what compaction took out of the context."""
+"""``search_history``: the built-in tool that finds what compaction took out of the context.
+
+A summary keeps what its writer judged to matter; the log keeps everything. The model gives
+words, the tool answers with the records that hold them all (user messages, answers, tool
+calls and outputs, compacted or not): each as its reference ``R<seq>``, its kind, its number
+of hits and a snippet around them. ``recall_artifact`` then reads one whole.
+
+The store narrows (see ``stowage.storage``' search, handed to the tool as a callable, since
+tools do not import the store); matching, snippets and rank are decided here and only here,
+over the items' text: case-insensitive substrings, every word required, most hits first and
+the newest of equals, a text repeated (a recalled output, a message said twice) shown once, by
+its first record. A search has a deadline and its answer a size cap, so a common word in
+a long log costs the model a bounded answer and the session a bounded wait.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
-"""The workspace tools: read a file, list a directory, search text, all inside one root; and, when
-the session's sandbox lets something change, write and edit files and run commands (``_acting``,
-``_command``)."""
+"""The workspace tools: read a file, list a directory, search text, all inside one root; and,
+when the session's sandbox lets something change, write and edit files and run commands
+(``_acting``, ``_command``).
+
+Every path a model gives passes the rules of ``_guard`` (inside the root, symlinks included;
+never the session store; no secrets; nothing ``.gitignore`` ignores, unless the settings allow
+it); listing and searching hide what reading refuses. Every read is bounded: ``read_file``
+reads at most ``Settings.read_max_bytes`` from an offset, never a whole file, and says what it
+left out; ``search_text`` stops at ``Settings.search_max_matches`` lines and skips files over
+``Settings.search_max_file_bytes`` and binary ones, and says so. The file system is touched
+only in a worker thread, never on the event loop.
+"""
 
 from __future__ import annotations
 

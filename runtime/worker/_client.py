@@ -1,4 +1,17 @@
-"""Send a message to a session that workers serve, and wait for its answer if asked."""
+"""Send a message to a session that workers serve, and wait for its answer if asked.
+
+The message goes into the session's inbox with an id of its own; any worker may take it. A
+sender that waits listens for the store's NOTIFY of answers *before* queueing, so an answer that
+comes fast is not missed, and looks again every few seconds in case a notification was (the
+listening connection can drop). The answer is read from the log, where the worker committed it.
+One listening connection serves every wait of a client (``async with``), however many.
+
+A forked session's log numbers its own records from 1 while the records refer to lineage seqs
+(see ``stowage.core.LineageStore``): the seq a message row names is the log's own, the first
+seq of a round is the lineage's, so the answer is read back in the log's own numbering, with
+the offset its first record (``ForkedFromRecord``) gives; it never changes, so a client asks
+once per session.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""A worker's counters in Prometheus' text format, served on a loopback port."""
+"""A worker's counters in Prometheus' text format, served on a loopback port.
+
+What an operator graphs to size a fleet: how much work a worker does (messages answered,
+rounds, compactions), how it holds its sessions (serving now, leases lost), how much waits
+(sessions with input queued in the whole store), how long a claim takes, and how near the
+process is to its limit of open descriptors (under Prometheus' standard process names, where
+it refuses new sessions: see ``Runtime.descriptors``). The counters are
+fed by the runtime's events and the worker's claims; the page is rendered on each scrape (a
+pure function of the counters), and the queue depth is one indexed count per scrape.
+
+The server is aiohttp's (a dependency already, for the model calls), bound to 127.0.0.1 only:
+a scraper on the same host or a sidecar reads it; nothing is exposed beyond the machine.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,18 @@
-"""One claimed session served: its queued messages, each answered once (docs/guides/workers.md)."""
+"""Serving one claimed session: its queued messages, in order, each answered once.
+
+The store does the bookkeeping in the log's own transactions (see ``PostgresStore``): the
+append of a message's user item records its id, the append of its turn's ``finished`` record
+marks it answered and takes it out of the inbox. So a queued message is in one of three states
+when a worker looks, and each has one right move:
+
+- not logged: run a turn with it (``Session.send(..., message_id=)``);
+- logged, turn still open: a worker died (or the model failed) mid-turn; finish that turn
+  (``Session.continue_turn``) without logging the input again;
+- answered or given up on: a duplicate; drop it.
+
+A turn that stops without an answer (round limit), a message the model keeps failing, and an
+entry that is not a message are given up on: dropped with the reason, which the sender sees.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,28 @@
-"""A worker: one ``Runtime`` serving the sessions of a shared PostgreSQL store that have input
-(how a fleet claims, fences and takes over: docs/guides/workers.md)."""
+"""A worker: one ``Runtime`` serving whichever sessions of a shared PostgreSQL store have input.
+
+Any number of workers, on any number of machines, share one store. Each claims sessions with
+messages queued and no live lease (``FOR UPDATE SKIP LOCKED``: two workers never claim one
+session), serves them through its runtime with the runtime's shared limits, and hibernates
+them when they run out of input, which gives their leases back. It sleeps on LISTEN/NOTIFY and
+claims again when a message is queued or a place frees up; a slow poll is only the fallback
+for a lost notification.
+
+The runtime gets the worker's store object, so the lease a claim took is the one the runtime
+then holds, renews and releases, and the one every append of the session is fenced with: a
+worker whose lease passed to another (it stalled past the TTL) cannot write another record.
+A killed worker's sessions are claimed by others once its leases expire (a takeover, logged
+with the holder it replaced), resumed from the log (an open round gets "interrupted"
+outputs) and their turns finished.
+
+Once the store is open a worker writes its own row in the store's workers table and rewrites
+it every lease-renew interval with its rounds so far (one statement, whatever the rounds), so
+``stowage workers`` lists it while it holds nothing, with its rounds/s; it deletes the row when
+it stops.
+
+``drain()`` (SIGTERM in ``stowage worker``): stop claiming, let turns in flight finish for up
+to ``grace`` seconds, then interrupt what is left (nothing half-done is written); every lease
+is given back and ``run`` returns.
+"""
 
 from __future__ import annotations
 
