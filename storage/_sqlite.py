@@ -20,7 +20,9 @@ Records that old compactions cover may move to ``records_archive`` (``archive``,
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -549,7 +551,9 @@ class SqliteStore(SqlStoreBase):
             no_table = isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
             if missing is not None and no_table:
                 return missing()
-            raise StoreError(f"sqlite store {self._path}: {exc}") from exc
+            cause = disk_full_cause(exc, _free_bytes(self._path))
+            said = exc if cause is exc else f"{exc} (no space left on the device)"
+            raise StoreError(f"sqlite store {self._path}: {said}") from cause
 
     def _transact(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn.execute("BEGIN IMMEDIATE")
@@ -574,6 +578,32 @@ class SqliteStore(SqlStoreBase):
             self._conn.executescript(_SCHEMA + ARCHIVE_DDL)
             self._schema_ready = self._has_archive = True
         return self._conn
+
+
+#: below this much free space, a write SQLite calls a disk I/O error found the disk full
+_NEARLY_FULL = 64 * 1024
+
+
+def disk_full_cause(exc: BaseException, free: int | None) -> BaseException:
+    """What a failed call is said to come from: SQLite reports a write that found the disk full
+    as "database or disk is full" or, when the write-ahead log's or a journal's page is what did
+    not fit, as a disk I/O error; with ``free`` bytes left on the device (None: unknown) that
+    I/O error is an ``ENOSPC`` (its cause the SQLite error), anything else ``exc`` itself."""
+    io_error = (
+        isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_IOERR
+    )
+    if not io_error or free is None or free >= _NEARLY_FULL:
+        return exc
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    full.__cause__ = exc
+    return full
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        return None
 
 
 def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
