@@ -76,8 +76,7 @@ from stowage.model._anthropic_gateway import AnthropicGateway
 from stowage.model._brain import ScriptedBrain, is_summary_request, scripted_usage
 from stowage.model._openai_gateway import OpenAIGateway
 from stowage.storage import JsonlStore
-from stowage.testing import FakeOpenAIServer
-from stowage.testing._fake_messages import BreakpointCache
+from stowage.testing import BreakpointCache, FakeOpenAIServer
 
 ROUNDS_PER_TURN = 5
 POLICIES = ("stowage", "stowage-reground", "codex-like", "claude-code-like", "unlimited")

@@ -46,8 +46,8 @@ SURFACE = {
         "new_message_id",
     ],
     "stowage.testing": [
-        "Brain", "FakeOpenAIServer", "Fault", "FaultWhen", "ScriptedBrain", "ScriptedModel",
-        "call_ids", "is_summary_request", "orphan_calls", "orphan_outputs", "scripted_usage",
+        "Brain", "BreakpointCache", "FakeOpenAIServer", "Fault", "FaultWhen", "ScriptedBrain",
+        "ScriptedModel", "call_ids", "is_summary_request", "orphan_calls", "orphan_outputs", "scripted_usage",
     ],
 }  # fmt: skip
 

@@ -15,12 +15,14 @@ if TYPE_CHECKING:
         scripted_usage,
     )
 
+    from ._fake_messages import BreakpointCache
     from ._fake_server import FakeOpenAIServer
     from ._fault_spec import Fault, FaultWhen
     from ._wire_check import call_ids, orphan_calls, orphan_outputs
 
 __all__ = [
     "Brain",
+    "BreakpointCache",
     "FakeOpenAIServer",
     "Fault",
     "FaultWhen",
@@ -40,6 +42,7 @@ _EXPORTS = {
     "ScriptedModel": "stowage.model",
     "is_summary_request": "stowage.model",
     "scripted_usage": "stowage.model",
+    "BreakpointCache": "._fake_messages",
     "FakeOpenAIServer": "._fake_server",
     "Fault": "._fault_spec",
     "FaultWhen": "._fault_spec",

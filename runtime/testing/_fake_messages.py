@@ -173,9 +173,10 @@ class CacheUse:
 
 @dataclass(kw_only=True)
 class BreakpointCache:
-    """Anthropic's prompt cache as the module's doc describes it: prefixes marked by breakpoints,
-    ``capacity`` of them remembered (oldest forgotten first); a marked prefix under ``minimum``
-    tokens is not cached, as the API ignores such breakpoints."""
+    """Anthropic's prompt cache as the fake server keeps it (``FakeOpenAIServer``'s
+    ``breakpoint_cache``): prefixes marked by ``cache_control`` breakpoints, ``capacity`` of them
+    remembered (oldest forgotten first); a marked prefix under ``minimum`` tokens is not cached,
+    as the API ignores such breakpoints. ``figures`` holds what each session read and wrote."""
 
     minimum: int = 0
     capacity: int = 100_000
