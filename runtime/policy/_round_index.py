@@ -26,15 +26,18 @@ __all__ = ["RoundIndex"]
 
 @dataclass(frozen=True, slots=True)
 class RoundIndex:
-    """The groups of ``history`` as ``round_groups`` makes them: each ``(start, stop,
-    has_call)`` is a contiguous run of one round's assistant text, calls and the outputs that
-    follow them (a tool round when it has a call), oldest first. ``open`` and
-    ``after_output`` are where the scan stopped (the last group may still grow), and
-    ``last_user`` is the index of the newest user message (-1: none)."""
+    """The tool rounds of ``history`` as ``round_groups`` makes them: a round is a contiguous
+    run of one round's assistant text, calls and the outputs that follow them, with a call.
+    ``closed`` holds the start and stop of each round no later item can grow, flat (every
+    live session keeps an index: two ints a round, not a tuple each); the last group may
+    still grow: ``tail`` is its start (-1: none), ``tail_call`` whether it has a call and
+    ``after_output`` whether an output ended it so far. ``last_user`` is the index of the
+    newest user message (-1: none)."""
 
     history: tuple[HistoryEntry, ...] = ()
-    groups: tuple[tuple[int, int, bool], ...] = ()
-    open: bool = False
+    closed: tuple[int, ...] = ()
+    tail: int = -1
+    tail_call: bool = False
     after_output: bool = False
     last_user: int = -1
 
@@ -54,31 +57,33 @@ class RoundIndex:
         start = len(seen)
         if start and (start > len(history) or history[:start] != seen):
             return _EMPTY.extended(history)
-        groups = list(self.groups)
-        is_open, after_output, last_user = self.open, self.after_output, self.last_user
+        closed, tail, tail_call = self.closed, self.tail, self.tail_call
+        after_output, last_user = self.after_output, self.last_user
         for index in range(start, len(history)):
             item = history[index].item
             if isinstance(item, AssistantMessage | FunctionCall):
-                is_call = isinstance(item, FunctionCall)
-                if is_open and not after_output:
-                    first, _, call = groups[-1]
-                    groups[-1] = (first, index + 1, call or is_call)
-                else:
-                    groups.append((index, index + 1, is_call))
-                is_open, after_output = True, False
-            elif isinstance(item, FunctionCallOutput) and is_open:
-                first, _, call = groups[-1]
-                groups[-1] = (first, index + 1, call)
+                if tail < 0 or after_output:  # a new group starts here
+                    if tail_call:
+                        closed += (tail, index)
+                    tail, tail_call, after_output = index, False, False
+                tail_call = tail_call or isinstance(item, FunctionCall)
+            elif isinstance(item, FunctionCallOutput) and tail >= 0:
                 after_output = True
-            else:
-                is_open = after_output = False
+            else:  # anything else ends the group
+                if tail_call:
+                    closed += (tail, index)
+                tail, tail_call, after_output = -1, False, False
                 if isinstance(item, UserMessage):
                     last_user = index
-        return RoundIndex(history, tuple(groups), is_open, after_output, last_user)
+        return RoundIndex(history, closed, tail, tail_call, after_output, last_user)
 
     def rounds(self) -> list[tuple[int, int]]:
-        """``(start, stop)`` of each tool round (a group with a call), oldest first."""
-        return [(start, stop) for start, stop, call in self.groups if call]
+        """``(start, stop)`` of each tool round, oldest first."""
+        closed = self.closed
+        rounds = list(zip(closed[::2], closed[1::2], strict=True))
+        if self.tail_call:  # the open group ends with the history
+            rounds.append((self.tail, len(self.history)))
+        return rounds
 
     def turn_rounds(self) -> list[tuple[int, int]]:
         """The tool rounds of the current turn: those after the newest user message (none
