@@ -32,10 +32,12 @@ from stowage.policy import (
     Hold,
     Job,
     MachineState,
+    Plan,
     PolicyDecision,
     Skipped,
     Stop,
     Stub,
+    Stubs,
     Summarize,
     SummaryFailed,
     SummaryReady,
@@ -84,18 +86,36 @@ class CompactorKept:
 
 def verdict_of(actions: Sequence[Action], basis_seq: int) -> Verdict:
     """What of ``actions`` the sampler applies, as one verdict on ``basis_seq``."""
-    stubs = tuple(a.stubs for a in actions if isinstance(a, Stub))
-    plans = [a.plan for a in actions if isinstance(a, Apply)]
-    stops = [a for a in actions if isinstance(a, Stop)]
-    answers = [a.ask_id for a in actions if isinstance(a, Answer)]
+    if not actions:  # most boundaries: nothing to do
+        return Verdict(basis_seq=basis_seq)
+    stubs: list[Stubs] = []
+    skipped: list[str] = []
+    plan: Plan | None = None
+    stop: Stop | None = None
+    hold = False
+    answers = 0
+    for action in actions:
+        match action:
+            case Stub():
+                stubs.append(action.stubs)
+            case Apply():
+                plan = action.plan
+            case Stop():
+                stop = action
+            case Answer():
+                answers = max(answers, action.ask_id)
+            case Hold():
+                hold = True
+            case Skipped():
+                skipped.append(action.reason)
     return Verdict(
         basis_seq=basis_seq,
-        stubs=stubs,
-        plan=plans[-1] if plans else None,
-        hold=any(isinstance(a, Hold) for a in actions) and not stops,
-        stop=stops[-1] if stops else None,
-        answers=max(answers, default=0),
-        skipped=tuple(a.reason for a in actions if isinstance(a, Skipped)),
+        stubs=tuple(stubs),
+        plan=plan,
+        hold=hold and stop is None,
+        stop=stop,
+        answers=answers,
+        skipped=tuple(skipped),
     )
 
 

@@ -178,10 +178,18 @@ async def _run_one(
             registry, call, default_timeout=default_timeout, context=context
         )
     else:
-        async with limiter:
+        try:
+            # a free token is taken without the trip round the event loop ``acquire`` makes
+            # (it still queues behind waiters: a token is free only when none waits)
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await limiter.acquire()
+        try:
             output = await execute_call(
                 registry, call, default_timeout=default_timeout, context=context
             )
+        finally:
+            limiter.release()
     outputs[index] = output
     publish(
         ToolFinished(

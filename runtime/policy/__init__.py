@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from ._prices import COST_EXTRA_HINT, Charge, CustomPrice, PriceBook, Prices
     from ._probes import draw_probes, fit_probes, kept_section, missed_probes, probe_focus
     from ._requests_check import RequestsReport, check_requests
+    from ._round_index import RoundIndex
     from ._ruler import Ruler, View
     from ._snapshot import (
         BoundaryCause,
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FOCUS_MAX_CHARS",
     "clip_to_fit",
+    "RoundIndex",
     "Ruler",
     "View",
     "MIN_OUTPUT_CHARS",
@@ -242,6 +244,7 @@ __all__ = [
 _EXPORTS = {
     "FOCUS_MAX_CHARS": "._compaction",
     "clip_to_fit": "._compaction",
+    "RoundIndex": "._round_index",
     "Ruler": "._ruler",
     "View": "._ruler",
     "MIN_OUTPUT_CHARS": "._accounting",

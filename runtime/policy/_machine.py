@@ -90,12 +90,9 @@ def step(state: MachineState, event: Event) -> Step:
 
 def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
     work = Work(state, [])
-    _new_boundary(work, snap)
-    if snap.cause == "round":
-        work.set(strikes=0)  # a request went and came back: what follows is a new attempt
     # a refusal that taught the window (and so a smaller output reserve) needs no more when
     # what the provider counted of the request fits what it takes
-    taught = work.state.accounting is not state.accounting
+    taught = _new_boundary(work, snap)
     state = work.state
     if state.phase is Phase.STOPPED:
         return work.done()  # the sampler stops the turn; nothing more is decided for it
@@ -151,41 +148,59 @@ def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
     return work.done()
 
 
-def _new_boundary(work: Work, snap: Snapshot) -> None:
+def _new_boundary(work: Work, snap: Snapshot) -> bool:
     """What a boundary settles before anything is decided: the plan the sampler applied or
     dropped, the turn that changed (a stop, a refusal's figures belong to one turn), a
-    window or fit a refusal stated."""
-    state = work.state
+    window or fit a refusal stated. True when a refusal taught the window."""
+    state = work.state  # the step's input: nothing is set yet
+    changes: dict[str, object] = {
+        "latest": snap,
+        "rounds": state.rounds.extended(snap.history),
+    }
     if state.stubbing:
         outputs = {e.seq for e in snap.history if isinstance(e.item, FunctionCallOutput)}
-        work.set(stubbing=(state.stubbing & outputs) - snap.stubbed)
-    work.set(latest=snap)
+        changes["stubbing"] = (state.stubbing & outputs) - snap.stubbed
+    if snap.cause == "round":
+        changes["strikes"] = 0  # a request went and came back: what follows is a new attempt
+    phase = state.phase
     plan = state.plan
+    skipped = None
     if plan is not None and (
         snap.last_compaction_seq != plan.based_on_compaction_seq
         or (snap.cause == "dropped" and snap.dropped == plan.id)
     ):
-        work.set(plan=None, phase=Phase.IDLE if state.phase is Phase.ADVISED else state.phase)
+        if phase is Phase.ADVISED:
+            phase = Phase.IDLE
+        changes.update(plan=None, phase=phase)
         if snap.cause == "dropped":
-            work.add(Skipped(snap.dropped_why or f"plan {plan.id} was not applied"))
+            skipped = Skipped(snap.dropped_why or f"plan {plan.id} was not applied")
+    fit, ratio = state.fit, state.ratio
     if snap.turn != state.turn or not snap.turn_open:
-        work.set(turn=snap.turn, fit=None, ratio=None, strikes=0)
-        if work.state.phase is Phase.STOPPED:
-            work.set(phase=Phase.IDLE)
+        fit = ratio = None
+        changes.update(turn=snap.turn, fit=None, ratio=None, strikes=0)
+        if phase is Phase.STOPPED:
+            changes["phase"] = Phase.IDLE
     refusal = snap.refusal if snap.cause == "refused" else None
+    taught = False
     if refusal is not None:
-        fits = [f for f in (work.state.fit, refusal.fit) if f is not None]
-        work.set(fit=min(fits) if fits else None, ratio=refusal.ratio or work.state.ratio)
+        fits = [f for f in (fit, refusal.fit) if f is not None]
+        changes.update(fit=min(fits) if fits else None, ratio=refusal.ratio or ratio)
         if refusal.window is not None:
             # a stated window too small to hold anything teaches nothing: the fit guards
             with suppress(ConfigError):
-                work.set(accounting=work.state.accounting.with_window(refusal.window))
+                accounting = state.accounting.with_window(refusal.window)
+                changes["accounting"] = accounting
+                taught = accounting is not state.accounting
+    work.set(**changes)
+    if skipped is not None:
+        work.add(skipped)
+    return taught
 
 
 def _view(state: MachineState, ruler: Ruler, snap: Snapshot) -> View:
     """``snap`` as the next request carries it: with the stubs given to the sampler and not
     yet written (it writes them before that request), at a refusal's ratio."""
-    view = ruler.view(snap, ratio=state.ratio)
+    view = ruler.view(snap, ratio=state.ratio, rounds=state.rounds)
     counted = snap.refusal.tokens if snap.cause == "refused" and snap.refusal else None
     if counted is not None and counted > view.guard:
         # the request the provider refused was as large as it counted, whatever the estimate

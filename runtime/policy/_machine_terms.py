@@ -13,6 +13,7 @@ from typing import Literal, TypeAlias
 
 from ._accounting import Accounting
 from ._forecast import Forecast
+from ._round_index import RoundIndex
 from ._snapshot import Plan, Snapshot, Stubs
 from ._watermarks import PolicyDecision
 
@@ -216,6 +217,9 @@ class MachineState:
     #: tokens a request may carry after a refusal, and the chars per token it stated
     fit: int | None = None
     ratio: float | None = None
+    #: where the tool rounds of ``latest``'s history are, extended boundary by boundary (a
+    #: cache: what the machine decides never depends on whether it is warm)
+    rounds: RoundIndex = field(default=RoundIndex(), compare=False, repr=False)
 
     def limit(self) -> int | None:
         """Tokens of history no request may reach: the hard mark, or a refusal's fit."""
@@ -227,10 +231,16 @@ Step: TypeAlias = tuple[MachineState, tuple[Action, ...]]
 
 @dataclass(eq=False, slots=True)
 class Work:
-    """What one step builds up: the state so far and the actions, in order."""
+    """What one step builds up: the state so far and the actions, in order.
+
+    The state given is never changed: the first ``set`` copies it, and later ones change
+    that copy, which no one else has seen yet, in place (one copy a step, not one a field).
+    So an alias of ``state`` taken after a ``set`` sees the later ones too: read what a step
+    changed through ``work.state``, and keep values, not the state, across a ``set``."""
 
     state: MachineState
     actions: list[Action]
+    _copied: bool = field(default=False, init=False)
 
     def add(self, action: Action) -> None:
         self.actions.append(action)
@@ -238,7 +248,13 @@ class Work:
             self.set(stubbing=self.state.stubbing | frozenset(action.stubs.seqs))
 
     def set(self, **changes: object) -> None:
-        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
+        if not self._copied:
+            self.state = replace(self.state, **changes)  # type: ignore[arg-type]
+            self._copied = True
+            return
+        for name, value in changes.items():
+            # the step's own copy, not yet returned: its frozen fields are set in place
+            object.__setattr__(self.state, name, value)
 
     def done(self) -> Step:
         return self.state, tuple(self.actions)

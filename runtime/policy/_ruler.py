@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from stowage.core import (
@@ -24,6 +24,7 @@ from stowage.core import (
 
 from ._accounting import Accounting, stub_savings
 from ._fallback import fallback_summary
+from ._round_index import RoundIndex
 from ._snapshot import Plan, Snapshot, Stubs
 from ._turns import irreducible_tokens, reattach_seqs, safe_cover
 from ._watermarks import (
@@ -35,7 +36,6 @@ from ._watermarks import (
     microcompact_candidates,
     tokens_after_compaction,
     turn_round_cuts,
-    turn_rounds,
 )
 
 __all__ = ["FALLBACK_CHARS", "MICRO_ROUNDS", "SUMMARY_ALLOWANCE_CHARS", "Ruler", "View"]
@@ -60,13 +60,15 @@ _MIN_GAIN = 0.05
 class View:
     """A snapshot with the stubs decided on it so far, and its figures: ``tokens`` what the
     triggers read (None when reported usage is required and there is none), ``guard`` what
-    the limit is checked on."""
+    the limit is checked on; ``rounds`` an index of the snapshot's history (or of a prefix of
+    it) that the caller keeps."""
 
     snapshot: Snapshot
     stubbed: frozenset[int]
     tokens: int | None
     guard: int
     ratio: float
+    rounds: RoundIndex = field(default=RoundIndex(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +77,12 @@ class Ruler:
 
     accounting: Accounting
 
-    def view(self, snap: Snapshot, *, ratio: float | None = None) -> View:
+    def view(
+        self, snap: Snapshot, *, ratio: float | None = None, rounds: RoundIndex | None = None
+    ) -> View:
         """``snap`` as the next request would carry it; ``ratio`` (a provider's stated chars
-        per token) replaces the session's own estimate."""
+        per token) replaces the session's own estimate; ``rounds``: an index of its history
+        (or of a prefix of it) kept from an earlier boundary."""
         status = snap.status
         tokens, chars_per_token, guard = status.tokens, status.chars_per_token, status.guard
         if ratio is not None:
@@ -86,8 +91,17 @@ class Ruler:
             tokens = guard = math.ceil(chars / ratio)
             chars_per_token = ratio
         return View(
-            snapshot=snap, stubbed=snap.stubbed, tokens=tokens, guard=guard, ratio=chars_per_token
+            snapshot=snap,
+            stubbed=snap.stubbed,
+            tokens=tokens,
+            guard=guard,
+            ratio=chars_per_token,
+            rounds=(rounds or RoundIndex()).extended(snap.history),
         )
+
+    def rounds(self, view: View) -> RoundIndex:
+        """The index of the view's history (``view.rounds`` when it is of that history)."""
+        return view.rounds.extended(view.snapshot.history)
 
     def decision(self, view: View) -> PolicyDecision:
         """The watermark the view's figure crossed (``decide``)."""
@@ -267,9 +281,12 @@ class Ruler:
                 keep_rounds,
                 min_free_chars=int(batch_free * view.ratio),
                 min_chars=min_chars,
+                rounds=self.rounds(view),
             )
         else:
-            seqs = microcompact_candidates(history, view.stubbed, keep_rounds, min_chars=min_chars)
+            seqs = microcompact_candidates(
+                history, view.stubbed, keep_rounds, min_chars=min_chars, rounds=self.rounds(view)
+            )
         if not seqs:
             return None
         return self.stubbed(view, seqs, reason)
@@ -278,17 +295,14 @@ class Ruler:
         """Tool rounds microcompaction spares: the newest ``keep_rounds``, and every round of
         the open turn (a model that decides from each request alone reads a stubbed output
         again; only the hard mark stubs those)."""
-        snap = view.snapshot
-        turn = turn_rounds(snap.history) if snap.turn_open else 0
-        return max(self.accounting.marks.keep_rounds, turn)
+        return max(self.accounting.marks.keep_rounds, self.turn_rounds(view))
 
     def turn_rounds(self, view: View) -> int:
-        snap = view.snapshot
-        return turn_rounds(snap.history) if snap.turn_open else 0
+        return len(self.rounds(view).turn_rounds()) if view.snapshot.turn_open else 0
 
     def old_output_savings(self, view: View) -> int:
         """Tokens stubbing every old output (past the rounds spared) would free now."""
-        seqs = microcompact_candidates(view.snapshot.history, view.stubbed, self.keep_rounds(view))
+        seqs = self.rounds(view).old_outputs(view.stubbed, self.keep_rounds(view), MIN_STUB_CHARS)
         return stub_savings(view.snapshot.history, seqs, view.ratio)
 
     # -- plans -------------------------------------------------------------------------------

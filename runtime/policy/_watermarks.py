@@ -16,18 +16,15 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from stowage.core import (
-    AssistantMessage,
     CompactionError,
-    FunctionCall,
-    FunctionCallOutput,
     HistoryEntry,
     Settings,
-    UserMessage,
     apply_compaction,
     entry_chars,
     history_chars,
 )
 
+from ._round_index import RoundIndex
 from ._tokens import TokenStatus
 
 __all__ = [
@@ -164,23 +161,7 @@ def rounds_to_hard_mark(
 def round_groups(history: Sequence[HistoryEntry]) -> list[list[int]]:
     """Indexes of ``history`` grouped by tool round: each group is the assistant text and
     calls of one round and the outputs that follow them. Raises nothing."""
-    groups: list[list[int]] = []
-    current: list[int] | None = None
-    previous_was_output = False
-    for index, entry in enumerate(history):
-        item = entry.item
-        if isinstance(item, AssistantMessage | FunctionCall):
-            if current is None or previous_was_output:
-                current = []
-                groups.append(current)
-            current.append(index)
-            previous_was_output = False
-        elif isinstance(item, FunctionCallOutput) and current is not None:
-            current.append(index)
-            previous_was_output = True
-        else:
-            current, previous_was_output = None, False
-    return [g for g in groups if any(isinstance(history[i].item, FunctionCall) for i in g)]
+    return [list(range(start, stop)) for start, stop in RoundIndex.of(history).rounds()]
 
 
 def microcompact_candidates(
@@ -189,23 +170,13 @@ def microcompact_candidates(
     keep_rounds: int,
     *,
     min_chars: int = MIN_STUB_CHARS,
+    rounds: RoundIndex | None = None,
 ) -> tuple[int, ...]:
     """Seqs of tool outputs worth stubbing: not stubbed yet, at least ``min_chars`` long, and
-    older than the newest ``keep_rounds`` tool rounds. Raises nothing."""
-    groups = round_groups(history)
-    old = groups[: max(0, len(groups) - keep_rounds)]
-    seqs = []
-    for group in old:
-        for index in group:
-            entry = history[index]
-            item = entry.item
-            if (
-                isinstance(item, FunctionCallOutput)
-                and entry.seq not in stubbed
-                and len(item.output) >= min_chars
-            ):
-                seqs.append(entry.seq)
-    return tuple(seqs)
+    older than the newest ``keep_rounds`` tool rounds (``rounds``: an index the caller keeps
+    of ``history`` or of a prefix of it). Raises nothing."""
+    index = RoundIndex.of(history) if rounds is None else rounds.extended(history)
+    return index.old_outputs(stubbed, keep_rounds, min_chars)
 
 
 def microcompact_batch(
@@ -215,12 +186,15 @@ def microcompact_batch(
     *,
     min_free_chars: int,
     min_chars: int = MIN_STUB_CHARS,
+    rounds: RoundIndex | None = None,
 ) -> tuple[int, ...]:
     """Every ``microcompact_candidate`` when together they free at least ``min_free_chars``
     (what their stubs save), else none: a stub changes the start of the request, so the
     prompt cache is broken only for a big gain, and then for all it can free at once (the
     longer the next break is put off). Raises nothing."""
-    seqs = microcompact_candidates(history, stubbed, keep_rounds, min_chars=min_chars)
+    seqs = microcompact_candidates(
+        history, stubbed, keep_rounds, min_chars=min_chars, rounds=rounds
+    )
     if not seqs:
         return ()
     wanted = set(seqs)
@@ -263,19 +237,10 @@ def tokens_after_compaction(
     return fixed_tokens + math.ceil(chars / chars_per_token)
 
 
-def _turn_groups(history: Sequence[HistoryEntry]) -> list[list[int]]:
-    """The ``round_groups`` of the current turn: those after the newest user message (none
-    when there is no user message)."""
-    users = [i for i, e in enumerate(history) if isinstance(e.item, UserMessage)]
-    if not users:
-        return []
-    return [g for g in round_groups(history) if g[0] > users[-1]]
-
-
 def turn_rounds(history: Sequence[HistoryEntry]) -> int:
     """How many tool rounds the current turn has in ``history`` (those after the newest user
     message; 0 when there is none). Raises nothing."""
-    return len(_turn_groups(history))
+    return len(RoundIndex.of(history).turn_rounds())
 
 
 def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:
@@ -283,10 +248,8 @@ def turn_round_cuts(history: Sequence[HistoryEntry]) -> list[int]:
     after the newest user message) verbatim: element k-1 is the ``covers_through`` that keeps
     the newest k. Stops at a round no ``covers_through`` can keep (an older summary's seq
     after it). Raises nothing."""
-    groups = _turn_groups(history)
     cuts: list[int] = []
-    for group in reversed(groups):
-        index = group[0]
+    for index, _ in reversed(RoundIndex.of(history).turn_rounds()):
         before = max(e.seq for e in history[:index])
         if before >= min(e.seq for e in history[index:]):
             break

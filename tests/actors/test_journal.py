@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
 import anyio
+from stowage.actors import Append, SessionContext, Slot, mailbox
+from stowage.actors._journal import Journal
 from stowage.core import (
     ItemRecord,
+    ModelGateway,
     ProtectedRecord,
     Record,
     Settings,
     UserMessage,
     replay,
 )
+from stowage.policy import Accounting
+from stowage.tools import ToolRegistry
 
 # the fixtures of tests/actors/conftest.py
 JournalOn = Callable[[Settings, Sequence[Record]], AbstractAsyncContextManager[Any]]
@@ -67,3 +72,45 @@ async def test_a_batch_that_ends_at_no_boundary_is_not_handed_to_the_compactor(
             seq = rig.journal.state.last_seq
             await rig.journal.write([ItemRecord(seq=seq + 1, item=UserMessage(text="half"))])
         assert rig.journal.compactor.peek() is None and rig.journal.boundary_seq == 0
+
+
+async def test_a_write_cancelled_in_flight_is_answered_before_its_task_goes(
+    rounds_log: RoundsLog,
+) -> None:
+    """A write already sent to persistence is waited for even when its task is cancelled:
+    the write returns once answered (its caller sees it done) and the cancellation lands at
+    the task's next checkpoint."""
+    with anyio.fail_after(5):
+        box = mailbox(8, Append)
+        ctx = SessionContext(
+            session_id="helpers",
+            settings=SETTINGS,
+            gateway=cast(ModelGateway, object()),
+            tools=ToolRegistry(),
+            publish=lambda event: None,
+            persistence=box.send,
+            write_timeout=5.0,
+        )
+        journal = Journal(
+            ctx=ctx,
+            state=replay("helpers", rounds_log(["z" * 100])),
+            compactor=Slot(),
+            accounting=Accounting.of(SETTINGS, ()),
+        )
+        seq = journal.state.last_seq
+        ended: list[bool] = []
+        scope = anyio.CancelScope()
+
+        async def write() -> None:
+            with scope:
+                await journal.write([ItemRecord(seq=seq + 1, item=UserMessage(text="now"))])
+            ended.append(scope.cancelled_caught)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            append = await box.receive.receive()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert not ended  # still waiting for its answer
+            append.reply.set(None)
+        assert ended == [False]  # answered and returned; nothing else awaited in the scope

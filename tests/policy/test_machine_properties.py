@@ -59,6 +59,7 @@ from stowage.policy import (
     Manual,
     Plan,
     Refusal,
+    RoundIndex,
     Ruler,
     Stop,
     Stub,
@@ -550,6 +551,14 @@ class MachineProperties(RuleBasedStateMachine):
         for turn in self.shell.stopped:
             if not turn.refused:
                 assert turn.compactions <= 3, (turn.compactions, turn.stopped)
+
+    @invariant()
+    def the_kept_round_index_is_the_one_made_from_scratch(self) -> None:
+        """The index the machine extends boundary by boundary is, after every step, the one
+        scanned anew from the newest boundary's history."""
+        machine = self.shell.machine
+        if machine.latest is not None:
+            assert machine.rounds == RoundIndex.of(machine.latest.history), self.mode
 
     @invariant()
     def the_machine_phase_matches_what_is_in_flight(self) -> None:
