@@ -231,16 +231,10 @@ Step: TypeAlias = tuple[MachineState, tuple[Action, ...]]
 
 @dataclass(eq=False, slots=True)
 class Work:
-    """What one step builds up: the state so far and the actions, in order.
-
-    The state given is never changed: the first ``set`` copies it, and later ones change
-    that copy, which no one else has seen yet, in place (one copy a step, not one a field).
-    So an alias of ``state`` taken after a ``set`` sees the later ones too: read what a step
-    changed through ``work.state``, and keep values, not the state, across a ``set``."""
+    """What one step builds up: the state so far and the actions, in order."""
 
     state: MachineState
     actions: list[Action]
-    _copied: bool = field(default=False, init=False)
 
     def add(self, action: Action) -> None:
         self.actions.append(action)
@@ -248,13 +242,7 @@ class Work:
             self.set(stubbing=self.state.stubbing | frozenset(action.stubs.seqs))
 
     def set(self, **changes: object) -> None:
-        if not self._copied:
-            self.state = replace(self.state, **changes)  # type: ignore[arg-type]
-            self._copied = True
-            return
-        for name, value in changes.items():
-            # the step's own copy, not yet returned: its frozen fields are set in place
-            object.__setattr__(self.state, name, value)
+        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
 
     def done(self) -> Step:
         return self.state, tuple(self.actions)
