@@ -1,12 +1,4 @@
-"""AGENTS.md: a project's standing instructions, read into a new session's system message.
-
-As in other coding agents, ``AGENTS.md`` in the working directory (or the file ``--agents FILE``
-names; ``--no-agents`` reads none) is appended to the system message of a session when it is
-created, under a heading that says where it came from. It is part of the session from then on
-(logged with its first records, kept verbatim through every compaction as the system message
-is), so a resumed session keeps what it was started with even when the file changed since.
-``stowage context`` shows it as a part of its own (``split_agents``).
-"""
+"""AGENTS.md: a project's standing instructions, read into a new session's system message."""
 
 from __future__ import annotations
 
@@ -24,10 +16,9 @@ _HEADING_AT = re.compile(r"(?:^|\n\n)# AGENTS\.md: instructions from [^\n]*\n")
 
 def agents_text(given: str | None, *, cwd: Path | None = None) -> tuple[Path, str] | None:
     """The instructions to read: the file ``given`` names (``--agents FILE``; ``""`` for
-    ``--no-agents``), else ``AGENTS.md`` in ``cwd`` when there is one; None for none.
-
-    Raises ``ConfigError`` naming the file when it cannot be read as UTF-8 text (a missing
-    ``--agents`` file included; a missing AGENTS.md is simply none)."""
+    ``--no-agents``), else ``AGENTS.md`` in ``cwd`` when there is one; None for none. Raises
+    ``ConfigError`` naming the file when it cannot be read as UTF-8 text (a missing ``--agents``
+    file included; a missing AGENTS.md is simply none)."""
     from stowage.core import ConfigError
 
     if given == "":

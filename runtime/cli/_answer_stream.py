@@ -1,12 +1,5 @@
 """What of a turn's streamed answer a terminal is shown, so that stdout ends with the committed
-answer whole and never carries more than ``max_answer_chars`` of streamed text in a turn.
-
-Pure state, no I/O: ``TurnView`` asks it what to write. A turn's text streams attempt by
-attempt (a round's request may be abandoned and sent again, see ``AttemptAbandoned``); each
-delta is shown while the turn's budget lasts, and when the answer commits, ``rest`` says what
-of it is still to be written: nothing when its attempt streamed whole, the part the budget
-held back, or all of it on a row of its own when what was shown is not its beginning.
-"""
+answer whole and never carries more than ``max_answer_chars`` of streamed text in a turn."""
 
 from __future__ import annotations
 

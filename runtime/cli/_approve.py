@@ -1,13 +1,4 @@
-"""``stowage approve ID CALL_ID`` and ``stowage deny ID CALL_ID [--reason TEXT]``.
-
-A turn that reached a tool marked as needing approval stopped with its calls durable and an
-``approval`` request in the log. The answer goes through a resumed session like any other
-input, in this process, as the session: its model, endpoint and settings, and the tools it
-recorded (``--tools-from``, ``--mcp``, ``--mcp-url`` need not be typed again; typed, they are
-an override, recorded). An approved call runs here, a denied one gets a "denied" output, and
-the turn goes on. A call whose tool this process cannot offer is refused before it is
-approved, so an approval is never spent on an "unknown tool" error.
-"""
+"""``stowage approve ID CALL_ID`` and ``stowage deny ID CALL_ID [--reason TEXT]``."""
 
 from __future__ import annotations
 
@@ -90,9 +81,8 @@ def _check_tool_offered(
 async def _check_before_starting(
     store: LogStore, session_id: str, call_id: str, setup: SessionSetup
 ) -> None:
-    """``_check_tool_offered`` against the log, before the runtime starts: a refused
-    approval writes nothing, not even the overrides typed with it. MCP tools are known only
-    once their servers run: with any, the check waits for the runtime."""
+    """``_check_tool_offered`` against the log, before the runtime starts: a refused approval writes
+    nothing, not even the overrides typed with it."""
     from stowage.core import replay
     from stowage.tools import workspace_tools
 
@@ -124,13 +114,10 @@ def _notice(event: Event) -> None:
 
 
 async def approval_main(args: argparse.Namespace) -> int:
-    """Answer the approval and run the rest of the turn, as the session; prints its answer
-    (or which calls still wait). Returns 0.
-
-    Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2), ``ConfigError``
-    (the call's tool is not offered here: nothing is approved), and what ``Runtime.resume``
-    raises; the CLI turns them into its exit statuses.
-    """
+    """Answer the approval and run the rest of the turn, as the session; prints its answer (or which
+    calls still wait). Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2),
+    ``ConfigError`` (the call's tool is not offered here: nothing is approved), and what
+    ``Runtime.resume`` raises; the CLI turns them into its exit statuses."""
     from stowage.core import lineage_store, validate_session_id
     from stowage.storage import open_store
 

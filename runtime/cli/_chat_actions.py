@@ -1,12 +1,4 @@
-"""What the chat's slash commands do, on the live session the chat holds.
-
-Each goes through the same public calls as the command of the same name (``stowage context``,
-``export``, ``compact``, ``protect``, ``approve``, ``deny``): the session's own methods for
-what changes it, and a second, read-only opening of its store for what only reads the log
-(``context_main`` and ``export_main`` themselves, so the figures are the ones ``stowage
-context`` prints). An answer to an approval continues the turn here, its events drawn like a
-turn's.
-"""
+"""What the chat's slash commands do, on the live session the chat holds."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The chat's slash commands: their table, and how a typed line is read as one.
-
-Pure, so the completer, ``/help`` and the loop read one table, and a test needs no terminal. A
-line that starts with ``/`` is a command and never goes to the model, even when no command has
-that name (a mistyped ``/compat`` must not become a turn); ``//`` sends a line that starts
-with a slash.
-"""
+"""The chat's slash commands: their table, and how a typed line is read as one."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""The chat's input on a terminal, on prompt_toolkit: line editing, a history kept across
-chats, bracketed paste, Esc Enter (Alt-Enter) for a new line, and completion of the slash
-commands.
-
-Only ``stowage chat`` on a terminal imports this module (and so prompt_toolkit): piped input
-and every other command never pay for it. The history is a file of its own, never the session
-log: what was typed includes slash commands the model never sees, and the log is what the
-model was sent. It lives in ``$XDG_STATE_HOME/stowage/chat_history`` (by default
-``~/.local/state/stowage/chat_history``), one for every store, as a shell keeps one history
-for every directory; it is created readable by its owner only. A history that cannot be
-read or written is skipped, never an error: the chat must not fail on it.
-"""
+"""The chat's input on a terminal, on prompt_toolkit: line editing, a history kept across chats,
+bracketed paste, Esc Enter (Alt-Enter) for a new line, and completion of the slash commands."""
 
 from __future__ import annotations
 

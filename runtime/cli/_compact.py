@@ -68,13 +68,9 @@ def _report(event: Event) -> None:
 async def compact_main(
     args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
 ) -> int:
-    """Compact session ``args.session`` of ``store`` now, with the session's own model and
-    endpoint (typed options override them, recorded); prints the figures.
-
-    A compaction that would not make history smaller is not written: that is said, and the
-    status is still 0. Returns the exit status; raises what ``Runtime.resume`` raises
-    (``SessionBusy`` among them) and ``ConfigError``.
-    """
+    """Compact session ``args.session`` of ``store`` now, with the session's own model and endpoint
+    (typed options override them, recorded); prints the figures. Returns the exit status; raises
+    what ``Runtime.resume`` raises (``SessionBusy`` among them) and ``ConfigError``."""
     runtime = await _as_the_session(args, store, store_dir, durability)
     compacted: list[HistoryCompacted] = []
     skipped: list[CompactionSkipped] = []
@@ -107,11 +103,9 @@ def add_milestone_arguments(parser: argparse.ArgumentParser) -> None:
 async def milestone_main(
     args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
 ) -> int:
-    """Record milestone ``args.name`` of session ``args.session``, as the session (its own
-    model and endpoint: above the soft mark it compacts there); prints what happened.
-
-    Returns the exit status; raises what ``Runtime.resume`` raises and ``ConfigError``.
-    """
+    """Record milestone ``args.name`` of session ``args.session``, as the session (its own model and
+    endpoint: above the soft mark it compacts there); prints what happened. Returns the exit status;
+    raises what ``Runtime.resume`` raises and ``ConfigError``."""
     runtime = await _as_the_session(args, store, store_dir, durability)
     compacted: list[HistoryCompacted] = []
     reached: list[MilestoneReached] = []

@@ -1,16 +1,4 @@
-"""Configuration of the command line: options, ``STOWAGE_*`` variables, ``stowage.toml`` files.
-
-Precedence, highest first: an option typed on the command line; a ``STOWAGE_*`` environment
-variable; the selected ``[models.NAME]`` profile; ``./stowage.toml`` (the project's); the
-user's ``stowage.toml`` (``$XDG_CONFIG_HOME/stowage/``, else ``~/.config/stowage/``); the
-built-in defaults. A session
-that is continued runs with its recorded identity instead of everything below the typed
-options (see ``core.continue_settings``): configuration shapes new sessions, an option typed
-now is an explicit override. API keys are read here at every start and never recorded.
-
-A ``[models.NAME]`` table is a profile: ``--model NAME`` (or ``--profile NAME``, or
-``model = "NAME"`` in a file) selects it, and its fields replace the top-level ones.
-"""
+"""Configuration of the command line: options, ``STOWAGE_*`` variables, ``stowage.toml`` files."""
 
 from __future__ import annotations
 
@@ -42,9 +30,7 @@ CONFIG_NAME = "stowage.toml"
 
 
 class ProfileBase(BaseModel):
-    """One ``[models.NAME]`` table: an endpoint and what is known about its model. Its keys
-    are the settings that declare ``profile=True`` (``ModelProfile`` is made from them); the
-    key is secret here."""
+    """One ``[models.NAME]`` table: an endpoint and what is known about its model."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,13 +38,7 @@ class ProfileBase(BaseModel):
 
 
 class ConfigBase(BaseSettings):
-    """Every configured value; None where nothing was configured (the default applies). The
-    keys are the settings that declare ``config=True`` (``StowageConfig`` is made from them),
-    plus what only the command line reads: the store, MCP servers, tracing, profiles.
-
-    ``StowageConfig()`` reads the ``STOWAGE_*`` variables; ``model_validate`` (which runs no
-    settings source) checks what a ``stowage.toml`` holds: an unknown key is an error.
-    """
+    """Every configured value; None where nothing was configured (the default applies)."""
 
     model_config = SettingsConfigDict(env_prefix="STOWAGE_", extra="forbid")
 
@@ -129,11 +109,7 @@ def user_config_path() -> Path:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    """The validated values of one file, or {} when it does not exist.
-
-    Raises ``ConfigError`` naming the file and the key for bad TOML, an unknown key or a bad
-    value.
-    """
+    """The validated values of one file, or {} when it does not exist."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -179,12 +155,9 @@ class ConfigLayers:
 
 
 def load_config(*, project_dir: Path | None = None) -> ConfigBase:
-    """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed
-    options are applied over it by the caller). Read once per distinct input: a command asks
-    for it several times, and the files (path, size, time) and the variables are the key.
-
-    Raises ``ConfigError`` naming the file (or variable) and key.
-    """
+    """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed options
+    are applied over it by the caller). Raises ``ConfigError`` naming the file (or variable) and
+    key."""
     return load_layers(project_dir=project_dir).config
 
 

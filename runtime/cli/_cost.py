@@ -1,10 +1,4 @@
-"""``stowage cost ID``: what a session cost, from its log.
-
-Only reads (no lease, no lock file). Prices: ``[prices."MODEL"]`` in ``stowage.toml`` (or
-``STOWAGE_PRICES``), else genai-prices' table (the ``cost`` extra); a model neither knows
-costs "unknown", with the reason on stderr. ``--json`` writes one object whose money figures
-are decimal strings, exact (``jq '.usd | tonumber'``).
-"""
+"""``stowage cost ID``: what a session cost, from its log."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``stowage fork ID`` and ``stowage rewind ID --to ROUND``: new ways to go on from a round.
-
-Neither calls a model nor starts the session: a fork writes one record (where the new log
-comes from, see ``core._lineage``), a rewind appends one under the session's writer lease.
-``stowage resume`` then continues either, as it continues any session.
-"""
+"""``stowage fork ID`` and ``stowage rewind ID --to ROUND``: new ways to go on from a round."""
 
 from __future__ import annotations
 
@@ -66,11 +61,9 @@ def add_rewind_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
-    """Fork ``args.session`` at ``args.at`` as ``args.new_id``; the new id goes to stdout.
-
-    Raises ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round the session
-    has not committed, ``SessionExists``, ``CorruptLogError``.
-    """
+    """Fork ``args.session`` at ``args.at`` as ``args.new_id``; the new id goes to stdout. Raises
+    ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round the session has not
+    committed, ``SessionExists``, ``CorruptLogError``."""
     store = lineage_store(given)
     parent = validate_session_id(args.session)
     try:
@@ -89,12 +82,9 @@ async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
 
 
 async def rewind_main(args: argparse.Namespace, given: LogStore) -> int:
-    """Rewind ``args.session`` to the end of round ``args.to_round``, under its writer lease.
-
-    Raises ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` naming the writer when
-    the session is running elsewhere, ``ConfigError`` for a round it has not committed or
-    already ends at.
-    """
+    """Rewind ``args.session`` to the end of round ``args.to_round``, under its writer lease. Raises
+    ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` naming the writer when the session is
+    running elsewhere, ``ConfigError`` for a round it has not committed or already ends at."""
     store = lineage_store(given)
     session_id = validate_session_id(args.session)
     try:

@@ -1,8 +1,4 @@
-"""``stowage show`` and ``stowage check``: a session's log read back, for people and for a verdict.
-
-Both only read (no lease, no lock file; a torn last line is shown as it is and left alone),
-except ``check --repair``, which takes the writer's lease to cut an incomplete last line.
-"""
+"""``stowage show`` and ``stowage check``: a session's log read back, for people and for a verdict."""
 
 from __future__ import annotations
 

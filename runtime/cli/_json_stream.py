@@ -1,43 +1,4 @@
-"""``--json`` of ``run``, ``resume`` and ``send --wait``: a turn as JSON lines on stdout.
-
-One JSON object per line, each flushed as it happens, so a script can follow a turn with
-``for line in proc.stdout``. The schema is stable and versioned: every object has ``"v": 1``
-and a ``"type"``; a field is never removed or changed in meaning within a version, new fields
-and new types may be added (a reader skips what it does not know). Figures are the runtime's
-own: the events of the turn (``run``, ``resume``) or the records of its log (``send --wait``,
-whose turn ran in a worker); the turn's closing figures are those ``stowage context`` prints.
-
-================  ==========================================================================
-type              fields (besides ``v``, ``type``, ``session``)
-================  ==========================================================================
-turn_started      ``turn`` (int)
-attempt_abandoned a model request of ``round`` failed after it was sent (the status line's
-                  retry): ``attempt`` (int: 1 for the round's first request), ``error`` (its
-                  type: ``IncompleteResponse``, ``ResponseTooLarge``, ...), ``reason`` (the
-                  same in words: "stream cut"), ``streamed_chars`` (int: text it had streamed,
-                  none of it the answer), ``next`` (retry; compact: sent again after
-                  compaction; none: the turn fails)
-round             ``round`` (int); ``calls`` (int: tool calls it made); ``truncated`` (bool:
-                  the output limit cut the response); ``input_tokens``, ``output_tokens``,
-                  ``cached_tokens`` (int, or null when the endpoint reported no usage)
-tool_call         ``round``, ``call_id``, ``name``, ``arguments`` (the JSON text the model sent)
-tool_output       ``round``, ``call_id``, ``name``, ``is_error`` (bool), ``chars`` (int: the
-                  whole output), ``preview`` (its first ``PREVIEW_CHARS`` characters, or null
-                  when no longer in history), ``cut`` (bool: the preview is shorter)
-compaction        ``round``, ``kind`` (full, fallback), ``tokens_before``, ``tokens_after``
-                  (int or null), ``estimated`` (bool), ``removed``, ``retained`` (int: items),
-                  ``decided_tokens`` (int or null: the figure it was decided on), ``reason``
-microcompaction   ``stubbed`` (int: outputs made stubs), ``tokens_before``, ``tokens_after``,
-                  ``estimated``, ``reason``
-answer            ``turn``, ``text`` (the whole answer)
-turn_ended        ``turn``; ``stopped`` (answered, truncated, pending_approval, round_limit,
-                  interrupted, compaction_loop, cannot_fit, error); ``rounds`` (int or null);
-                  ``tokens_in_use``, ``usable`` (int or null), ``percent_of_usable`` (float or
-                  null), ``estimated`` (bool); ``compactions`` (int: in the session so far);
-                  ``exit_status`` (int: the command's, see ``stowage --help``); ``error``
-                  (the one-line error, or null)
-================  ==========================================================================
-"""
+"""``--json`` of ``run``, ``resume`` and ``send --wait``: a turn as JSON lines on stdout."""
 
 from __future__ import annotations
 
@@ -326,9 +287,8 @@ def record_lines(
     message_id: str,
     figures: TurnFigures | None,
 ) -> list[dict[str, Any]]:
-    """The lines of the turn that answered message ``message_id``, from the session's log
-    (``send --wait --json``: a worker ran the turn). Empty when the log has no such message.
-    Raises nothing."""
+    """The lines of the turn that answered message ``message_id``, from the session's log (``send
+    --wait --json``: a worker ran the turn). Raises nothing."""
     start = next(
         (
             index

@@ -1,13 +1,5 @@
 """The ``stowage`` command line: ``main`` parses the words, runs the command's handler and turns
-what it raised into one line and an exit status (``_exits``).
-
-Every command names its store the same way (``_store_args``); the parser and each command's
-options are in ``_parser``; the commands that run turns in ``_turns``, those that read a log
-back in ``_inspect`` and ``_sessions``, and each other command in a module of its own. Each
-handler imports what its command uses when it runs, so ``stowage --version`` and ``--help``
-load argparse and little else, and ``stowage list`` or ``show`` the store and the records, not
-the model client or the actors.
-"""
+what it raised into one line and an exit status (``_exits``)."""
 
 from __future__ import annotations
 
@@ -282,8 +274,7 @@ _said_after = _SaidAfter()
 
 
 def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
-    """Retries show on the status line (a terminal only): what failed and how long we wait.
-    Warnings said after the command are kept (``_SaidAfter``)."""
+    """Retries show on the status line (a terminal only): what failed and how long we wait."""
     _said_after.hear(name, fields)
     if name == "model_call_retry":
         delay = fields.get("delay")
@@ -311,10 +302,9 @@ def configure_logging(log_format: str, level: str, *, lazily: bool = False, **kw
 
 def _import_structlog_without_rich() -> None:
     """Import structlog with rich hidden from it. structlog's package imports its ``dev`` and
-    ``tracebacks`` modules, and they import rich (as long to load as the rest of ``stowage
-    list``) whenever it is installed, for pretty exceptions; the command's log lines never use
-    them (``format_exc_info`` makes each exception text before the renderer sees it). A command
-    that draws with rich (chat, run) imports rich itself when it draws."""
+    ``tracebacks`` modules, and they import rich (as long to load as the rest of ``stowage list``)
+    whenever it is installed, for pretty exceptions; the command's log lines never use them
+    (``format_exc_info`` makes each exception text before the renderer sees it)."""
     if "structlog" in sys.modules or "rich" in sys.modules:
         return
     sys.modules["rich"] = None  # type: ignore[assignment]  # ``import rich`` raises ImportError
@@ -367,8 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_handler(handler: Callable[[argparse.Namespace], Awaitable[int]], args: Any) -> int:
-    """Run ``handler`` on ``args``; what it raises becomes one line and an exit status. The
-    warnings held back are said after, unless the command failed on its store."""
+    """Run ``handler`` on ``args``; what it raises becomes one line and an exit status."""
     from ._exits import EXIT_STORE
 
     status = _run_command(handler, args)

@@ -1,10 +1,4 @@
-"""A session as Markdown: the whole log by default, or only what the model sees now.
-
-The whole log keeps everything a compaction took out of the model's view (the log holds it, so
-the export does too), with each compaction a marked section saying what it covered, why, the
-figures and the summary the model read from then on. ``current`` renders the history as the
-next request would carry it: the last summary, what was kept, and what came after.
-"""
+"""A session as Markdown: the whole log by default, or only what the model sees now."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""``--mcp COMMAND`` and ``--mcp-url URL``: MCP servers whose tools a session may call.
-
-Repeatable, in the order given; the ``mcp`` extra is needed only when one is used, and its
-absence is a one-line usage error (exit 2) naming the extra.
-"""
+"""``--mcp COMMAND`` and ``--mcp-url URL``: MCP servers whose tools a session may call."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""The ``stowage`` parser: every command, its help line and its options.
-
-Building it imports none of the runtime: a command's options are added when that command is
-parsed or its help printed (``_parsing.CommandParser``), so ``stowage --version`` and ``--help``
-load argparse and little else.
-
-The options every session command shares are listed before the command too; what is typed
-there is moved after the command word (``_parsing.hoist_globals``).
-"""
+"""The ``stowage`` parser: every command, its help line and its options."""
 
 from __future__ import annotations
 
@@ -428,9 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
-    """The argument parser of ``stowage`` and the names of its commands. Each command's
-    options are added when that command is parsed or its help printed
-    (``_parsing.CommandParser``): building it imports nothing of the runtime."""
+    """The argument parser of ``stowage`` and the names of its commands."""
     from ._approve import add_approval_commands
     from ._console import add_console_command
     from ._exits import EXIT_STATUSES

@@ -1,9 +1,4 @@
-"""``stowage resume`` without an id, on a terminal: which session to continue.
-
-The most recently active sessions are listed newest first, numbered, with what ``stowage list``
-says of each; the answer is a number or an id (completed as it is typed), on prompt_toolkit.
-Ctrl-C, Ctrl-D or an empty answer leave without continuing anything.
-"""
+"""``stowage resume`` without an id, on a terminal: which session to continue."""
 
 from __future__ import annotations
 
@@ -41,10 +36,9 @@ def choice_of(answer: str, rows: Sequence[SessionSummary]) -> str | None:
 
 
 async def pick_session(store: LogStore) -> str | None:
-    """Ask on the terminal which of the store's recent sessions to continue (``store`` is
-    closed after reading); None when the user leaves without picking.
-
-    Raises ``SessionNotFound`` when the store holds no session."""
+    """Ask on the terminal which of the store's recent sessions to continue (``store`` is closed
+    after reading); None when the user leaves without picking. Raises ``SessionNotFound`` when the
+    store holds no session."""
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
     from stowage.core import SessionNotFound

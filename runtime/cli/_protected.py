@@ -1,11 +1,4 @@
-"""``stowage protect``: change a session's objective and constraints from the command line.
-
-The change goes through a resumed session, like any other user input, so it is checked,
-logged as a ``protected`` record and serialized with turns; nothing here writes the log itself.
-It resumes the session as itself (its model, endpoint, window and tools, as recorded): a
-protect calls no model, but resuming checks that the session's window still holds what every
-request carries, and that is the session's own window and tools, not the offline model's.
-"""
+"""``stowage protect``: change a session's objective and constraints from the command line."""
 
 from __future__ import annotations
 
@@ -58,13 +51,11 @@ async def protect_main(
     store_dir: Path = Path(".stowage"),
     durability: str | None = None,
 ) -> int:
-    """Apply the options to session ``args.session`` of ``store``, as the session (typed
-    model options override its identity, recorded), and print its protected state.
-
-    Raises ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed), ``ConfigError``
-    and what ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into
-    its exit statuses.
-    """
+    """Apply the options to session ``args.session`` of ``store``, as the session (typed model
+    options override its identity, recorded), and print its protected state. Raises
+    ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed), ``ConfigError`` and what
+    ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into its exit
+    statuses."""
     extra: dict[str, object] = {"store": store_dir}
     if durability is not None:
         extra["durability"] = durability

@@ -1,13 +1,5 @@
 """The options a session runs with, shared by ``run``/``resume``/``compact`` and ``worker``: one
-parser section and one way to turn it into ``Settings`` and tools, so they cannot drift apart.
-
-Every option defaults to None, so that an option the user typed can be told from one left
-out: only typed options override a continued session's identity (see ``_config`` for the
-whole precedence). Where the tools come from (``--tools-from``, ``--mcp``, ``--mcp-url``) is
-part of that identity: a command that continues a session (``resume``, ``chat ID``,
-``approve``, ``deny``, ``compact``, ``milestone``, ``protect``) builds the tools its session
-recorded (``runtime_as_the_session``), so an approved call finds the tool it was asked of.
-"""
+parser section and one way to turn it into ``Settings`` and tools, so they cannot drift apart."""
 
 from __future__ import annotations
 
@@ -84,8 +76,7 @@ def add_model_options(parser: argparse.ArgumentParser, *, system_help: str) -> N
 
 
 def _typed(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings the user typed, by config key (the API key is read apart: never
-    recorded)."""
+    """The settings the user typed, by config key (the API key is read apart: never recorded)."""
     typed = typed_settings(args)
     typed.pop("api_key", None)
     if typed.get("model") == "scripted" and typed.get("base_url"):
@@ -111,11 +102,8 @@ def _typed_tool_sources(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _profile_name(config: ConfigBase) -> str | None:
-    """The profile the options or configuration select: ``--profile``, else ``--model`` when
-    it names one, else ``profile``/``model`` of the configuration when it names one.
-
-    Raises ``ConfigError`` for a ``--profile`` (or ``STOWAGE_PROFILE``/``profile``) that names
-    no profile."""
+    """The profile the options or configuration select: ``--profile``, else ``--model`` when it
+    names one, else ``profile``/``model`` of the configuration when it names one."""
     profile: str | None = getattr(config, "profile", None)
     if profile is not None:
         if profile not in config.models:
@@ -161,11 +149,9 @@ def _config_values(layers: ConfigLayers, profile: str | None) -> dict[str, Any]:
 
 
 def typed_overrides(args: argparse.Namespace, *, below: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The identity fields the user typed, a typed profile (``--profile NAME``, or
-    ``--model NAME`` naming one) expanded into the fields it sets; typed fields win over it.
-    ``below=("env",)``: a typed profile's fields that a ``STOWAGE_*`` variable sets are left
-    to the variable (the profile layer is under the environment; only typed fields are not).
-    Raises ``ConfigError`` for a bad configuration or an unknown ``--profile``."""
+    """The identity fields the user typed, a typed profile (``--profile NAME``, or ``--model NAME``
+    naming one) expanded into the fields it sets; typed fields win over it. Raises ``ConfigError``
+    for a bad configuration or an unknown ``--profile``."""
     typed = _typed(args)
     typed.pop("stream", None)
     typed.update(_typed_tool_sources(args))
@@ -201,14 +187,9 @@ def settings_from_options(
     typed: bool = True,
     **extra: Any,
 ) -> Settings:
-    """Settings of a new session: typed options over ``STOWAGE_*`` over the project's and the
-    user's ``stowage.toml`` over the defaults (plus ``extra`` fields). ``typed=False`` leaves
-    the typed identity options out (a continued session applies them itself), and
-    ``continuing_profile`` is then the profile the session was created with (its endpoint and
-    key are found there).
-
-    Raises ``ConfigError`` for bad values, naming the file or option.
-    """
+    """Settings of a new session: typed options over ``STOWAGE_*`` over the project's and the user's
+    ``stowage.toml`` over the defaults (plus ``extra`` fields). Raises ``ConfigError`` for bad
+    values, naming the file or option."""
     options = typed_overrides(args, below=("env",)) if typed else {}
     layers = load_layers()
     config = layers.config
@@ -250,12 +231,9 @@ def _api_key(
 async def continued_settings(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> tuple[Settings, dict[str, Any], SessionIdentity]:
-    """What session ``session_id`` continues with: its recorded identity over the
-    configuration, the typed options over both; with the typed overrides (for the runtime to
-    record) and the identity.
-
-    Raises what ``session_identity`` raises and ``ConfigError``.
-    """
+    """What session ``session_id`` continues with: its recorded identity over the configuration, the
+    typed options over both; with the typed overrides (for the runtime to record) and the identity.
+    Raises what ``session_identity`` raises and ``ConfigError``."""
     identity = await session_identity(log_store, session_id)
     overrides = typed_overrides(args)
     if "system" in overrides and overrides["system"] != identity.fields.get("system"):
@@ -289,12 +267,9 @@ _CHARS_PER_TOKEN = 4
 
 
 def refuse_oversized(text: str, settings: Settings, specs: Sequence[ToolSpec]) -> None:
-    """Refuse a message that cannot fit the window by itself, before it is sent or logged.
-
-    Only a known window is checked (watermark mode); a fixed threshold or an unknown window
-    passes. Raises ``ConfigError`` with the figures: the message's estimated tokens, the
-    window and what of it history may use.
-    """
+    """Refuse a message that cannot fit the window by itself, before it is sent or logged. Raises
+    ``ConfigError`` with the figures: the message's estimated tokens, the window and what of it
+    history may use."""
     try:
         budget = resolve_budget(settings, specs)
     except ConfigError:
@@ -323,12 +298,9 @@ def repair_notice(event: LogRepaired) -> str:
 
 
 def tools_from_spec(spec: str, *, recorded_by: str | None = None) -> ToolRegistry:
-    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one (the current
-    directory importable, as with ``python -m``). ``recorded_by``: the session whose log
-    named it (the error then says so, and how to give it).
-
-    Raises ``ConfigError`` naming the spec when it cannot be imported or is not a registry.
-    """
+    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one (the current directory
+    importable, as with ``python -m``). Raises ``ConfigError`` naming the spec when it cannot be
+    imported or is not a registry."""
     said = (
         f"session {recorded_by} takes its tools from {spec!r} (recorded when it started), but"
         if recorded_by is not None
@@ -357,12 +329,9 @@ def tools_from_spec(spec: str, *, recorded_by: str | None = None) -> ToolRegistr
 def session_tools(
     settings: Settings, *, recorded_by: str | None = None
 ) -> tuple[ToolRegistry | None, list[MCPServer]]:
-    """The tools ``settings`` name: the registry of ``tools_from`` (None: the built-in set
-    ``tools`` names) and the MCP servers of ``mcp`` and ``mcp_url``. ``recorded_by``: the
-    session whose log named them, when no option did.
-
-    Raises ``ConfigError`` for a registry that does not import, a bad MCP server, or MCP
-    servers without the ``mcp`` extra."""
+    """The tools ``settings`` name: the registry of ``tools_from`` (None: the built-in set ``tools``
+    names) and the MCP servers of ``mcp`` and ``mcp_url``. Raises ``ConfigError`` for a registry
+    that does not import, a bad MCP server, or MCP servers without the ``mcp`` extra."""
     tools = (
         tools_from_spec(settings.tools_from, recorded_by=recorded_by)
         if settings.tools_from
@@ -397,11 +366,9 @@ async def as_the_session(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> SessionSetup:
     """How session ``session_id`` of ``log_store`` continues as it was recorded: its model,
-    endpoint, window, settings and tools (``continued_settings``, then ``session_tools``);
-    what the user typed overrides them. ``log_store`` is closed when this raises.
-
-    Raises what ``continued_settings`` and ``session_tools`` raise.
-    """
+    endpoint, window, settings and tools (``continued_settings``, then ``session_tools``); what the
+    user typed overrides them. ``log_store`` is closed when this raises. Raises what
+    ``continued_settings`` and ``session_tools`` raise."""
     try:
         settings, overrides, _ = await continued_settings(args, log_store, session_id, **extra)
         recorded = None if "tools_from" in overrides else session_id
@@ -415,8 +382,7 @@ async def as_the_session(
 async def runtime_as_the_session(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> Runtime:
-    """``as_the_session(...).runtime(log_store)``: a runtime that continues the session as
-    it was recorded, and records what the user typed over it. Raises what
-    ``as_the_session`` raises."""
+    """``as_the_session(...).runtime(log_store)``: a runtime that continues the session as it was
+    recorded, and records what the user typed over it. Raises what ``as_the_session`` raises."""
     setup = await as_the_session(args, log_store, session_id, **extra)
     return setup.runtime(log_store)

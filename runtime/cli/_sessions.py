@@ -1,10 +1,4 @@
-"""``stowage list``, ``context`` and ``export``: what the store holds, read without a lease.
-
-Everything here only reads (``read(..., repair=False)``): it creates, locks and changes
-nothing, so it can run next to a live writer. The figures come from the same pure functions
-the runtime decides with (replay, token status, budget, watermarks), so ``context`` shows
-what the next request would carry and what the policy would do about it.
-"""
+"""``stowage list``, ``context`` and ``export``: what the store holds, read without a lease."""
 
 from __future__ import annotations
 
@@ -106,9 +100,8 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
 def _usage(
     state: SessionState, records: Sequence[Record]
 ) -> tuple[int | None, int | None, int, bool]:
-    """Tokens of history in the next request, the usable budget (the threshold in threshold
-    mode), the tool schema tokens, which are outside both, and whether the tokens are an
-    estimate."""
+    """Tokens of history in the next request, the usable budget (the threshold in threshold mode),
+    the tool schema tokens, which are outside both, and whether the tokens are an estimate."""
     recorded, tool_tokens, status = _status_now(state, records)
     return status.tokens, recorded.usable, tool_tokens, status.estimated
 
@@ -116,9 +109,8 @@ def _usage(
 def _status_now(
     state: SessionState, records: Sequence[Record]
 ) -> tuple[RecordedBudget, int, TokenStatus]:
-    """How full the next request of ``state`` (folded from ``records``) is: the recorded
-    budget, the tool schema tokens (outside usable) and the token status. The one computation
-    behind ``list``, ``context``, ``show``'s closing line and the chat's footer."""
+    """How full the next request of ``state`` (folded from ``records``) is: the recorded budget, the
+    tool schema tokens (outside usable) and the token status."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)

@@ -86,9 +86,7 @@ def render_transcript(
     requests: bool = False,
     discarded: Collection[int] = (),
 ) -> str:
-    """Every record of a log as text, one line each; compactions in full with their summary.
-    ``requests``: under each round, what its request was built from (its manifest);
-    ``discarded``: seqs a rewind discarded, shown behind a ``discarded |`` gutter."""
+    """Every record of a log as text, one line each; compactions in full with their summary."""
     lines: list[str] = []
     compactions = 0
     # tokens in use at each round and compaction: the figures the console and `list` show

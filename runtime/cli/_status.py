@@ -1,12 +1,4 @@
-"""A live status line on stderr while a turn works: what the session is doing right now.
-
-Driven by the runtime's events, drawn with rich's ``Live`` on the terminal only: when stderr is
-not a terminal (a pipe, a file, CI) nothing of it is written. It is one row, cut to the
-terminal's width, so taking it down erases that row and nothing else. Streamed answer text goes
-to stdout, which rich does not draw: the line is taken down before any of it is written, and
-drawn again only at the start of a line (``_chat_view.TurnView`` keeps that promise), so the
-two never share a row. stdout is never redirected through the live display (it may be a pipe).
-"""
+"""A live status line on stderr while a turn works: what the session is doing right now."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""``stowage archive`` and ``stowage migrate``: keeping a long-lived SQL store's hot table small.
-
-``archive`` moves the records that a compaction older than the retention covers into the
-archive table, which resume never reads and ``show``/``export``/``fork``/``recall_artifact``
-still do (``stowage.storage``'s ``_archive`` says what moves). The retention is
-``--older-than`` (``30d``, ``12h``, ``3600``), else the ``archive_after`` setting; neither
-given, nothing is archived. ``migrate --partitions N`` hash-partitions PostgreSQL's records
-table by session.
-
-A JSONL store is refused: its log is one append-only file per session, which resume already
-reads from the newest compaction's byte offset on (the file is not re-read whole), so moving
-lines out would buy little and break the one-file-per-log rule every JSONL tool relies on.
-"""
+"""``stowage archive`` and ``stowage migrate``: keeping a long-lived SQL store's hot table small."""
 
 from __future__ import annotations
 
@@ -59,10 +47,9 @@ def add_store_admin_commands(subparsers: Any) -> None:
 
 
 def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a number of seconds, as a timedelta.
-
-    Raises ``ConfigError`` naming the text and the accepted forms for anything else, and for a
-    duration that is not positive."""
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a number of seconds, as a timedelta. Raises
+    ``ConfigError`` naming the text and the accepted forms for anything else, and for a duration
+    that is not positive."""
     from stowage.core import ConfigError
 
     cleaned = text.strip().lower()

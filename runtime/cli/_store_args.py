@@ -1,10 +1,4 @@
-"""Which store a command names, and how it is opened: one answer for every command.
-
-``--store``, else ``$STOWAGE_STORE``, else ``store`` in a ``stowage.toml``, else ``.stowage``: a
-directory (JSONL), a ``sqlite:///`` file or a ``postgresql://`` database, opened through
-``stowage.storage.open_store``. A writer may create the store; a reader never does, and says
-which path it looked at when there is nothing there.
-"""
+"""Which store a command names, and how it is opened: one answer for every command."""
 
 from __future__ import annotations
 
@@ -45,9 +39,7 @@ def store_spec(args: argparse.Namespace) -> str:
 
 def open_cli_store(args: argparse.Namespace) -> LogStore:
     """The store the command names (see ``store_spec``), with ``--durability`` when it has one.
-
-    Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
-    """
+    Raises ``ConfigError`` for a spec that is none of the accepted forms."""
     from stowage.core import lineage_store
     from stowage.storage import open_store
 
@@ -58,10 +50,9 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
 
 def reader_store(args: argparse.Namespace) -> LogStore:
-    """The store the command names, as a reader (the store's default durability).
-
-    Raises ``ConfigError`` naming the resolved path when a directory or SQLite store does
-    not exist: a reader creates nothing, and "no sessions" would hide a wrong path."""
+    """The store the command names, as a reader (the store's default durability). Raises
+    ``ConfigError`` naming the resolved path when a directory or SQLite store does not exist: a
+    reader creates nothing, and "no sessions" would hide a wrong path."""
     from stowage.core import ConfigError, lineage_store
     from stowage.storage import open_store
 

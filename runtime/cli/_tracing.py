@@ -1,10 +1,4 @@
-"""``STOWAGE_OTEL=1`` (or ``otel = true`` in ``stowage.toml``): trace the command's sessions.
-
-Spans go to the global tracer provider, which the command does not set up: run it under
-``opentelemetry-instrument`` (opentelemetry-distro, configured by the standard ``OTEL_*``
-variables) or any ``sitecustomize`` that installs an SDK provider. Without one the spans cost
-nothing and go nowhere; without the ``otel`` extra the switch is a usage error naming it.
-"""
+"""``STOWAGE_OTEL=1`` (or ``otel = true`` in ``stowage.toml``): trace the command's sessions."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""One turn of ``run`` or ``resume``, stoppable with Ctrl-C the way the chat's turns are.
-
-The turn runs through ``Session.stream``. The first SIGINT cancels the scope that reads the
-stream, which interrupts the turn as ``Session.stream`` promises: the model stream is dropped,
-running tools get an "interrupted" output, and the turn is logged as interrupted, so the next
-``resume`` starts a new turn after a closed one instead of finding the old one open. A second
-SIGINT while that is written ends the process at once (``KeyboardInterrupt``: the runtime
-writes nothing half-done).
-"""
+"""One turn of ``run`` or ``resume``, stoppable with Ctrl-C the way the chat's turns are."""
 
 from __future__ import annotations
 
@@ -28,10 +20,9 @@ async def drive_turn(
     on_event: Callable[[Event], None],
     on_interrupt: Callable[[], None],
 ) -> TurnResult | None:
-    """Run one turn with ``text``, each of its events to ``on_event``; its result, or None
-    when Ctrl-C interrupted it (``on_interrupt`` is called when the first one comes).
-
-    Raises what ``Session.stream`` raises, and ``KeyboardInterrupt`` for a second Ctrl-C."""
+    """Run one turn with ``text``, each of its events to ``on_event``; its result, or None when
+    Ctrl-C interrupted it (``on_interrupt`` is called when the first one comes). Raises what
+    ``Session.stream`` raises, and ``KeyboardInterrupt`` for a second Ctrl-C."""
     result: TurnResult | None = None
     turn = anyio.CancelScope()
     async with anyio.create_task_group() as tg:

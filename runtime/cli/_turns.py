@@ -1,14 +1,4 @@
-"""``stowage run``, ``resume`` and ``chat``: the commands that run turns.
-
-``run`` always starts a session, ``resume`` continues one (its recorded model, endpoint and
-tools; typed options override them, recorded), ``chat`` does either and goes on reading lines.
-A turn of ``run``/``resume`` is drawn as the chat draws it (``_chat_view.TurnView``: the answer
-on stdout, the status line and notices on stderr, never over each other; stdout that is not a
-terminal gets the committed answer once, when the turn ends, see there) or, with ``--json``,
-written as JSON lines (``_json_stream``); Ctrl-C interrupts it and logs it as interrupted
-(``_turn_drive``). ``resume`` without an id asks which session on a terminal
-(``_picker``) and is a usage error elsewhere.
-"""
+"""``stowage run``, ``resume`` and ``chat``: the commands that run turns."""
 
 from __future__ import annotations
 
@@ -45,10 +35,9 @@ __all__ = [
 
 
 def message_text(args: argparse.Namespace) -> str:
-    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``.
-
-    Raises ``ConfigError`` (nothing is opened or written) for both or neither given, an
-    unreadable file, or an empty message."""
+    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``. Raises
+    ``ConfigError`` (nothing is opened or written) for both or neither given, an unreadable file, or
+    an empty message."""
     from stowage.core import ConfigError
 
     message, path = args.message, getattr(args, "file", None)
@@ -424,10 +413,9 @@ async def _json_turn(args: argparse.Namespace, session: Session) -> int:
 
 
 async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> int:
-    """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued
-    session; an ID with no log is a new session of that id (asked first on a terminal when
-    typed as ``chat ID``). ``continuing``: the session must exist (``resume`` goes on here).
-    Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
+    """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued session;
+    an ID with no log is a new session of that id (asked first on a terminal when typed as ``chat
+    ID``). Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
     from stowage.core import ConfigError, SessionNotFound, validate_session_id
 
     from ._chat import chat_loop, confirm_new

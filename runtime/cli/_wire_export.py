@@ -1,12 +1,5 @@
 """``stowage export --format openai-chat|openai-responses``: the history as a request a provider
-accepts.
-
-A provider refuses a request that carries a tool call without its output, or an output without
-its call. A sound log may still hold calls without an output: the calls of a round that waits
-for a person's approval, and those of a round a stop left open (a resume gives them
-"interrupted" outputs). The export leaves such a call out, so the file can be sent as it is,
-and names each one it left out; the log, ``show`` and the markdown and jsonl exports keep them.
-"""
+accepts."""
 
 from __future__ import annotations
 

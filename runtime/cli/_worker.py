@@ -1,9 +1,4 @@
-"""``stowage worker`` and ``stowage send``: workers sharing a PostgreSQL store, and their senders.
-
-``add_worker_commands(subparsers)`` adds both to the ``stowage`` parser; each parsed namespace
-carries its handler as ``args.handler`` (an async function of the namespace returning the exit
-status). ``python -m stowage.cli._worker worker|send ...`` runs them on their own.
-"""
+"""``stowage worker`` and ``stowage send``: workers sharing a PostgreSQL store, and their senders."""
 
 from __future__ import annotations
 
@@ -32,14 +27,7 @@ __all__ = [
 
 
 class _StopSignals:
-    """SIGTERM and SIGINT as ``stowage worker`` counts them before its event loop listens.
-
-    From the moment the command is parsed until the worker's signal task takes over (and again
-    once it has let go) a signal is only counted: the default actions would end the process
-    with -SIGTERM or a ``KeyboardInterrupt`` half-way through an import or a connect, while
-    the count lets the worker drain (one) or stop at once (two or more) when it starts, and
-    exit 0 with nothing held.
-    """
+    """SIGTERM and SIGINT as ``stowage worker`` counts them before its event loop listens."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -211,8 +199,7 @@ async def worker_main(args: argparse.Namespace) -> int:
 
 
 async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> None:
-    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once.
-    Signals counted before the receiver was in place count as received."""
+    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once."""
     import anyio
 
     signals_seen = 0
@@ -241,9 +228,8 @@ async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> 
 
 
 async def send_main(args: argparse.Namespace) -> int:
-    """Queue the message; with ``--wait`` print the answer (``--json``: the turn's lines). 1
-    when it failed or timed out. While it waits on a terminal, a status line says so; it is
-    down before anything is printed."""
+    """Queue the message; with ``--wait`` print the answer (``--json``: the turn's lines). 1 when it
+    failed or timed out."""
     import anyio
     from stowage.core import ConfigError
     from stowage.worker import Client, MessageFailed

@@ -1,12 +1,4 @@
-"""``stowage workers``: the workers of a PostgreSQL store that are up, and what they hold.
-
-Read from the store alone (``PostgresStore.live_workers``): each worker's own row, which it
-rewrites every lease-renew interval with its rounds so far (so an idle worker is listed too,
-and rounds/s is the difference of its last two beats), joined to the live leases (sessions
-held, oldest grant, newest renewal). A store object holding leases that never beats (a plain
-``stowage run``) is listed from its leases, without rounds/s. A worker that stopped deleted its
-row; one killed drops off once its row and leases expire (the lease TTL).
-"""
+"""``stowage workers``: the workers of a PostgreSQL store that are up, and what they hold."""
 
 from __future__ import annotations
 

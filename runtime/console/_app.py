@@ -1,15 +1,7 @@
 """The console as a Starlette app: two pages, their live fragments and a server-sent events feed.
 
-Read-only by construction: the app holds a store it only ever calls ``list_sessions``,
-``read(..., repair=False)`` and ``read_tail(..., repair=False)`` on. Every piece of model or tool
-text, and anything a URL brings, goes through Jinja2 with autoescape on, so a tool output
-holding ``<script>`` is shown as text; errors are answered as ``text/plain``; and every response
-carries a Content-Security-Policy that runs no inline script (``_secure``). Live updates: the
-page opens ``/events``; the server compares the store's fingerprint every ``poll`` seconds and
-sends ``change`` when it moved; the page then fetches its fragment.
-
-A long session's page shows its newest rounds and compactions; older ones come a page at a
-time (``_pages``), from a view kept while the store does not change (``_cache``).
+Read-only by construction; all model and tool text goes through Jinja2 with autoescape on, and
+every response carries a Content-Security-Policy (``_secure``).
 """
 
 from __future__ import annotations

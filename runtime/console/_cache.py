@@ -1,9 +1,5 @@
-"""The newest session views the console made, so turning the pages of a long session reads
-and folds its log once, not once a page.
-
-A view is kept with the store's fingerprint and the lease holder it was made at; any append
-anywhere in the store moves the fingerprint, and the next request makes the view again.
-"""
+"""The newest session views the console made, so turning the pages of a long session reads and folds
+its log once, not once a page."""
 
 from __future__ import annotations
 

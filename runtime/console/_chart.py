@@ -1,12 +1,5 @@
-"""The tokens-in-use chart as plain numbers for an SVG template: drawn on the server, so the
-page needs no chart library and works offline.
-
-A chart stays small whatever the session's length: past ``MAX_POINTS`` rounds it draws the
-highest round of each run of rounds (the peaks are what the watermarks are about), and the
-compactions that fall on one pixel share one marker. Every point above the hard mark is
-marked with what followed it: the compaction that brought the session back, with that
-compaction's figures as its record holds them, or the error that stopped the turn.
-"""
+"""The tokens-in-use chart as plain numbers for an SVG template: drawn on the server, so the page
+needs no chart library and works offline."""
 
 from __future__ import annotations
 
@@ -117,12 +110,8 @@ def chart_geometry(
     stops: Sequence[tuple[int, str]] = (),
 ) -> Chart:
     """Place ``points`` (tokens per round), the watermarks of ``usable`` and the compactions;
-    ``stops`` are (seq, message) of error records, what followed a point no compaction did.
-
-    The scale is what the watermarks and the bulk of the points need; a point far above it
-    (a spike, such as a round that read a huge file) is clipped to the top edge with a
-    marker instead of squashing every other point and mark into the bottom. Raises nothing.
-    """
+    ``stops`` are (seq, message) of error records, what followed a point no compaction did. Raises
+    nothing."""
     drawn, per_point = _thin(points)
     top_value = _scale([p.tokens for p in drawn], usable)
     rounds = [p.round for p in points] + [c.round for c in cards] + [m.round for m in milestones]

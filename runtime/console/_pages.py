@@ -1,11 +1,4 @@
-"""Paging a long session: the timeline by round, the compaction cards by record, newest first.
-
-A session of 10,000 rounds is one log of 40,000 records; a page shows ``PAGE_ROUNDS`` of its
-rounds and ``PAGE_CARDS`` of its compactions, and a link asks for the page before. Pages are
-cut at record numbers (seq), which never change once written, so the page a reader scrolled to
-stays put while the session grows: a live refresh asks for everything from the first record
-it shows (``from``), and the older pages below it are still the right ones.
-"""
+"""Paging a long session: the timeline by round, the compaction cards by record, newest first."""
 
 from __future__ import annotations
 
@@ -37,9 +30,8 @@ _ANCHOR_PAGES = 20
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Block:
-    """The records of one round: from the one after the previous round's commit through this
-    round's ``round_committed`` (its user message, turn marks and calls come with it). The
-    last block, records after the newest commit, has ``round`` None."""
+    """The records of one round: from the one after the previous round's commit through this round's
+    ``round_committed`` (its user message, turn marks and calls come with it)."""
 
     first: int
     last: int

@@ -1,9 +1,7 @@
 """Response headers that keep the console's pages to themselves, on every response.
 
-The pages show what models and tools wrote; the templates escape it, and the policy below is
-the second wall: a script runs only from ``/static``, never inline, nothing is fetched from
-another origin, no other site frames the console. A dozen lines of ASGI rather than a
-dependency: the headers are fixed strings.
+The templates escape model and tool text; this policy is the second wall: scripts only from
+``/static``, nothing from another origin, no framing by another site.
 """
 
 from __future__ import annotations

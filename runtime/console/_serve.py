@@ -93,8 +93,7 @@ async def serve_console(
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (0: any free port). Raises ``ConfigError`` when the
-    address cannot be bound (in use, or not an address of this machine)."""
+    """A listening socket on ``host:port`` (0: any free port)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = infos[0]

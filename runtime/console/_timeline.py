@@ -58,10 +58,8 @@ def timeline_entries(
     stubbed: Collection[int],
     unfolded: Collection[int] = (),
 ) -> tuple[TimelineEntry, ...]:
-    """The entries of the records with ``first <= seq <= last`` (``records`` ascending by
-    seq), chronological. ``cards`` are the compactions by seq, ``stubbed`` the seqs of
-    outputs a microcompaction stubbed; records at ``unfolded`` seqs (those that did not fold)
-    are left out, as the page lists them as errors. Raises nothing."""
+    """The entries of the records with ``first <= seq <= last`` (``records`` ascending by seq),
+    chronological. Raises nothing."""
     low = bisect_left(records, first, key=lambda r: r.seq)
     high = bisect_right(records, last, key=lambda r: r.seq)
     # an output's tool name is its call's, which may sit before the page
