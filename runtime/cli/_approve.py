@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._parsing import fill_later
 
 if TYPE_CHECKING:
-    from stowage.core import Event, FunctionCall, LogStore
+    from stowage.core import FunctionCall, LogStore
 
     from ._run_options import SessionSetup
 
 __all__ = ["add_approval_commands", "approval_main"]
-
-_STORE_ENV = "STOWAGE_STORE"
-_DEFAULT_STORE = ".stowage"
 
 
 def add_approval_commands(
@@ -100,37 +95,21 @@ async def _check_before_starting(
     _check_tool_offered(session_id, pending, call_id, offered)
 
 
-def _notice(event: Event) -> None:
-    """An override typed now (it is recorded in the log), and a torn last line cut on open:
-    one line each on stderr."""
-    from stowage.core import LogRepaired, SettingsChanged
-
-    from ._run_options import repair_notice, settings_notice
-
-    if isinstance(event, SettingsChanged):
-        print(settings_notice(event), file=sys.stderr)
-    elif isinstance(event, LogRepaired):
-        print(repair_notice(event), file=sys.stderr)
-
-
 async def approval_main(args: argparse.Namespace) -> int:
     """Answer the approval and run the rest of the turn, as the session; prints its answer (or which
     calls still wait). Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2),
     ``ConfigError`` (the call's tool is not offered here: nothing is approved), and what
     ``Runtime.resume`` raises; the CLI turns them into its exit statuses."""
-    from stowage.core import lineage_store, validate_session_id
-    from stowage.storage import open_store
+    from stowage.core import validate_session_id
 
     from ._mcp_options import mcp_servers_from
-    from ._run_options import as_the_session
+    from ._run_options import as_the_session, say_opening
+    from ._store_args import open_cli_store, store_fields
 
     session_id = validate_session_id(args.session)
     mcp_servers_from(args)  # before anything opens: a missing extra is a usage error
-    spec = args.store or os.environ.get(_STORE_ENV) or _DEFAULT_STORE
-    # as every command sees a store: a fork reads its parent's records
-    store = lineage_store(open_store(spec, durability=getattr(args, "durability", None) or "fsync"))
-    store_dir = Path(_DEFAULT_STORE) if "://" in spec else Path(spec)
-    setup = await as_the_session(args, store, session_id, store=store_dir)
+    store = open_cli_store(args)
+    setup = await as_the_session(args, store, session_id, **store_fields(args))
     if args.command == "approve":
         try:
             await _check_before_starting(store, session_id, args.call_id, setup)
@@ -138,7 +117,7 @@ async def approval_main(args: argparse.Namespace) -> int:
             await store.aclose()
             raise
     async with setup.runtime(store) as rt:
-        rt.subscribe(_notice)
+        rt.subscribe(say_opening)
         session = await rt.resume(session_id)
         if args.command == "approve":
             offered = set(rt.tools.names())

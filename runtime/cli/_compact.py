@@ -1,12 +1,10 @@
-"""``stowage compact ID`` and ``stowage milestone ID NAME``: as the session, with the model,
-endpoint, settings and tools it recorded (``runtime_as_the_session``); an option typed is an
-override, recorded."""
+"""``stowage compact``, ``milestone`` and ``protect``: one change to a session, made as the session
+(the model, endpoint, settings and tools it recorded); a typed option is an override, recorded."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from stowage.core import (
     CompactionFailed,
@@ -14,16 +12,80 @@ from stowage.core import (
     CompactionWaited,
     Event,
     HistoryCompacted,
-    LogRepaired,
-    LogStore,
     MilestoneReached,
-    SettingsChanged,
+    render,
 )
 from stowage.facade import Runtime
 
-from ._run_options import repair_notice, runtime_as_the_session, settings_notice
+from ._run_options import runtime_as_the_session, say_opening
+from ._store_args import open_cli_store, store_fields
 
-__all__ = ["add_compact_arguments", "add_milestone_arguments", "compact_main", "milestone_main"]
+__all__ = [
+    "add_compact_arguments",
+    "add_milestone_arguments",
+    "add_protect_options",
+    "compact_main",
+    "milestone_main",
+    "protect_main",
+]
+
+
+async def _as_the_session(args: argparse.Namespace) -> Runtime:
+    """The runtime session ``args.session`` continues in; the store is closed on a failure."""
+    return await runtime_as_the_session(
+        args, open_cli_store(args), args.session, **store_fields(args)
+    )
+
+
+def _report(event: Event) -> None:
+    if isinstance(event, CompactionFailed):
+        fallback = "; falling back to the no-model digest" if event.fallback else ""
+        print(f"[summary attempt {event.attempt} failed: {event.error}{fallback}]", file=sys.stderr)
+    elif isinstance(event, CompactionWaited):
+        print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
+    else:
+        say_opening(event)
+
+
+def add_protect_options(parser: argparse.ArgumentParser, *, drop: bool = False) -> None:
+    """``--objective TEXT`` and ``--constraint TEXT`` (repeatable); with ``drop`` also
+    ``--drop-constraint ENTRY_ID`` (repeatable)."""
+    parser.add_argument(
+        "--objective", default=None, help="the session's objective (protected: never summarized)"
+    )
+    parser.add_argument(
+        "--constraint",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a constraint that must hold through every compaction (repeatable)",
+    )
+    if drop:
+        parser.add_argument(
+            "--drop-constraint",
+            action="append",
+            default=[],
+            metavar="ENTRY_ID",
+            help="drop the constraint with this id, e.g. c2 (repeatable)",
+        )
+
+
+async def protect_main(args: argparse.Namespace) -> int:
+    """Apply the options to session ``args.session``, as the session (typed model
+    options override its identity, recorded), and print its protected state. Raises
+    ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed), ``ConfigError`` and what
+    ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into its exit
+    statuses."""
+    async with await _as_the_session(args) as rt:
+        rt.subscribe(say_opening)
+        session = await rt.resume(args.session)
+        state = await session.protect(
+            objective=args.objective,
+            add_constraints=args.constraint,
+            drop_constraints=args.drop_constraint,
+        )
+    sys.stdout.write((render(state) or "(no protected state)") + "\n")
+    return 0
 
 
 def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,48 +100,18 @@ def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _as_the_session(
-    args: argparse.Namespace,
-    store: LogStore,
-    store_dir: Path,
-    durability: str | None,
-    **extra: object,
-) -> Runtime:
-    """The runtime session ``args.session`` continues in (typed options over its identity,
-    recorded); the store is closed on a failure."""
-    extra["store"] = store_dir
-    if durability is not None:
-        extra["durability"] = durability
-    return await runtime_as_the_session(args, store, args.session, **extra)
-
-
-def _report(event: Event) -> None:
-    if isinstance(event, CompactionFailed):
-        fallback = "; falling back to the no-model digest" if event.fallback else ""
-        print(f"[summary attempt {event.attempt} failed: {event.error}{fallback}]", file=sys.stderr)
-    elif isinstance(event, SettingsChanged):
-        print(settings_notice(event), file=sys.stderr)
-    elif isinstance(event, LogRepaired):
-        print(repair_notice(event), file=sys.stderr)
-    elif isinstance(event, CompactionWaited):
-        print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
-
-
-async def compact_main(
-    args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
-) -> int:
-    """Compact session ``args.session`` of ``store`` now, with the session's own model and endpoint
+async def compact_main(args: argparse.Namespace) -> int:
+    """Compact session ``args.session`` now, with the session's own model and endpoint
     (typed options override them, recorded); prints the figures. Returns the exit status; raises
     what ``Runtime.resume`` raises (``SessionBusy`` among them) and ``ConfigError``."""
-    runtime = await _as_the_session(args, store, store_dir, durability)
-    compacted: list[HistoryCompacted] = []
-    skipped: list[CompactionSkipped] = []
-    async with runtime as rt:
+    events: list[Event] = []
+    async with await _as_the_session(args) as rt:
         rt.subscribe(_report)
-        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
-        rt.subscribe(lambda e: skipped.append(e) if isinstance(e, CompactionSkipped) else None)
+        rt.subscribe(events.append)
         session = await rt.resume(args.session)
         done = await session.compact(args.focus, reground=args.reground)
+    compacted = [e for e in events if isinstance(e, HistoryCompacted)]
+    skipped = [e for e in events if isinstance(e, CompactionSkipped)]
     if not done or not compacted:
         why = f": {skipped[-1].reason}" if skipped else ""
         print(f"{args.session}: nothing compacted{why}")
@@ -100,21 +132,18 @@ def add_milestone_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--note", default=None, help="what it found or left, in a sentence")
 
 
-async def milestone_main(
-    args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
-) -> int:
+async def milestone_main(args: argparse.Namespace) -> int:
     """Record milestone ``args.name`` of session ``args.session``, as the session (its own model and
     endpoint: above the soft mark it compacts there); prints what happened. Returns the exit status;
     raises what ``Runtime.resume`` raises and ``ConfigError``."""
-    runtime = await _as_the_session(args, store, store_dir, durability)
-    compacted: list[HistoryCompacted] = []
-    reached: list[MilestoneReached] = []
-    async with runtime as rt:
+    events: list[Event] = []
+    async with await _as_the_session(args) as rt:
         rt.subscribe(_report)
-        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
-        rt.subscribe(lambda e: reached.append(e) if isinstance(e, MilestoneReached) else None)
+        rt.subscribe(events.append)
         session = await rt.resume(args.session)
         await session.milestone(args.name, args.note)
+    compacted = [e for e in events if isinstance(e, HistoryCompacted)]
+    reached = [e for e in events if isinstance(e, MilestoneReached)]
     where = f" at round {reached[-1].round} of turn {reached[-1].turn}" if reached else ""
     print(f"{args.session}: milestone {args.name!r} recorded{where}")
     for event in compacted:

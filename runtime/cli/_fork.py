@@ -7,11 +7,12 @@ import sys
 
 from stowage.core import (
     ForkedFromRecord,
-    LogStore,
     SessionNotFound,
     lineage_store,
     validate_session_id,
 )
+
+from ._store_args import open_cli_store
 
 __all__ = ["add_fork_arguments", "add_rewind_arguments", "fork_main", "rewind_main"]
 
@@ -60,11 +61,11 @@ def add_rewind_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
+async def fork_main(args: argparse.Namespace) -> int:
     """Fork ``args.session`` at ``args.at`` as ``args.new_id``; the new id goes to stdout. Raises
     ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round the session has not
     committed, ``SessionExists``, ``CorruptLogError``."""
-    store = lineage_store(given)
+    store = lineage_store(open_cli_store(args))
     parent = validate_session_id(args.session)
     try:
         child = await store.fork(parent, args.new_id, at_round=args.at)
@@ -81,11 +82,11 @@ async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
     return 0
 
 
-async def rewind_main(args: argparse.Namespace, given: LogStore) -> int:
+async def rewind_main(args: argparse.Namespace) -> int:
     """Rewind ``args.session`` to the end of round ``args.to_round``, under its writer lease. Raises
     ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` naming the writer when the session is
     running elsewhere, ``ConfigError`` for a round it has not committed or already ends at."""
-    store = lineage_store(given)
+    store = lineage_store(open_cli_store(args))
     session_id = validate_session_id(args.session)
     try:
         if not await store.exists(session_id):  # acquire would say so less plainly

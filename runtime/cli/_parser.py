@@ -76,8 +76,8 @@ class _Version(argparse.Action):
 
 
 def _run_command(run: argparse.ArgumentParser) -> None:
+    from ._compact import add_protect_options
     from ._mcp_options import add_mcp_options
-    from ._protected import add_protect_options
 
     run.add_argument("message", nargs="?", help="the message ('-' reads it from stdin)")
     _file_option(run)
@@ -127,8 +127,8 @@ def _file_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _resume_command(resume: argparse.ArgumentParser) -> None:
+    from ._compact import add_protect_options
     from ._mcp_options import add_mcp_options
-    from ._protected import add_protect_options
 
     resume.add_argument(
         "session",
@@ -228,8 +228,8 @@ def _cost_command(cost: argparse.ArgumentParser) -> None:
 
 
 def _protect_command(protect: argparse.ArgumentParser) -> None:
+    from ._compact import add_protect_options
     from ._mcp_options import add_mcp_options
-    from ._protected import add_protect_options
 
     protect.add_argument("session")
     add_protect_options(protect, drop=True)

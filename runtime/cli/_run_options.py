@@ -16,6 +16,7 @@ from typing import Any
 from stowage.core import (
     IDENTITY_FIELDS,
     ConfigError,
+    Event,
     LogRepaired,
     LogStore,
     SessionIdentity,
@@ -42,6 +43,7 @@ __all__ = [
     "repair_notice",
     "continued_settings",
     "runtime_as_the_session",
+    "say_opening",
     "session_tools",
     "settings_from_options",
     "settings_notice",
@@ -286,6 +288,14 @@ def refuse_oversized(text: str, settings: Settings, specs: Sequence[ToolSpec]) -
         f"({budget.tool_tokens:,}); nothing was sent or logged: shorten it or send it in parts "
         "(or put it in a file the workspace tools read)"
     )
+
+
+def say_opening(event: Event) -> None:
+    """An override typed now, and a torn last line cut on open: one line each on stderr."""
+    if isinstance(event, SettingsChanged):
+        print(settings_notice(event), file=sys.stderr)
+    elif isinstance(event, LogRepaired):
+        print(repair_notice(event), file=sys.stderr)
 
 
 def repair_notice(event: LogRepaired) -> str:

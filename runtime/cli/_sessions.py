@@ -40,6 +40,7 @@ from stowage.policy import TokenStatus, Watermarks, calibrated_ratio, decide, to
 from stowage.storage import encode_record
 
 from ._agents import split_agents
+from ._store_args import reader_store, store_spec
 from ._wire_export import WIRE_FORMATS, wire_export
 
 if TYPE_CHECKING:
@@ -252,10 +253,20 @@ def _when(ts: str) -> str:
     return ts[:19].replace("T", " ")
 
 
-async def list_main(args: argparse.Namespace, store: LogStore) -> int:
+async def list_main(args: argparse.Namespace) -> int:
     """Print every session of ``store`` (a table, or JSON lines with ``--json``); with
     ``--cost``, what each cost (``stowage cost``'s prices: the configuration and the price
     table are read only then, so a plain ``list`` stays quick)."""
+    store = reader_store(args)
+    spec = store_spec(args)
+    if spec.startswith(("postgresql://", "postgres://")):  # the driver only for its URL
+        from stowage.storage import PostgresStore
+
+        from ._store_admin import refuse_missing
+
+        inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
+        if isinstance(inner, PostgresStore):
+            await refuse_missing(inner, spec, "list")
     prices = None
     if args.cost:
         from ._cost import configured_prices
@@ -439,9 +450,9 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     }
 
 
-async def context_main(args: argparse.Namespace, store: LogStore) -> int:
+async def context_main(args: argparse.Namespace, store: LogStore | None = None) -> int:
     """Print what fills the window of session ``args.session``."""
-    report = context_report(args.session, await _read(store, args.session))
+    report = context_report(args.session, await _read(store or reader_store(args), args.session))
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
         return 0
@@ -527,8 +538,9 @@ def export_text(
     return wire_export(session_id, records, fmt).text
 
 
-async def export_main(args: argparse.Namespace, store: LogStore) -> int:
+async def export_main(args: argparse.Namespace, store: LogStore | None = None) -> int:
     """Write session ``args.session`` in ``args.format`` to stdout or ``args.output``."""
+    store = store or reader_store(args)
     current = getattr(args, "current", False)
     if current and args.format != "markdown":
         from stowage.core import ConfigError
