@@ -38,8 +38,7 @@ def _options(
     deny: bool,
     common: Callable[[argparse.ArgumentParser], None] | None,
 ) -> None:
-    from ._mcp_options import add_mcp_options
-    from ._run_options import add_model_options
+    from ._run_options import add_mcp_options, add_model_options
 
     parser.add_argument("session", help="session id (see 'stowage list')")
     parser.add_argument("call_id", help="the call's id (see 'stowage show ID')")
@@ -102,8 +101,7 @@ async def approval_main(args: argparse.Namespace) -> int:
     ``Runtime.resume`` raises; the CLI turns them into its exit statuses."""
     from stowage.core import validate_session_id
 
-    from ._mcp_options import mcp_servers_from
-    from ._run_options import as_the_session, say_opening
+    from ._run_options import as_the_session, mcp_servers_from, say_opening
     from ._store_args import open_cli_store, store_fields
 
     session_id = validate_session_id(args.session)

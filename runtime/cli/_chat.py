@@ -16,12 +16,22 @@ import anyio
 from stowage.core import Event, LogStore, ModelError, ProtectedStateViolation, Settings
 from stowage.facade import Session, TurnResult
 
-from ._chat_actions import QUIT, ChatHost, Outcome, Sessions, SessionSwitch, Subscribe, run_command
-from ._chat_commands import Command, PromptCancelled, Unknown, parse_line
-from ._chat_view import TurnView, approval_line, footer_line
+from ._chat_commands import (
+    QUIT,
+    ChatHost,
+    Command,
+    Outcome,
+    PromptCancelled,
+    Sessions,
+    SessionSwitch,
+    Subscribe,
+    Unknown,
+    parse_line,
+    run_command,
+)
+from ._chat_view import StatusLine, TurnView, approval_line, footer_line
 from ._exits import error_line
 from ._sessions import read_turn_figures
-from ._status import StatusLine
 
 __all__ = ["LineReader", "chat_loop", "confirm_new"]
 

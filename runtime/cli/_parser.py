@@ -77,7 +77,7 @@ class _Version(argparse.Action):
 
 def _run_command(run: argparse.ArgumentParser) -> None:
     from ._compact import add_protect_options
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     run.add_argument("message", nargs="?", help="the message ('-' reads it from stdin)")
     _file_option(run)
@@ -128,7 +128,7 @@ def _file_option(parser: argparse.ArgumentParser) -> None:
 
 def _resume_command(resume: argparse.ArgumentParser) -> None:
     from ._compact import add_protect_options
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     resume.add_argument(
         "session",
@@ -152,7 +152,7 @@ def _resume_command(resume: argparse.ArgumentParser) -> None:
 
 
 def _chat_command(chat: argparse.ArgumentParser) -> None:
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     chat.add_argument(
         "session",
@@ -188,7 +188,7 @@ def _context_command(context: argparse.ArgumentParser) -> None:
 
 
 def _export_command(export: argparse.ArgumentParser) -> None:
-    from ._sessions import EXPORT_FORMATS
+    from ._export import EXPORT_FORMATS
 
     export.add_argument("session")
     export.add_argument(
@@ -229,7 +229,7 @@ def _cost_command(cost: argparse.ArgumentParser) -> None:
 
 def _protect_command(protect: argparse.ArgumentParser) -> None:
     from ._compact import add_protect_options
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     protect.add_argument("session")
     add_protect_options(protect, drop=True)
@@ -240,7 +240,7 @@ def _protect_command(protect: argparse.ArgumentParser) -> None:
 
 def _compact_command(compact: argparse.ArgumentParser) -> None:
     from ._compact import add_compact_arguments
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     add_compact_arguments(compact)
     _model_options(compact, new=False, pin=False)
@@ -250,7 +250,7 @@ def _compact_command(compact: argparse.ArgumentParser) -> None:
 
 def _milestone_command(milestone: argparse.ArgumentParser) -> None:
     from ._compact import add_milestone_arguments
-    from ._mcp_options import add_mcp_options
+    from ._run_options import add_mcp_options
 
     add_milestone_arguments(milestone)
     _model_options(milestone, new=False, pin=False)
@@ -425,8 +425,7 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
     from ._console import add_console_command
     from ._exits import EXIT_STATUSES
     from ._store_admin import add_store_admin_commands
-    from ._worker import add_worker_commands
-    from ._workers import add_workers_command
+    from ._worker import add_worker_commands, add_workers_command
 
     parser = OneLineParser(
         prog="stowage",

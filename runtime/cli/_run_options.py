@@ -1,5 +1,6 @@
 """The options a session runs with, shared by ``run``/``resume``/``compact`` and ``worker``: one
-parser section and one way to turn it into ``Settings`` and tools, so they cannot drift apart."""
+parser section and one way to turn it into ``Settings``, tools (``--tools-from``, ``--mcp``,
+``--mcp-url``) and tracing, so they cannot drift apart."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from stowage.core import (
     IDENTITY_FIELDS,
+    REDACTED,
     ConfigError,
     Event,
     LogRepaired,
@@ -28,26 +30,29 @@ from stowage.core import (
 )
 from stowage.facade import Runtime, session_identity
 from stowage.policy import resolve_budget
-from stowage.tools import MCPServer, ToolRegistry
+from stowage.tools import MCPServer, MCPToolSource, ToolRegistry, mcp_server
 
-from ._config import ConfigBase, ConfigLayers, StowageConfig, load_layers
+from ._config import ConfigBase, ConfigLayers, StowageConfig, load_config, load_layers
 from ._exits import use_wire
-from ._mcp_options import mcp_servers_of
 from ._setting_options import add_setting_options, typed_settings
 
 __all__ = [
     "SessionSetup",
+    "add_mcp_options",
     "add_model_options",
     "as_the_session",
+    "continued_settings",
+    "mcp_servers_from",
+    "mcp_servers_of",
     "refuse_oversized",
     "repair_notice",
-    "continued_settings",
     "runtime_as_the_session",
     "say_opening",
     "session_tools",
     "settings_from_options",
     "settings_notice",
     "tools_from_spec",
+    "trace_if_configured",
     "typed_overrides",
 ]
 
@@ -396,3 +401,71 @@ async def runtime_as_the_session(
     recorded, and records what the user typed over it. Raises what ``as_the_session`` raises."""
     setup = await as_the_session(args, log_store, session_id, **extra)
     return setup.runtime(log_store)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mcp`` and ``--mcp-url`` (both repeatable) to ``parser``."""
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="'COMMAND ARGS'",
+        help="start an MCP server over stdio and offer its tools (repeatable; needs the mcp extra)",
+    )
+    parser.add_argument(
+        "--mcp-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="connect to an MCP server over streamable HTTP (repeatable; needs the mcp extra)",
+    )
+
+
+def mcp_servers_from(args: argparse.Namespace) -> list[MCPServer]:
+    """The servers the options name; when none is typed, the ``mcp``/``mcp_url`` lists of the
+    configuration (``STOWAGE_MCP``, ``stowage.toml``). Raises ``ConfigError`` for an empty
+    command, a URL that is not http(s), or when the ``mcp`` extra is not installed."""
+    commands: list[str] = getattr(args, "mcp", None) or []
+    urls: list[str] = getattr(args, "mcp_url", None) or []
+    if not commands and not urls:
+        config = load_config()
+        commands, urls = config.mcp or [], config.mcp_url or []
+    servers = [mcp_server(command) for command in commands]
+    servers.extend(MCPServer(url=url) for url in urls)
+    if servers:
+        MCPToolSource.check_sdk()
+    return servers
+
+
+def mcp_servers_of(settings: Settings) -> list[MCPServer]:
+    """The servers ``settings`` name (``mcp`` commands, then ``mcp_url`` URLs): those a new
+    session was given, or those a continued one recorded. Raises ``ConfigError`` as
+    ``mcp_servers_from`` does, and for a recorded server whose credentials were redacted and
+    that neither an option nor the configuration gives again."""
+    for name, option in (("mcp", "--mcp"), ("mcp_url", "--mcp-url")):
+        for entry in getattr(settings, name):
+            if REDACTED in entry:
+                raise ConfigError(
+                    f"the session's MCP server {entry!r} needs credentials that are never "
+                    f"stored: give it again with {option} (or {name} in stowage.toml)"
+                )
+    servers = [mcp_server(command) for command in settings.mcp]
+    servers.extend(MCPServer(url=url) for url in settings.mcp_url)
+    if servers:
+        MCPToolSource.check_sdk()
+    return servers
+
+
+def trace_if_configured(rt: Runtime, settings: Settings) -> None:
+    """Subscribe an OpenTelemetry ``TraceSubscriber`` to ``rt`` when the configuration asks
+    for tracing. Raises ``ConfigError`` when it does and the ``otel`` extra is missing."""
+    if not load_config().otel:
+        return
+    try:
+        from stowage.otel import TraceSubscriber
+    except ImportError as exc:
+        raise ConfigError(
+            f"tracing is on (STOWAGE_OTEL or otel in stowage.toml) but {exc.name or 'opentelemetry'} "
+            "cannot be imported: pip install 'stowage-runtime[otel]', or turn tracing off"
+        ) from None
+    rt.subscribe(TraceSubscriber(model=settings.model))

@@ -1,4 +1,4 @@
-"""``stowage list``, ``context`` and ``export``: what the store holds, read without a lease."""
+"""``stowage list`` and ``context``: what the store holds, read without a lease."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from stowage.core import (
     AssistantMessage,
     CompactionSummary,
@@ -37,30 +36,25 @@ from stowage.core import (
 )
 from stowage.facade import RecordedBudget, recorded_budget
 from stowage.policy import TokenStatus, Watermarks, calibrated_ratio, decide, token_status
-from stowage.storage import encode_record
 
 from ._agents import split_agents
 from ._store_args import reader_store, store_spec
-from ._wire_export import WIRE_FORMATS, wire_export
 
 if TYPE_CHECKING:
     from stowage.policy import PriceBook
 
 __all__ = [
-    "EXPORT_FORMATS",
     "SessionSummary",
     "TurnFigures",
     "context_main",
-    "export_main",
     "last_active_session",
     "list_main",
+    "read_records",
     "read_turn_figures",
     "recent_sessions",
     "summarize",
     "turn_figures",
 ]
-
-EXPORT_FORMATS = ("markdown", "jsonl", *WIRE_FORMATS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,7 +157,7 @@ async def read_turn_figures(store: LogStore, session_id: str) -> TurnFigures | N
     """``turn_figures`` of the session's log in ``store`` (closed after); None when the log
     cannot be read (the figures are an extra, never the reason a command fails)."""
     try:
-        return turn_figures(session_id, await _read(store, session_id))
+        return turn_figures(session_id, await read_records(store, session_id))
     except Exception:
         return None
 
@@ -318,7 +312,7 @@ def _money(usd: str | None) -> str:
     return money(None if usd is None else Decimal(usd), unknown="?")
 
 
-async def _read(store: LogStore, session_id: str) -> tuple[Record, ...]:
+async def read_records(store: LogStore, session_id: str) -> tuple[Record, ...]:
     try:
         return (await store.read(validate_session_id(session_id), repair=False)).records
     finally:
@@ -452,7 +446,9 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
 
 async def context_main(args: argparse.Namespace, store: LogStore | None = None) -> int:
     """Print what fills the window of session ``args.session``."""
-    report = context_report(args.session, await _read(store or reader_store(args), args.session))
+    report = context_report(
+        args.session, await read_records(store or reader_store(args), args.session)
+    )
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
         return 0
@@ -522,45 +518,3 @@ def _tools_line(tools: dict[str, Any]) -> str:
         f"; {kind} {', '.join(tools[kind])}" for kind in ("allow", "deny") if tools[kind]
     )
     return f"tools: sandbox {sandbox}, approval {tools['approval']}{rules}"
-
-
-def export_text(
-    session_id: str, records: Sequence[Record], fmt: str, *, current: bool = False
-) -> str:
-    """A session in format ``fmt`` (one of ``EXPORT_FORMATS``); markdown renders the whole log,
-    or with ``current`` only what the model sees now."""
-    if fmt == "jsonl":
-        return "".join(encode_record(record).decode() for record in records)
-    if fmt == "markdown":
-        from ._markdown import markdown_export
-
-        return markdown_export(session_id, records, current=current)
-    return wire_export(session_id, records, fmt).text
-
-
-async def export_main(args: argparse.Namespace, store: LogStore | None = None) -> int:
-    """Write session ``args.session`` in ``args.format`` to stdout or ``args.output``."""
-    store = store or reader_store(args)
-    current = getattr(args, "current", False)
-    if current and args.format != "markdown":
-        from stowage.core import ConfigError
-
-        raise ConfigError(
-            f"--current applies to --format markdown (the openai formats are always what the "
-            f"model sees now, jsonl always the whole log), not to --format {args.format}"
-        )
-    records = await _read(store, args.session)
-    if args.format in WIRE_FORMATS:
-        # a valid request: calls without an output are left out, and said so
-        wired = wire_export(args.session, records, args.format)
-        text, notice = wired.text, wired.notice(args.session)
-    else:
-        text, notice = export_text(args.session, records, args.format, current=current), None
-    if args.output:
-        await anyio.Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    if notice is not None:
-        print(notice, file=sys.stderr)
-    return 0

@@ -17,11 +17,12 @@ from ._store_args import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stowage.core import Event, LogStore, Settings
     from stowage.facade import Runtime, Session, TurnResult
 
-    from ._chat_view import TurnView
-    from ._status import StatusLine
+    from ._chat_view import StatusLine, TurnView
 
 __all__ = [
     "chat_main",
@@ -68,7 +69,7 @@ _VIEW: TurnView | None = None
 def _status_line() -> StatusLine:
     global _STATUS
     if _STATUS is None:
-        from ._status import StatusLine
+        from ._chat_view import StatusLine
 
         _STATUS = StatusLine()
     return _STATUS
@@ -241,7 +242,7 @@ async def resume_main(args: argparse.Namespace) -> int:
                 "'stowage list' shows the sessions of this store"
             )
         if args.session is None:
-            from ._picker import pick_session
+            from ._chat_prompt import pick_session
 
             picked = await pick_session(reader_store(args))
             if picked is None:
@@ -255,8 +256,7 @@ async def resume_main(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace, *, resume: bool) -> int:
     from stowage.core import validate_session_id
 
-    from ._run_options import refuse_oversized
-    from ._tracing import trace_if_configured
+    from ._run_options import refuse_oversized, trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
     args.message = message_text(args)  # refused before anything is opened
@@ -325,7 +325,6 @@ async def _drawn_turn(
     from stowage.core import AssistantDelta
 
     from ._chat_view import TurnView
-    from ._turn_drive import drive_turn
 
     status = _status_line()
     view = TurnView(
@@ -351,7 +350,7 @@ async def _drawn_turn(
 
     view.begin()
     try:
-        result = await drive_turn(
+        result = await _drive_turn(
             session,
             args.message,
             pin=args.pin,
@@ -378,12 +377,11 @@ async def _json_turn(args: argparse.Namespace, session: Session) -> int:
     from ._exits import exit_status
     from ._json_stream import JsonTurn, error_text, stopped_reason
     from ._sessions import read_turn_figures
-    from ._turn_drive import drive_turn
 
     lines = JsonTurn(out=sys.stdout, session_id=session.id, history=lambda: session.history)
     lines.begin(session.state.turn + 1)
     try:
-        result = await drive_turn(
+        result = await _drive_turn(
             session, args.message, pin=args.pin, on_event=lines.on_event, on_interrupt=lambda: None
         )
     except StowageError as exc:
@@ -419,7 +417,7 @@ async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> in
     from stowage.core import ConfigError, SessionNotFound, validate_session_id
 
     from ._chat import chat_loop, confirm_new
-    from ._tracing import trace_if_configured
+    from ._run_options import trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
     named = getattr(args, "name", None)
@@ -488,3 +486,43 @@ class _ChatSessions:
 
     def settings_of(self, session_id: str) -> Settings:
         return self._rt.settings_of(session_id)
+
+
+async def _drive_turn(
+    session: Session,
+    text: str,
+    *,
+    pin: bool,
+    on_event: Callable[[Event], None],
+    on_interrupt: Callable[[], None],
+) -> TurnResult | None:
+    """Run one turn with ``text``, each of its events to ``on_event``; its result, or None when
+    Ctrl-C interrupted it (``on_interrupt`` is called when the first one comes). Raises what
+    ``Session.stream`` raises, and ``KeyboardInterrupt`` for a second Ctrl-C."""
+    import signal
+
+    import anyio
+    from stowage.facade import TurnResult
+
+    result: TurnResult | None = None
+    turn = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+
+        async def watch_ctrl_c() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    if turn.cancel_called:
+                        raise KeyboardInterrupt
+                    on_interrupt()
+                    turn.cancel()
+
+        tg.start_soon(watch_ctrl_c)
+        with turn:
+            # a cancel reaches the stream where it waits, so its own cleanup runs there
+            async for event in session.stream(text, pin=pin):
+                if isinstance(event, TurnResult):
+                    result = event
+                else:
+                    on_event(event)
+        tg.cancel_scope.cancel()
+    return None if turn.cancelled_caught else result
