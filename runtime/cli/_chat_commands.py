@@ -70,9 +70,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
         help="compact now; FOCUS is what the summary must keep in full",
     ),
     SlashCommand(
-        name="/protect",
-        usage="/protect TEXT",
-        help="add a constraint that every compaction keeps",
+        name="/protect", usage="/protect TEXT", help="add a constraint that every compaction keeps"
     ),
     SlashCommand(
         name="/approve",

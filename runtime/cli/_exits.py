@@ -188,9 +188,7 @@ _REQUEST = re.compile(
 
 
 #: the variables that name the key and the endpoint of the wire the command talks to
-_WIRE_VARIABLES = {
-    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-}
+_WIRE_VARIABLES = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
 _OPENAI_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
 _wire_variables = _OPENAI_VARIABLES
 

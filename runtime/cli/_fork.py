@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stowage.core import (
-    ForkedFromRecord,
-    SessionNotFound,
-    lineage_store,
-    validate_session_id,
-)
+from stowage.core import ForkedFromRecord, SessionNotFound, lineage_store, validate_session_id
 
 from ._store_args import open_cli_store
 

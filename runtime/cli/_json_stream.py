@@ -282,10 +282,7 @@ def _exit_for(phase: str) -> int:
 
 
 def record_lines(
-    session_id: str,
-    records: Sequence[Record],
-    message_id: str,
-    figures: TurnFigures | None,
+    session_id: str, records: Sequence[Record], message_id: str, figures: TurnFigures | None
 ) -> list[dict[str, Any]]:
     """The lines of the turn that answered message ``message_id``, from the session's log (``send
     --wait --json``: a worker ran the turn). Raises nothing."""

@@ -335,11 +335,7 @@ def _load_command(load: argparse.ArgumentParser) -> None:
 #: the commands whose options ``build_parser`` adds when they are used: name, help, options
 _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("run", "start a new session with MESSAGE", _run_command),
-    (
-        "resume",
-        "continue session ID (or --last) with MESSAGE, as it was created",
-        _resume_command,
-    ),
+    ("resume", "continue session ID (or --last) with MESSAGE, as it was created", _resume_command),
     (
         "chat",
         "talk with a new session, or continue ID; Ctrl-C stops a turn, twice (or Ctrl-D) exits",

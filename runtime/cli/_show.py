@@ -255,10 +255,7 @@ async def show_main(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(
             render_transcript(
-                args.session,
-                lineage.records,
-                requests=args.requests,
-                discarded=lineage.discarded,
+                args.session, lineage.records, requests=args.requests, discarded=lineage.discarded
             )
         )
     return 0

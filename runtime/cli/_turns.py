@@ -8,13 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._store_args import (
-    open_cli_store,
-    reader_store,
-    settings_from,
-    store_fields,
-    store_label,
-)
+from ._store_args import open_cli_store, reader_store, settings_from, store_fields, store_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable

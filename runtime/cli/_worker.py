@@ -266,8 +266,7 @@ async def send_main(args: argparse.Namespace) -> int:
     except TimeoutError:
         status.hide()
         print(
-            f"stowage: no answer within {args.timeout} s; the message stays queued",
-            file=sys.stderr,
+            f"stowage: no answer within {args.timeout} s; the message stays queued", file=sys.stderr
         )
         return 1
     status.hide()

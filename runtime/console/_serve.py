@@ -74,10 +74,7 @@ async def serve_console(
     sqlite_path = spec.partition("://")[2][1:] if spec.startswith("sqlite://") else None
     reader = StoreReader(store, sqlite_path=sqlite_path)
     app = create_app(
-        reader,
-        store_label=label,
-        allowed_hosts=host_names(host, allowed_hosts),
-        prices=prices,
+        reader, store_label=label, allowed_hosts=host_names(host, allowed_hosts), prices=prices
     )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
