@@ -3,56 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-from ._parsing import fill_later
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from stowage.core import FunctionCall, LogStore
 
     from ._run_options import SessionSetup
 
-__all__ = ["add_approval_commands", "approval_main"]
-
-
-def add_approval_commands(
-    sub: Any, common: Callable[[argparse.ArgumentParser], None] | None = None
-) -> None:
-    """Add ``approve`` and ``deny`` to the subcommands ``sub``; ``common`` adds the options
-    every command shares (``--store``, logging)."""
-    for name, text in (
-        ("approve", "approve call CALL_ID of session ID: it runs and the turn goes on"),
-        ("deny", "deny call CALL_ID of session ID: it gets a denied output and the turn goes on"),
-    ):
-        parser = sub.add_parser(name, help=text)
-        # the options are added when the command is used (see ``_parsing``)
-        fill_later(parser, functools.partial(_options, deny=name == "deny", common=common))
-
-
-def _options(
-    parser: argparse.ArgumentParser,
-    *,
-    deny: bool,
-    common: Callable[[argparse.ArgumentParser], None] | None,
-) -> None:
-    from ._run_options import add_mcp_options, add_model_options
-
-    parser.add_argument("session", help="session id (see 'stowage list')")
-    parser.add_argument("call_id", help="the call's id (see 'stowage show ID')")
-    if deny:
-        parser.add_argument("--reason", default=None, help="why: the model reads it")
-    # the turn goes on: the session's model and tools options, as for resume
-    add_model_options(parser, system_help=argparse.SUPPRESS)
-    add_mcp_options(parser)
-    if common is not None:
-        common(parser)
-    else:
-        parser.add_argument("--store", default=None)
-        parser.add_argument("--log-format", choices=["console", "json"], default="console")
-        parser.add_argument("--log-level", default="warning")
+__all__ = ["approval_main"]
 
 
 def _check_tool_offered(

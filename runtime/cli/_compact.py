@@ -21,9 +21,6 @@ from ._run_options import runtime_as_the_session, say_opening
 from ._store_args import open_cli_store, store_fields
 
 __all__ = [
-    "add_compact_arguments",
-    "add_milestone_arguments",
-    "add_protect_options",
     "compact_main",
     "milestone_main",
     "protect_main",
@@ -47,29 +44,6 @@ def _report(event: Event) -> None:
         say_opening(event)
 
 
-def add_protect_options(parser: argparse.ArgumentParser, *, drop: bool = False) -> None:
-    """``--objective TEXT`` and ``--constraint TEXT`` (repeatable); with ``drop`` also
-    ``--drop-constraint ENTRY_ID`` (repeatable)."""
-    parser.add_argument(
-        "--objective", default=None, help="the session's objective (protected: never summarized)"
-    )
-    parser.add_argument(
-        "--constraint",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="a constraint that must hold through every compaction (repeatable)",
-    )
-    if drop:
-        parser.add_argument(
-            "--drop-constraint",
-            action="append",
-            default=[],
-            metavar="ENTRY_ID",
-            help="drop the constraint with this id, e.g. c2 (repeatable)",
-        )
-
-
 async def protect_main(args: argparse.Namespace) -> int:
     """Apply the options to session ``args.session``, as the session (typed model
     options override its identity, recorded), and print its protected state. Raises
@@ -86,18 +60,6 @@ async def protect_main(args: argparse.Namespace) -> int:
         )
     sys.stdout.write((render(state) or "(no protected state)") + "\n")
     return 0
-
-
-def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage compact ID [--focus TEXT] [--reground]``."""
-    parser.add_argument("session")
-    parser.add_argument("--focus", default=None, help="what the summary must cover in full detail")
-    parser.add_argument(
-        "--reground",
-        action="store_true",
-        help="make the summary from the log's original records since the last re-grounded "
-        "compaction, not from the summary before it",
-    )
 
 
 async def compact_main(args: argparse.Namespace) -> int:
@@ -123,13 +85,6 @@ async def compact_main(args: argparse.Namespace) -> int:
         f"{event.tokens_after}{est}, removed {event.removed}, retained {event.retained}"
     )
     return 0
-
-
-def add_milestone_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage milestone ID NAME [--note TEXT]``."""
-    parser.add_argument("session")
-    parser.add_argument("name", help="the phase of the work that ended")
-    parser.add_argument("--note", default=None, help="what it found or left, in a sentence")
 
 
 async def milestone_main(args: argparse.Namespace) -> int:

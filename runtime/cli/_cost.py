@@ -16,20 +16,12 @@ if TYPE_CHECKING:
     from stowage.policy import CompactionCost, CostReport, Prices
 
 __all__ = [
-    "add_cost_arguments",
     "configured_prices",
     "cost_json",
     "cost_lines",
     "cost_main",
     "exact_usd",
 ]
-
-
-def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session")
-    parser.add_argument(
-        "--json", action="store_true", help="the figures as one JSON object (money as strings)"
-    )
 
 
 def configured_prices() -> Prices:
