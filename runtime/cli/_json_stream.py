@@ -53,14 +53,13 @@ def _line(line_type: str, session_id: str, /, **fields: Any) -> dict[str, Any]:
     return {"v": SCHEMA_VERSION, "type": line_type, "session": session_id, **fields}
 
 
+def _fields(source: object, *names: str) -> dict[str, Any]:
+    """``names`` and their values on ``source``, in that order (None for every one without it)."""
+    return {name: getattr(source, name, None) for name in names}
+
+
 def _usage(usage: Usage | None) -> dict[str, int | None]:
-    if usage is None:
-        return {"input_tokens": None, "output_tokens": None, "cached_tokens": None}
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cached_tokens": usage.cached_tokens,
-    }
+    return _fields(usage, "input_tokens", "output_tokens", "cached_tokens")
 
 
 def _round_line(
@@ -87,15 +86,11 @@ def _compaction(
     decided_tokens: int | None,
 ) -> dict[str, Any]:
     """A ``compaction`` line, from the live event or the log's record of it."""
+    figures = ("round", "kind", "tokens_before", "tokens_after", "estimated", "removed")
     return _line(
         "compaction",
         session_id,
-        round=compaction.round,
-        kind=compaction.kind,
-        tokens_before=compaction.tokens_before,
-        tokens_after=compaction.tokens_after,
-        estimated=compaction.estimated,
-        removed=compaction.removed,
+        **_fields(compaction, *figures),
         retained=retained,
         decided_tokens=decided_tokens,
         reason=compaction.reason,
@@ -106,15 +101,8 @@ def _microcompaction(
     session_id: str, micro: Microcompacted | MicrocompactRecord, *, stubbed: int
 ) -> dict[str, Any]:
     """A ``microcompaction`` line, from the live event or the log's record of it."""
-    return _line(
-        "microcompaction",
-        session_id,
-        stubbed=stubbed,
-        tokens_before=micro.tokens_before,
-        tokens_after=micro.tokens_after,
-        estimated=micro.estimated,
-        reason=micro.reason,
-    )
+    figures = _fields(micro, "tokens_before", "tokens_after", "estimated", "reason")
+    return _line("microcompaction", session_id, stubbed=stubbed, **figures)
 
 
 def _tool_output(
@@ -163,8 +151,7 @@ def _ended(
         stopped=stopped,
         rounds=rounds,
         tokens_in_use=figures.tokens if figures else None,
-        usable=figures.usable if figures else None,
-        percent_of_usable=figures.percent_of_usable if figures else None,
+        **_fields(figures, "usable", "percent_of_usable"),
         estimated=figures.estimated if figures else False,
         compactions=figures.compactions if figures else 0,
         exit_status=exit_status,
@@ -196,18 +183,8 @@ class JsonTurn:
             return
         match event:
             case AttemptAbandoned():
-                self.emit(
-                    _line(
-                        "attempt_abandoned",
-                        self.session_id,
-                        round=event.round,
-                        attempt=event.attempt,
-                        error=event.error,
-                        reason=event.reason,
-                        streamed_chars=event.streamed_chars,
-                        next=event.next,
-                    )
-                )
+                said = ("round", "attempt", "error", "reason", "streamed_chars", "next")
+                self.emit(_line("attempt_abandoned", self.session_id, **_fields(event, *said)))
             case ToolStarted(round=round_, call_id=call_id, name=name):
                 call = self._find(FunctionCall, call_id)
                 arguments = call.arguments if isinstance(call, FunctionCall) else None
