@@ -226,11 +226,11 @@ class JsonTurn:
     def finish(
         self,
         *,
-        text: str,
         stopped: str,
-        rounds: int | None,
         figures: TurnFigures | None,
         exit_status: int,
+        text: str = "",
+        rounds: int | None = None,
         error: str | None = None,
     ) -> None:
         """The turn's ``answer`` (when it has one) and ``turn_ended`` lines."""

@@ -247,22 +247,26 @@ async def resume_main(args: argparse.Namespace) -> int:
     return await _run(args, resume=True)
 
 
-async def _run(args: argparse.Namespace, *, resume: bool) -> int:
+async def _holds(store: LogStore, session_id: str | None) -> bool:
+    """Whether ``store`` holds session ``session_id``; the store is closed when that fails."""
     from stowage.core import validate_session_id
+
+    try:
+        return session_id is not None and await store.exists(validate_session_id(session_id))
+    except BaseException:
+        await store.aclose()
+        raise
+
+
+async def _run(args: argparse.Namespace, *, resume: bool) -> int:
 
     from ._run_options import refuse_oversized, trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
     args.message = message_text(args)  # refused before anything is opened
     store = open_cli_store(args)
-    try:
-        # continuing runs with the session's recorded identity; typed options override it
-        continuing = resume or (
-            args.session is not None and await store.exists(validate_session_id(args.session))
-        )
-    except BaseException:
-        await store.aclose()
-        raise
+    # continuing runs with the session's recorded identity; typed options override it
+    continuing = resume or await _holds(store, args.session)
     async with await runtime_for(args, store, args.session if continuing else None) as rt:
         settings = rt.settings
         unsubscribe = rt.subscribe(_say_notices)  # what opening says: repairs, overrides
@@ -380,27 +384,14 @@ async def _json_turn(args: argparse.Namespace, session: Session) -> int:
         )
     except StowageError as exc:
         figures = await read_turn_figures(reader_store(args), session.id)
-        status = exit_status(exc)
-        reason = stopped_reason(exc, None)
-        lines.finish(
-            text="",
-            stopped=reason,
-            rounds=None,
-            figures=figures,
-            exit_status=status,
-            error=error_text(exc),
-        )
+        reason, status = stopped_reason(exc, None), exit_status(exc)
+        lines.finish(stopped=reason, figures=figures, exit_status=status, error=error_text(exc))
         raise
     stopped = "interrupted" if result is None else result.stopped
     status = turn_exit(stopped)
     figures = await read_turn_figures(reader_store(args), session.id)
-    lines.finish(
-        text=result.text if result is not None else "",
-        stopped=stopped,
-        rounds=result.rounds if result is not None else None,
-        figures=figures,
-        exit_status=status,
-    )
+    text, rounds = (result.text, result.rounds) if result is not None else ("", None)
+    lines.finish(text=text, stopped=stopped, rounds=rounds, figures=figures, exit_status=status)
     return status
 
 
@@ -408,7 +399,7 @@ async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> in
     """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued session;
     an ID with no log is a new session of that id (asked first on a terminal when typed as ``chat
     ID``). Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
-    from stowage.core import ConfigError, SessionNotFound, validate_session_id
+    from stowage.core import ConfigError, SessionNotFound
 
     from ._chat import chat_loop, confirm_new
     from ._run_options import trace_if_configured
@@ -419,11 +410,7 @@ async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> in
         raise ConfigError(f"chat {args.session} --session {named}: name the session once")
     session_id = await _last_session(args) if args.last else (named or args.session)
     store = open_cli_store(args)
-    try:
-        exists = session_id is not None and await store.exists(validate_session_id(session_id))
-    except BaseException:
-        await store.aclose()
-        raise
+    exists = await _holds(store, session_id)
     if session_id is not None and not exists and (continuing or named is None):
         if continuing:
             await store.aclose()
