@@ -430,6 +430,11 @@ def mcp_servers_from(args: argparse.Namespace) -> list[MCPServer]:
     if not commands and not urls:
         config = load_config()
         commands, urls = config.mcp or [], config.mcp_url or []
+    return _servers(commands, urls)
+
+
+def _servers(commands: Sequence[str], urls: Sequence[str]) -> list[MCPServer]:
+    """The servers of ``commands`` (stdio) and ``urls``; the ``mcp`` extra checked when any."""
     servers = [mcp_server(command) for command in commands]
     servers.extend(MCPServer(url=url) for url in urls)
     if servers:
@@ -449,11 +454,7 @@ def mcp_servers_of(settings: Settings) -> list[MCPServer]:
                     f"the session's MCP server {entry!r} needs credentials that are never "
                     f"stored: give it again with {option} (or {name} in stowage.toml)"
                 )
-    servers = [mcp_server(command) for command in settings.mcp]
-    servers.extend(MCPServer(url=url) for url in settings.mcp_url)
-    if servers:
-        MCPToolSource.check_sdk()
-    return servers
+    return _servers(settings.mcp, settings.mcp_url)
 
 
 def trace_if_configured(rt: Runtime, settings: Settings) -> None:

@@ -92,15 +92,6 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _usage(
-    state: SessionState, records: Sequence[Record]
-) -> tuple[int | None, int | None, int, bool]:
-    """Tokens of history in the next request, the usable budget (the threshold in threshold mode),
-    the tool schema tokens, which are outside both, and whether the tokens are an estimate."""
-    recorded, tool_tokens, status = _status_now(state, records)
-    return status.tokens, recorded.usable, tool_tokens, status.estimated
-
-
 def _status_now(
     state: SessionState, records: Sequence[Record]
 ) -> tuple[RecordedBudget, int, TokenStatus]:
@@ -137,7 +128,8 @@ def turn_figures(session_id: str, records: Sequence[Record]) -> TurnFigures:
     """The figures of a session from its full log (the same fold and functions as
     ``context``). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable, _, estimated = _usage(state, records)
+    recorded, _, status = _status_now(state, records)
+    tokens, usable, estimated = status.tokens, recorded.usable, status.estimated
     usage = next(
         (r.usage for r in reversed(records) if isinstance(r, RoundCommittedRecord) and r.usage),
         None,
@@ -171,7 +163,8 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable, tool_tokens, _ = _usage(state, records)
+    recorded, tool_tokens, status = _status_now(state, records)
+    tokens, usable = status.tokens, recorded.usable
     percent = _percent(tokens, usable)
     return SessionSummary(
         id=session_id,
