@@ -467,6 +467,62 @@ _LATER_COMMANDS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
     ),
 )
 
+_SQL_STORE = (
+    _arg(
+        "--store",
+        default=None,
+        metavar="sqlite:///PATH|postgresql://...",
+        help=f"the store (default ${STORE_ENV}, else the configuration's store)",
+    ),
+    _arg(
+        "--schema",
+        default=None,
+        help="PostgreSQL: schema of the store's tables (default: the URL's ?schema=, else public)",
+    ),
+    *_LOG,
+)
+#: the commands that keep a SQL store, listed last
+_STORE_COMMANDS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
+    (
+        "archive",
+        "move records covered by old compactions out of the table resume reads "
+        "(SQLite, PostgreSQL)",
+        (
+            _arg(
+                "--older-than",
+                default=None,
+                metavar="DURATION",
+                help="archive what compactions older than this cover: 30d, 12h, 90m, or seconds "
+                "(default: the archive_after setting)",
+            ),
+            _arg("--session", default=None, help="only this session (default: all)"),
+            _arg(
+                "--batch",
+                type=int,
+                default=5_000,
+                metavar="N",
+                help="seqs moved a transaction (default 5000): smaller holds each session less",
+            ),
+            _SQL_STORE,
+        ),
+    ),
+    (
+        "migrate",
+        "hash-partition a PostgreSQL store's records table by session",
+        (
+            _arg(
+                "--partitions",
+                type=int,
+                required=True,
+                metavar="N",
+                help="hash partitions of the records table (by session); a no-op if it has N "
+                "already",
+            ),
+            _SQL_STORE,
+        ),
+    ),
+)
+
 
 def _options(parts: Sequence[Part]) -> Callable[[argparse.ArgumentParser], None]:
     """The function that adds ``parts`` to a command's parser, in order."""
@@ -535,7 +591,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
     """The argument parser of ``stowage`` and the names of its commands."""
     from ._exits import EXIT_STATUSES
-    from ._store_admin import add_store_admin_commands
     from ._worker import add_worker_commands, add_workers_command
 
     parser = OneLineParser(
@@ -551,7 +606,6 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
         sub.add_parser(name, help=text).later(_options(parts))
     add_worker_commands(sub)
     add_workers_command(sub)
-    for name, text, parts in _LATER_COMMANDS:
+    for name, text, parts in (*_LATER_COMMANDS, *_STORE_COMMANDS):
         sub.add_parser(name, help=text).later(_options(parts))
-    add_store_admin_commands(sub)
     return parser, tuple(sub.choices)
