@@ -591,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
     """The argument parser of ``stowage`` and the names of its commands."""
     from ._exits import EXIT_STATUSES
-    from ._worker import add_worker_commands, add_workers_command
+    from ._worker import add_worker_commands
 
     parser = OneLineParser(
         prog="stowage",
@@ -605,7 +605,6 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
     for name, text, parts in _COMMANDS:
         sub.add_parser(name, help=text).later(_options(parts))
     add_worker_commands(sub)
-    add_workers_command(sub)
     for name, text, parts in (*_LATER_COMMANDS, *_STORE_COMMANDS):
         sub.add_parser(name, help=text).later(_options(parts))
     return parser, tuple(sub.choices)

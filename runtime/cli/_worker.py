@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 
 __all__ = [
     "add_worker_commands",
-    "add_workers_command",
     "catch_stop_signals",
     "format_workers",
     "main",
@@ -85,20 +84,31 @@ def store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_worker_commands(subparsers: Any) -> None:
-    """Add ``worker`` and ``send`` to the subparsers of ``stowage`` (their options are added
-    when they are used, see ``_parsing``)."""
-    worker = subparsers.add_parser(
-        "worker",
-        help="serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
-    )
-    fill_later(worker, _worker_options)
-    worker.set_defaults(handler=worker_main)
-
-    send = subparsers.add_parser(
-        "send", help="queue MESSAGE for session ID; --wait prints the answer once committed"
-    )
-    fill_later(send, _send_options)
-    send.set_defaults(handler=send_main)
+    """Add ``worker``, ``send`` and ``workers`` to the subparsers of ``stowage`` (their options
+    are added when they are used, see ``_parsing``)."""
+    for name, text, options, handler in (
+        (
+            "worker",
+            "serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
+            _worker_options,
+            worker_main,
+        ),
+        (
+            "send",
+            "queue MESSAGE for session ID; --wait prints the answer once committed",
+            _send_options,
+            send_main,
+        ),
+        (
+            "workers",
+            "list the workers of a PostgreSQL store and the sessions they hold",
+            _workers_options,
+            workers_main,
+        ),
+    ):
+        command = subparsers.add_parser(name, help=text)
+        fill_later(command, options)
+        command.set_defaults(handler=handler)
 
 
 def _worker_options(worker: argparse.ArgumentParser) -> None:
@@ -327,15 +337,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-
-
-def add_workers_command(subparsers: Any) -> None:
-    """Add ``workers`` to the subparsers of ``stowage`` (its options are added when used)."""
-    workers = subparsers.add_parser(
-        "workers", help="list the workers of a PostgreSQL store and the sessions they hold"
-    )
-    fill_later(workers, _workers_options)
-    workers.set_defaults(handler=workers_main)
 
 
 def _workers_options(workers: argparse.ArgumentParser) -> None:
