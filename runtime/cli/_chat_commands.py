@@ -48,58 +48,48 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class SlashCommand:
-    """One command: its name (with the slash), what it takes, and what it does."""
+    """One command: what it takes (its name, with the slash, first) and what it does."""
 
-    name: str
     usage: str
     help: str
 
+    @property
+    def name(self) -> str:
+        return self.usage.split()[0]
+
 
 COMMANDS: tuple[SlashCommand, ...] = (
-    SlashCommand(name="/help", usage="/help", help="this list"),
+    SlashCommand("/help", "this list"),
     SlashCommand(
-        name="/context",
-        usage="/context",
-        help="what fills the window: tokens by part, and what compaction does next",
+        "/context", "what fills the window: tokens by part, and what compaction does next"
+    ),
+    SlashCommand("/compact [FOCUS]", "compact now; FOCUS is what the summary must keep in full"),
+    SlashCommand("/protect TEXT", "add a constraint that every compaction keeps"),
+    SlashCommand(
+        "/approve [CALL]",
+        "run a call that awaits approval (default: the first) and go on with the turn",
     ),
     SlashCommand(
-        name="/compact",
-        usage="/compact [FOCUS]",
-        help="compact now; FOCUS is what the summary must keep in full",
+        "/deny [CALL]",
+        "refuse a call that awaits approval (default: the first) and go on with the turn",
     ),
     SlashCommand(
-        name="/protect", usage="/protect TEXT", help="add a constraint that every compaction keeps"
+        "/export [PATH]",
+        "write the session to PATH (default ID.md; a .jsonl path gets the log records)",
     ),
     SlashCommand(
-        name="/approve",
-        usage="/approve [CALL]",
-        help="run a call that awaits approval (default: the first) and go on with the turn",
+        "/fork [ROUND]",
+        "go on in a copy of this session from ROUND (default: now); this one is kept",
     ),
     SlashCommand(
-        name="/deny",
-        usage="/deny [CALL]",
-        help="refuse a call that awaits approval (default: the first) and go on with the turn",
+        "/rewind ROUND",
+        "go on from the end of ROUND; later rounds stay in the log as a discarded branch",
     ),
-    SlashCommand(
-        name="/export",
-        usage="/export [PATH]",
-        help="write the session to PATH (default ID.md; a .jsonl path gets the log records)",
-    ),
-    SlashCommand(
-        name="/fork",
-        usage="/fork [ROUND]",
-        help="go on in a copy of this session from ROUND (default: now); this one is kept",
-    ),
-    SlashCommand(
-        name="/rewind",
-        usage="/rewind ROUND",
-        help="go on from the end of ROUND; later rounds stay in the log as a discarded branch",
-    ),
-    SlashCommand(name="/new", usage="/new", help="start a new session (this one is kept)"),
-    SlashCommand(name="/model", usage="/model", help="the model and endpoint this session uses"),
-    SlashCommand(name="/quit", usage="/quit", help="leave the chat (so do Ctrl-D, Ctrl-C twice)"),
+    SlashCommand("/new", "start a new session (this one is kept)"),
+    SlashCommand("/model", "the model and endpoint this session uses"),
+    SlashCommand("/quit", "leave the chat (so do Ctrl-D, Ctrl-C twice)"),
 )
 
 _BY_NAME = {command.name: command for command in COMMANDS}
