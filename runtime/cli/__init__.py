@@ -1,4 +1,10 @@
-"""The ``stowage`` command line."""
+"""The ``stowage`` command line.
+
+It needs the ``[cli]`` extra (rich for the terminal, psutil for the load report). Without it the
+command says so in one line instead of a traceback. Each command imports its own code when it
+runs (``--version`` and ``--help`` import none of the runtime), so the missing extra shows up
+when a command that needs it runs, and is caught here.
+"""
 
 from __future__ import annotations
 

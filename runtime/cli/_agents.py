@@ -1,4 +1,12 @@
-"""AGENTS.md: a project's standing instructions, read into a new session's system message."""
+"""AGENTS.md: a project's standing instructions, read into a new session's system message.
+
+As in other coding agents, ``AGENTS.md`` in the working directory (or the file ``--agents FILE``
+names; ``--no-agents`` reads none) is appended to the system message of a session when it is
+created, under a heading that says where it came from. It is part of the session from then on
+(logged with its first records, kept verbatim through every compaction as the system message
+is), so a resumed session keeps what it was started with even when the file changed since.
+``stowage context`` shows it as a part of its own (``split_agents``).
+"""
 
 from __future__ import annotations
 

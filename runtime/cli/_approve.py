@@ -1,4 +1,13 @@
-"""``stowage approve ID CALL_ID`` and ``stowage deny ID CALL_ID [--reason TEXT]``."""
+"""``stowage approve ID CALL_ID`` and ``stowage deny ID CALL_ID [--reason TEXT]``.
+
+A turn that reached a tool marked as needing approval stopped with its calls durable and an
+``approval`` request in the log. The answer goes through a resumed session like any other
+input, in this process, as the session: its model, endpoint and settings, and the tools it
+recorded (``--tools-from``, ``--mcp``, ``--mcp-url`` need not be typed again; typed, they are
+an override, recorded). An approved call runs here, a denied one gets a "denied" output, and
+the turn goes on. A call whose tool this process cannot offer is refused before it is
+approved, so an approval is never spent on an "unknown tool" error.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,20 @@
-"""``stowage chat``: an interactive loop over one session."""
+"""``stowage chat``: an interactive loop over one session.
+
+On a terminal (stdin and stdout both) the input is prompt_toolkit's (``_chat_prompt``): line
+editing, a history kept across chats, paste, completion of the slash commands; a turn that
+stops for an approval asks "approve? [y/n]" inline and goes on. Otherwise (piped input, a
+script) lines are read as they come, with no UI, and the slash commands work the same; a call
+that awaits approval is then answered with ``/approve`` or ``/deny``.
+
+Ctrl-C while a turn runs interrupts that turn the way ``Session.stream`` does when its reader
+stops: the model stream is dropped, running tools get an "interrupted" output, the turn is
+logged as interrupted and the session stays usable; ``[interrupted]`` is printed on its own
+line. A slash command, and the rest of a turn after an approval (``Session.approve`` takes no
+interrupt), run to their end: a Ctrl-C then only says so. At the prompt Ctrl-C clears the line; on an empty line it says how to leave, and a second
+one (or the first right after an interrupted turn), or Ctrl-D, ends the chat with status 0.
+Input is read from the event loop (never from a thread), so a Ctrl-C is seen at once and
+nothing is left blocked at exit.
+"""
 
 from __future__ import annotations
 

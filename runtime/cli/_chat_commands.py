@@ -1,5 +1,18 @@
 """The chat's slash commands: their table, how a typed line is read as one, and what each does on
-the live session the chat holds."""
+the live session the chat holds.
+
+The table and the parsing are pure, so the completer, ``/help`` and the loop read one table, and a test needs no terminal. A
+line that starts with ``/`` is a command and never goes to the model, even when no command has
+that name (a mistyped ``/compat`` must not become a turn); ``//`` sends a line that starts
+with a slash.
+
+Each goes through the same public calls as the command of the same name (``stowage context``,
+``export``, ``compact``, ``protect``, ``approve``, ``deny``): the session's own methods for
+what changes it, and a second, read-only opening of its store for what only reads the log
+(``context_main`` and ``export_main`` themselves, so the figures are the ones ``stowage
+context`` prints). An answer to an approval continues the turn here, its events drawn like a
+turn's.
+"""
 
 from __future__ import annotations
 

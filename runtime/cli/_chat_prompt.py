@@ -1,6 +1,19 @@
 """Input on a terminal, on prompt_toolkit: the chat's lines (editing, a history kept across chats,
 bracketed paste, Esc Enter for a new line, completion of the slash commands) and the picker of
-``stowage resume`` without an id."""
+``stowage resume`` without an id.
+
+Only ``stowage chat`` (and ``resume`` without an id) on a terminal imports this module (and so prompt_toolkit): piped input
+and every other command never pay for it. The history is a file of its own, never the session
+log: what was typed includes slash commands the model never sees, and the log is what the
+model was sent. It lives in ``$XDG_STATE_HOME/stowage/chat_history`` (by default
+``~/.local/state/stowage/chat_history``), one for every store, as a shell keeps one history
+for every directory; it is created readable by its owner only. A history that cannot be
+read or written is skipped, never an error: the chat must not fail on it.
+
+The picker lists the most recently active sessions are listed newest first, numbered, with what ``stowage list``
+says of each; the answer is a number or an id (completed as it is typed), on prompt_toolkit.
+Ctrl-C, Ctrl-D or an empty answer leave without continuing anything.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,39 @@
-"""How a turn looks in ``chat``, ``run`` and ``resume``: the answer as it streams, one line for each
-tool call that stays on screen after the turn, the status line while the model works, and the lines
-that say why a turn stopped.
+"""How a turn looks in ``chat``, ``run`` and ``resume``: the answer as it streams, one line for
+each tool call that stays on screen after the turn, the status line while the model works, and
+the lines that say why a turn stopped.
 
-stdout gets the committed answer once: streamed only to a terminal (at most ``answer_cap``
-characters a turn), else written whole when the turn ends, so a pipe never holds an abandoned
-attempt. The status line is drawn only at the start of a row of its own, so taking it down never
-erases answer text.
+The answer goes to ``out`` (stdout), everything else to ``err`` (stderr). What keeps the status
+line from ever erasing the answer depends on where the two go:
+
+- both on the terminal: each write first takes the status line down and ends an unfinished
+  answer line, so the spinner is drawn only at the start of a row of its own and erasing it
+  erases nothing else;
+- stdout a pipe (``| cat``, ``| less``) and stderr the terminal: what the reader prints shows on
+  the same screen whenever it gets to it, so once the answer has started the status line stays
+  down for the rest of the turn (stderr's lines are whole lines, and stdout is never given a
+  newline for stderr's sake);
+- stdout a file: the two never meet.
+
+What stdout holds is the committed answer, once. When stdout is not a terminal (a pipe, a file)
+nothing is streamed to it: the answer is written whole when the round that gives it is durable
+(the turn's result), so a reader of stdout gets exactly the answer the log holds, and nothing
+of an attempt the runtime abandoned (a cut stream, an answer refused as too large, a refusal
+as too long). We buffer rather than stream from the attempt that will commit, because which
+attempt commits is only known at its end. On a terminal the answer streams as it comes; an
+attempt that is abandoned after some of its text was shown is marked on stderr with one line
+(``[attempt abandoned: stream cut; retrying]``), and the answer that commits is written whole
+after it. At most ``answer_cap`` characters (``max_answer_chars``) are streamed in a turn: an
+answer refused as too large does not flood the terminal, and what the cap held back of the
+committed answer is written when the turn ends.
+
+``AnswerStream`` is pure state, no I/O: ``TurnView`` asks it what to write. A turn's text streams attempt by
+attempt (a round's request may be abandoned and sent again, see ``AttemptAbandoned``); each
+delta is shown while the turn's budget lasts, and when the answer commits, ``rest`` says what
+of it is still to be written: nothing when its attempt streamed whole, the part the budget
+held back, or all of it on a row of its own when what was shown is not its beginning.
+
+The status line (``StatusLine``) is drawn with rich's ``Live`` on the terminal only: when stderr
+is not a terminal nothing of it is written; it is one row, cut to the terminal's width.
 """
 
 from __future__ import annotations

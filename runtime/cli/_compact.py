@@ -1,5 +1,12 @@
 """``stowage compact``, ``milestone`` and ``protect``: one change to a session, made as the session
-(the model, endpoint, settings and tools it recorded); a typed option is an override, recorded."""
+(the model, endpoint, settings and tools it recorded); a typed option is an override, recorded.
+
+A protect goes through a resumed session, like any other user input, so it is checked,
+logged as a ``protected`` record and serialized with turns; nothing here writes the log itself.
+It resumes the session as itself (its model, endpoint, window and tools, as recorded): a
+protect calls no model, but resuming checks that the session's window still holds what every
+request carries, and that is the session's own window and tools, not the offline model's.
+"""
 
 from __future__ import annotations
 

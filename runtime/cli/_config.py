@@ -1,4 +1,16 @@
-"""Configuration of the command line: options, ``STOWAGE_*`` variables, ``stowage.toml`` files."""
+"""Configuration of the command line: options, ``STOWAGE_*`` variables, ``stowage.toml`` files.
+
+Precedence, highest first: an option typed on the command line; a ``STOWAGE_*`` environment
+variable; the selected ``[models.NAME]`` profile; ``./stowage.toml`` (the project's); the
+user's ``stowage.toml`` (``$XDG_CONFIG_HOME/stowage/``, else ``~/.config/stowage/``); the
+built-in defaults. A session
+that is continued runs with its recorded identity instead of everything below the typed
+options (see ``core.continue_settings``): configuration shapes new sessions, an option typed
+now is an explicit override. API keys are read here at every start and never recorded.
+
+A ``[models.NAME]`` table is a profile: ``--model NAME`` (or ``--profile NAME``, or
+``model = "NAME"`` in a file) selects it, and its fields replace the top-level ones.
+"""
 
 from __future__ import annotations
 

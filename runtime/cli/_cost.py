@@ -1,4 +1,10 @@
-"""``stowage cost ID``: what a session cost, from its log."""
+"""``stowage cost ID``: what a session cost, from its log.
+
+Only reads (no lease, no lock file). Prices: ``[prices."MODEL"]`` in ``stowage.toml`` (or
+``STOWAGE_PRICES``), else genai-prices' table (the ``cost`` extra); a model neither knows
+costs "unknown", with the reason on stderr. ``--json`` writes one object whose money figures
+are decimal strings, exact (``jq '.usd | tonumber'``).
+"""
 
 from __future__ import annotations
 

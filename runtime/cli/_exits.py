@@ -1,8 +1,12 @@
 """What the command line says and returns when a command does not simply succeed.
 
-One exit status per meaning (``EXIT_STATUSES``, docs/reference/exit-statuses.md), so a script
-can tell a busy session from a broken endpoint; a store failure has its own, since its fix is on
-the machine (free space, permissions), not in the command.
+Exit statuses, one meaning each (``EXIT_STATUSES``, docs/reference/exit-statuses.md), so scripts
+can tell a busy session from a broken endpoint.
+
+A user error is one line on stderr, never a traceback. A storage failure has a status of its
+own because its fix is on the machine (free space, permissions), not in the command: a script
+that retries on 3 or 4 must not retry into a full disk, and one that reports 2 as a typo must
+not send the user to the options.
 """
 
 from __future__ import annotations

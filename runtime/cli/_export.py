@@ -1,5 +1,17 @@
 """``stowage export``: a session as Markdown (the whole log, or what the model sees now), as its
-log's JSONL records, or as the history a provider's request would carry (``WIRE_FORMATS``)."""
+log's JSONL records, or as the history a provider's request would carry (``WIRE_FORMATS``).
+
+The openai formats: a provider refuses a request that carries a tool call without its output, or an output without
+its call. A sound log may still hold calls without an output: the calls of a round that waits
+for a person's approval, and those of a round a stop left open (a resume gives them
+"interrupted" outputs). The export leaves such a call out, so the file can be sent as it is,
+and names each one it left out; the log, ``show`` and the markdown and jsonl exports keep them.
+
+Markdown: the whole log keeps everything a compaction took out of the model's view (the log holds it, so
+the export does too), with each compaction a marked section saying what it covered, why, the
+figures and the summary the model read from then on. ``current`` renders the history as the
+next request would carry it: the last summary, what was kept, and what came after.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""``stowage fork ID`` and ``stowage rewind ID --to ROUND``: new ways to go on from a round."""
+"""``stowage fork ID`` and ``stowage rewind ID --to ROUND``: new ways to go on from a round.
+
+Neither calls a model nor starts the session: a fork writes one record (where the new log
+comes from, see ``core._lineage``), a rewind appends one under the session's writer lease.
+``stowage resume`` then continues either, as it continues any session.
+"""
 
 from __future__ import annotations
 

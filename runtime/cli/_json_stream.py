@@ -1,4 +1,14 @@
-"""``--json`` of ``run``, ``resume`` and ``send --wait``: a turn as JSON lines on stdout."""
+"""``--json`` of ``run``, ``resume`` and ``send --wait``: a turn as JSON lines on stdout.
+
+One JSON object per line, each flushed as it happens, so a script can follow a turn with
+``for line in proc.stdout``. The schema is stable and versioned: every object has ``"v": 1``
+and a ``"type"``; a field is never removed or changed in meaning within a version, new fields
+and new types may be added (a reader skips what it does not know). Figures are the runtime's
+own: the events of the turn (``run``, ``resume``) or the records of its log (``send --wait``,
+whose turn ran in a worker); the turn's closing figures are those ``stowage context`` prints.
+
+The types and their fields are listed in docs/guides/sessions.md.
+"""
 
 from __future__ import annotations
 

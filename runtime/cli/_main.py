@@ -1,5 +1,13 @@
 """The ``stowage`` command line: ``main`` parses the words, runs the command's handler and turns
-what it raised into one line and an exit status (``_exits``)."""
+what it raised into one line and an exit status (``_exits``).
+
+Every command names its store the same way (``_store_args``); the parser and each command's
+options are in ``_parser``; the commands that run turns in ``_turns``, those that read a log
+back in ``_show`` and ``_sessions``, and each other command in a module of its own. Each
+handler (``_HANDLERS``) is imported when its command runs, so ``stowage --version`` and ``--help``
+load argparse and little else, and ``stowage list`` or ``show`` the store and the records, not
+the model client or the actors.
+"""
 
 from __future__ import annotations
 

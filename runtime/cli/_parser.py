@@ -1,8 +1,10 @@
 """The ``stowage`` parser: every command, its help line and its options, as one table.
 
-A command's options are listed as data (``_COMMANDS``): an argument of its own, or the name of a
-group several commands share (``_GROUPS``). They are added when the command is parsed or its
-help printed (``_parsing.CommandParser``), so ``--version`` and ``--help`` import no runtime.
+A command's options are listed as data (``_COMMANDS``): an argument of its own, or a group
+several commands share. They are added when the command is parsed or its help printed
+(``_parsing.CommandParser``), so ``stowage --version`` and ``--help`` load argparse and little
+else. The options every session command shares are listed before the command too; what is typed
+there is moved after the command word (``_parsing.hoist_globals``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,17 @@
-"""Subcommand parsers whose options are added when they are needed, so ``stowage --version`` and
-``--help`` import none of the runtime; options may come anywhere among the positionals."""
+"""Subcommand parsers whose options are added when they are needed.
+
+``stowage --version`` and ``stowage --help`` build the whole parser; the options of ``run`` come
+from the settings, those of ``load`` from the load engine, those of ``worker`` from the worker's
+defaults. A ``CommandParser`` adds them only when its command is parsed or its help printed,
+so the top-level parser imports none of the runtime. A command's options may come anywhere
+among its positionals (``stowage resume ID --store S "go on"``), as people type them. This
+module imports only the standard library.
+
+People type the options every session command shares (``--store``, ``--log-format``,
+``--log-level``) before the command as often as after it (``stowage --store S list``):
+``hoist_globals`` moves them after the command word, where the command's own parser reads them.
+A command word that names no command is one line with the nearest one (``unknown_command``).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,22 @@
 """The options a session runs with, shared by ``run``/``resume``/``compact`` and ``worker``: one
 parser section and one way to turn it into ``Settings``, tools (``--tools-from``, ``--mcp``,
-``--mcp-url``) and tracing, so they cannot drift apart."""
+``--mcp-url``) and tracing, so they cannot drift apart.
+
+Every option defaults to None, so that an option the user typed can be told from one left
+out: only typed options override a continued session's identity (see ``_config`` for the
+whole precedence). Where the tools come from (``--tools-from``, ``--mcp``, ``--mcp-url``) is
+part of that identity: a command that continues a session (``resume``, ``chat ID``,
+``approve``, ``deny``, ``compact``, ``milestone``, ``protect``) builds the tools its session
+recorded (``runtime_as_the_session``), so an approved call finds the tool it was asked of.
+
+MCP servers (``--mcp COMMAND``, ``--mcp-url URL``) are repeatable, in the order given; the ``mcp`` extra is needed only when one is used, and its
+absence is a one-line usage error (exit 2) naming the extra.
+
+Tracing (``STOWAGE_OTEL=1``, or ``otel = true`` in ``stowage.toml``): spans go to the global tracer provider, which the command does not set up: run it under
+``opentelemetry-instrument`` (opentelemetry-distro, configured by the standard ``OTEL_*``
+variables) or any ``sitecustomize`` that installs an SDK provider. Without one the spans cost
+nothing and go nowhere; without the ``otel`` extra the switch is a usage error naming it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""``stowage list`` and ``context``: what the store holds, read without a lease."""
+"""``stowage list`` and ``context``: what the store holds, read without a lease.
+
+Everything here only reads (``read(..., repair=False)``): it creates, locks and changes
+nothing, so it can run next to a live writer. The figures come from the same pure functions
+the runtime decides with (replay, token status, budget, watermarks), so ``context`` shows
+what the next request would carry and what the policy would do about it.
+"""
 
 from __future__ import annotations
 

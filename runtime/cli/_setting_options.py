@@ -1,4 +1,12 @@
-"""The command-line options of a session's settings, made from their declarations."""
+"""The command-line options of a session's settings, made from their declarations.
+
+Every setting that declares a flag (``setting(..., cli="--flag")`` in ``core._settings``)
+becomes one option here: its type, its choices (a ``Literal``), its bounds and its help come
+from the declaration, so the command line cannot disagree with the settings. Each defaults to
+None ("not typed"): the value then comes from the configuration, or from the session's
+identity when it continues. A flag that takes no value sets the value it declares
+(``--no-stream``: ``stream = False``).
+"""
 
 from __future__ import annotations
 

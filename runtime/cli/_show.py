@@ -1,5 +1,9 @@
 """``stowage show`` and ``stowage check``: a session's log read back, as a transcript for people
-(compactions with their figures) and as a verdict."""
+(compactions with their figures) and as a verdict.
+
+Both only read (no lease, no lock file; a torn last line is shown as it is and left alone),
+except ``check --repair``, which takes the writer's lease to cut an incomplete last line.
+"""
 
 from __future__ import annotations
 

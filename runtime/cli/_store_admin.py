@@ -1,4 +1,16 @@
-"""``stowage archive`` and ``stowage migrate``: keeping a long-lived SQL store's hot table small."""
+"""``stowage archive`` and ``stowage migrate``: keeping a long-lived SQL store's hot table small.
+
+``archive`` moves the records that a compaction older than the retention covers into the
+archive table, which resume never reads and ``show``/``export``/``fork``/``recall_artifact``
+still do (``stowage.storage``'s ``_archive`` says what moves). The retention is
+``--older-than`` (``30d``, ``12h``, ``3600``), else the ``archive_after`` setting; neither
+given, nothing is archived. ``migrate --partitions N`` hash-partitions PostgreSQL's records
+table by session.
+
+A JSONL store is refused: its log is one append-only file per session, which resume already
+reads from the newest compaction's byte offset on (the file is not re-read whole), so moving
+lines out would buy little and break the one-file-per-log rule every JSONL tool relies on.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Which store a command names, and how it is opened: one answer for every command."""
+"""Which store a command names, and how it is opened: one answer for every command.
+
+``--store``, else ``$STOWAGE_STORE``, else ``store`` in a ``stowage.toml``, else ``.stowage``: a
+directory (JSONL), a ``sqlite:///`` file or a ``postgresql://`` database, opened through
+``stowage.storage.open_store``. A writer may create the store; a reader never does, and says
+which path it looked at when there is nothing there.
+"""
 
 from __future__ import annotations
 

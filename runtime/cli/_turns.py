@@ -1,4 +1,21 @@
-"""``stowage run``, ``resume`` and ``chat``: the commands that run turns."""
+"""``stowage run``, ``resume`` and ``chat``: the commands that run turns.
+
+``run`` always starts a session, ``resume`` continues one (its recorded model, endpoint and
+tools; typed options override them, recorded), ``chat`` does either and goes on reading lines.
+A turn of ``run``/``resume`` is drawn as the chat draws it (``_chat_view.TurnView``: the answer
+on stdout, the status line and notices on stderr, never over each other; stdout that is not a
+terminal gets the committed answer once, when the turn ends, see there) or, with ``--json``,
+written as JSON lines (``_json_stream``); Ctrl-C interrupts it and logs it as interrupted
+(``_drive_turn``). ``resume`` without an id asks which session on a terminal
+(``_chat_prompt.pick_session``) and is a usage error elsewhere.
+
+A turn of ``run`` or ``resume`` runs through ``Session.stream``. The first SIGINT cancels the scope that reads the
+stream, which interrupts the turn as ``Session.stream`` promises: the model stream is dropped,
+running tools get an "interrupted" output, and the turn is logged as interrupted, so the next
+``resume`` starts a new turn after a closed one instead of finding the old one open. A second
+SIGINT while that is written ends the process at once (``KeyboardInterrupt``: the runtime
+writes nothing half-done).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,17 @@
 """``stowage worker``, ``send`` and ``workers``: workers sharing a PostgreSQL store, their senders,
-and the list of those that are up."""
+and the list of those that are up.
+
+``add_worker_commands(subparsers)`` adds the three to the ``stowage`` parser; each parsed namespace
+carries its handler as ``args.handler`` (an async function of the namespace returning the exit
+status). ``python -m stowage.cli._worker worker|send ...`` runs them on their own.
+
+``workers`` reads the store alone (``PostgresStore.live_workers``): each worker's own row, which it
+rewrites every lease-renew interval with its rounds so far (so an idle worker is listed too,
+and rounds/s is the difference of its last two beats), joined to the live leases (sessions
+held, oldest grant, newest renewal). A store object holding leases that never beats (a plain
+``stowage run``) is listed from its leases, without rounds/s. A worker that stopped deleted its
+row; one killed drops off once its row and leases expire (the lease TTL).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""A read-only web console over a store: sessions, each session's timeline, its context-size curve
-against the watermarks, and one card per compaction; live over server-sent events."""
+"""A read-only web console over a store: sessions, each session's timeline, its context-size
+curve against the watermarks, and one card per compaction; live over server-sent events.
+
+Needs the ``[server]`` extra (Starlette, uvicorn, Jinja2). ``stowage console`` starts it.
+"""
 
 from __future__ import annotations
 

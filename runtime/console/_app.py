@@ -1,9 +1,23 @@
 """The console as a Starlette app: two pages, their live fragments and a server-sent events feed.
 
-Read-only by construction; all model and tool text goes through Jinja2 with autoescape on, and
-every response carries a Content-Security-Policy (``SecurityHeaders``), the second wall: scripts
-only from ``/static``, nothing from another origin, no framing. A session's view is kept while the
-store does not change (``ViewCache``), so turning the pages of a long session folds its log once.
+Read-only by construction: the app holds a store it only ever calls ``list_sessions``,
+``read(..., repair=False)`` and ``read_tail(..., repair=False)`` on. Every piece of model or tool
+text, and anything a URL brings, goes through Jinja2 with autoescape on, so a tool output
+holding ``<script>`` is shown as text; errors are answered as ``text/plain``; and every response
+carries a Content-Security-Policy that runs no inline script (``SecurityHeaders``). Live updates: the
+page opens ``/events``; the server compares the store's fingerprint every ``poll`` seconds and
+sends ``change`` when it moved; the page then fetches its fragment.
+
+A long session's page shows its newest rounds and compactions; older ones come a page at a
+time (``_pages``), from a view kept while the store does not change (``ViewCache``).
+
+A view is kept with the store's fingerprint and the lease holder it was made at; any append
+anywhere in the store moves the fingerprint, and the next request makes the view again.
+
+The pages show what models and tools wrote; the templates escape it, and the policy below is
+the second wall: a script runs only from ``/static``, never inline, nothing is fetched from
+another origin, no other site frames the console. A dozen lines of ASGI rather than a
+dependency: the headers are fixed strings.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """One card per compaction and microcompaction, with the figures its record holds, and what
 the Compactions tile's colour says. Pure, no I/O; every figure is the log's (``stowage show``
-prints the same ones), never worked out again here."""
+prints the same ones), never worked out again here.
+"""
 
 from __future__ import annotations
 

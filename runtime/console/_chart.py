@@ -1,5 +1,12 @@
-"""The tokens-in-use chart as plain numbers for an SVG template: drawn on the server, so the page
-needs no chart library and works offline."""
+"""The tokens-in-use chart as plain numbers for an SVG template: drawn on the server, so the
+page needs no chart library and works offline.
+
+A chart stays small whatever the session's length: past ``MAX_POINTS`` rounds it draws the
+highest round of each run of rounds (the peaks are what the watermarks are about), and the
+compactions that fall on one pixel share one marker. Every point above the hard mark is
+marked with what followed it: the compaction that brought the session back, with that
+compaction's figures as its record holds them, or the error that stopped the turn.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""Paging a long session: the timeline by round, the compaction cards by record, newest first."""
+"""Paging a long session: the timeline by round, the compaction cards by record, newest first.
+
+A session of 10,000 rounds is one log of 40,000 records; a page shows ``PAGE_ROUNDS`` of its
+rounds and ``PAGE_CARDS`` of its compactions, and a link asks for the page before. Pages are
+cut at record numbers (seq), which never change once written, so the page a reader scrolled to
+stays put while the session grows: a live refresh asks for everything from the first record
+it shows (``from``), and the older pages below it are still the right ones.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The timeline of one page of a session: an entry per item, round end, turn mark, compaction,
 protected change, milestone and error, for the records in a seq range only (a page of a
-10,000-round session builds its ten rounds' entries, not 40,000). Pure, no I/O."""
+10,000-round session builds its ten rounds' entries, not 40,000). Pure, no I/O.
+"""
 
 from __future__ import annotations
 

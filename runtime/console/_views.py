@@ -1,4 +1,8 @@
-"""What the console shows, worked out from a session's records: pure functions, no I/O."""
+"""What the console shows, worked out from a session's records: pure functions, no I/O.
+
+Every figure here is a fold over the log (the source of truth), so the console, ``stowage
+show`` and the log agree by construction. Text stays text: templates escape it.
+"""
 
 from __future__ import annotations
 
