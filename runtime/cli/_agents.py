@@ -24,10 +24,9 @@ _HEADING_AT = re.compile(r"(?:^|\n\n)# AGENTS\.md: instructions from [^\n]*\n")
 
 def agents_text(given: str | None, *, cwd: Path | None = None) -> tuple[Path, str] | None:
     """The instructions to read: the file ``given`` names (``--agents FILE``; ``""`` for
-    ``--no-agents``), else ``AGENTS.md`` in ``cwd`` when there is one; None for none.
-
-    Raises ``ConfigError`` naming the file when it cannot be read as UTF-8 text (a missing
-    ``--agents`` file included; a missing AGENTS.md is simply none)."""
+    ``--no-agents``), else ``AGENTS.md`` in ``cwd`` when there is one; None for none. Raises
+    ``ConfigError`` naming the file when it cannot be read as UTF-8 text (a missing ``--agents``
+    file included; a missing AGENTS.md is simply none)."""
     from stowage.core import ConfigError
 
     if given == "":

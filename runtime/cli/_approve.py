@@ -12,62 +12,16 @@ approved, so an approval is never spent on an "unknown tool" error.
 from __future__ import annotations
 
 import argparse
-import functools
-import os
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from ._parsing import fill_later
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from stowage.core import Event, FunctionCall, LogStore
+    from stowage.core import FunctionCall, LogStore
 
     from ._run_options import SessionSetup
 
-__all__ = ["add_approval_commands", "approval_main"]
-
-_STORE_ENV = "STOWAGE_STORE"
-_DEFAULT_STORE = ".stowage"
-
-
-def add_approval_commands(
-    sub: Any, common: Callable[[argparse.ArgumentParser], None] | None = None
-) -> None:
-    """Add ``approve`` and ``deny`` to the subcommands ``sub``; ``common`` adds the options
-    every command shares (``--store``, logging)."""
-    for name, text in (
-        ("approve", "approve call CALL_ID of session ID: it runs and the turn goes on"),
-        ("deny", "deny call CALL_ID of session ID: it gets a denied output and the turn goes on"),
-    ):
-        parser = sub.add_parser(name, help=text)
-        # the options are added when the command is used (see ``_parsing``)
-        fill_later(parser, functools.partial(_options, deny=name == "deny", common=common))
-
-
-def _options(
-    parser: argparse.ArgumentParser,
-    *,
-    deny: bool,
-    common: Callable[[argparse.ArgumentParser], None] | None,
-) -> None:
-    from ._mcp_options import add_mcp_options
-    from ._run_options import add_model_options
-
-    parser.add_argument("session", help="session id (see 'stowage list')")
-    parser.add_argument("call_id", help="the call's id (see 'stowage show ID')")
-    if deny:
-        parser.add_argument("--reason", default=None, help="why: the model reads it")
-    # the turn goes on: the session's model and tools options, as for resume
-    add_model_options(parser, system_help=argparse.SUPPRESS)
-    add_mcp_options(parser)
-    if common is not None:
-        common(parser)
-    else:
-        parser.add_argument("--store", default=None)
-        parser.add_argument("--log-format", choices=["console", "json"], default="console")
-        parser.add_argument("--log-level", default="warning")
+__all__ = ["approval_main"]
 
 
 def _check_tool_offered(
@@ -90,9 +44,8 @@ def _check_tool_offered(
 async def _check_before_starting(
     store: LogStore, session_id: str, call_id: str, setup: SessionSetup
 ) -> None:
-    """``_check_tool_offered`` against the log, before the runtime starts: a refused
-    approval writes nothing, not even the overrides typed with it. MCP tools are known only
-    once their servers run: with any, the check waits for the runtime."""
+    """``_check_tool_offered`` against the log, before the runtime starts: a refused approval writes
+    nothing, not even the overrides typed with it."""
     from stowage.core import replay
     from stowage.tools import workspace_tools
 
@@ -110,40 +63,20 @@ async def _check_before_starting(
     _check_tool_offered(session_id, pending, call_id, offered)
 
 
-def _notice(event: Event) -> None:
-    """An override typed now (it is recorded in the log), and a torn last line cut on open:
-    one line each on stderr."""
-    from stowage.core import LogRepaired, SettingsChanged
-
-    from ._run_options import repair_notice, settings_notice
-
-    if isinstance(event, SettingsChanged):
-        print(settings_notice(event), file=sys.stderr)
-    elif isinstance(event, LogRepaired):
-        print(repair_notice(event), file=sys.stderr)
-
-
 async def approval_main(args: argparse.Namespace) -> int:
-    """Answer the approval and run the rest of the turn, as the session; prints its answer
-    (or which calls still wait). Returns 0.
+    """Answer the approval and run the rest of the turn, as the session; prints its answer (or which
+    calls still wait). Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2),
+    ``ConfigError`` (the call's tool is not offered here: nothing is approved), and what
+    ``Runtime.resume`` raises; the CLI turns them into its exit statuses."""
+    from stowage.core import validate_session_id
 
-    Raises ``ApprovalError`` (no such call awaits approval: usage, exit 2), ``ConfigError``
-    (the call's tool is not offered here: nothing is approved), and what ``Runtime.resume``
-    raises; the CLI turns them into its exit statuses.
-    """
-    from stowage.core import lineage_store, validate_session_id
-    from stowage.storage import open_store
-
-    from ._mcp_options import mcp_servers_from
-    from ._run_options import as_the_session
+    from ._run_options import as_the_session, mcp_servers_from, say_opening
+    from ._store_args import open_cli_store, store_fields
 
     session_id = validate_session_id(args.session)
     mcp_servers_from(args)  # before anything opens: a missing extra is a usage error
-    spec = args.store or os.environ.get(_STORE_ENV) or _DEFAULT_STORE
-    # as every command sees a store: a fork reads its parent's records
-    store = lineage_store(open_store(spec, durability=getattr(args, "durability", None) or "fsync"))
-    store_dir = Path(_DEFAULT_STORE) if "://" in spec else Path(spec)
-    setup = await as_the_session(args, store, session_id, store=store_dir)
+    store = open_cli_store(args)
+    setup = await as_the_session(args, store, session_id, **store_fields(args))
     if args.command == "approve":
         try:
             await _check_before_starting(store, session_id, args.call_id, setup)
@@ -151,7 +84,7 @@ async def approval_main(args: argparse.Namespace) -> int:
             await store.aclose()
             raise
     async with setup.runtime(store) as rt:
-        rt.subscribe(_notice)
+        rt.subscribe(say_opening)
         session = await rt.resume(session_id)
         if args.command == "approve":
             offered = set(rt.tools.names())

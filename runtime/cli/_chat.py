@@ -32,43 +32,27 @@ import anyio
 from stowage.core import Event, LogStore, ModelError, ProtectedStateViolation, Settings
 from stowage.facade import Session, TurnResult
 
-from ._chat_actions import QUIT, ChatHost, Outcome, Sessions, SessionSwitch, Subscribe, run_command
-from ._chat_commands import Command, PromptCancelled, Unknown, parse_line
-from ._chat_view import TurnView, approval_line, footer_line
+from ._chat_commands import (
+    QUIT,
+    ChatHost,
+    Command,
+    Outcome,
+    PromptCancelled,
+    Sessions,
+    SessionSwitch,
+    Subscribe,
+    Unknown,
+    parse_line,
+    run_command,
+)
+from ._chat_view import StatusLine, TurnView, approval_line, footer_line
 from ._exits import error_line
 from ._sessions import read_turn_figures
-from ._status import StatusLine
 
-__all__ = ["LineReader", "chat_loop", "confirm_new"]
+__all__ = ["chat_loop", "confirm_new"]
 
 _HINT = "(Ctrl-C again or Ctrl-D to leave)"
 _APPROVE = "approve? [y/n] "
-
-
-class LineReader:
-    """Lines from a file descriptor, read without blocking the event loop; None at EOF."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._buffer = b""
-        self._eof = False
-        # a regular file is always readable and cannot be polled: read it straight away
-        self._plain_file = stat.S_ISREG(os.fstat(fd).st_mode)
-
-    async def readline(self) -> str | None:
-        while b"\n" not in self._buffer and not self._eof:
-            if not self._plain_file:
-                await anyio.wait_readable(self.fd)
-            chunk = os.read(self.fd, 65536)
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
-        if not self._buffer:
-            return None
-        line, _, rest = self._buffer.partition(b"\n")
-        self._buffer = rest
-        return line.decode("utf-8", errors="replace")
 
 
 class _Input(Protocol):
@@ -92,13 +76,7 @@ async def chat_loop(
     err: TextIO | None = None,
 ) -> int:
     """Read a line, run it as a turn (streamed to ``out``) or as a slash command, until EOF,
-    ``/quit`` or a second Ctrl-C. ``settings`` (what the session runs with), ``subscribe``
-    (the runtime's events) and ``open_store`` (a read-only opening of its store) serve the
-    commands that need them; ``notices`` says in a line what the runtime says besides the
-    turn (compactions, repairs), or None; ``sessions`` lets ``/fork``, ``/rewind`` and
-    ``/new`` move the chat to another session. After each turn a footer says how full the
-    session is (read from its log, as ``stowage context`` reads it) when ``open_store`` is
-    given. Returns the exit status; raises what ends the session
+    ``/quit`` or a second Ctrl-C. Returns the exit status; raises what ends the session
     (``SessionFailed``, ...) and ``ConfigError`` when the terminal UI cannot be loaded."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -135,7 +113,7 @@ async def chat_loop(
 
         reader = TerminalInput(history=history_file(), pending=lambda: _waiting(current[0].session))
     else:
-        reader = _PlainInput(LineReader(stdin_fd), err, prompt=interactive)
+        reader = _PlainInput(stdin_fd, err, prompt=interactive)
     print(
         f"session {session.id}; Ctrl-C stops a turn, Ctrl-D leaves, /help lists commands", file=err
     )
@@ -160,24 +138,44 @@ def _waiting(session: Session) -> Sequence[str]:
 
 
 class _PlainInput:
-    """Lines as they come from ``reader``; "> " on ``err`` first when stdin is a terminal."""
+    """Lines from a file descriptor as they come, read without blocking the event loop (None at
+    EOF); "> " on ``err`` first when stdin is a terminal."""
 
-    def __init__(self, reader: LineReader, err: TextIO, *, prompt: bool) -> None:
-        self._reader = reader
+    def __init__(self, fd: int, err: TextIO, *, prompt: bool) -> None:
+        self.fd = fd
         self._err = err
         self._prompt = prompt
+        self._buffer = b""
+        self._eof = False
+        # a regular file is always readable and cannot be polled: read it straight away
+        self._plain_file = stat.S_ISREG(os.fstat(fd).st_mode)
 
     async def line(self) -> str | None:
         if self._prompt:
             self._err.write("> ")
             self._err.flush()
-        line = await self._reader.readline()
+        line = await self._readline()
         if line is None and self._prompt:
             self._err.write("\n")
         return line
 
     async def ask(self, question: str) -> str | None:
         return None  # never asked: a script's next line is not an answer
+
+    async def _readline(self) -> str | None:
+        while b"\n" not in self._buffer and not self._eof:
+            if not self._plain_file:
+                await anyio.wait_readable(self.fd)
+            chunk = os.read(self.fd, 65536)
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._eof = True
+        if not self._buffer:
+            return None
+        line, _, rest = self._buffer.partition(b"\n")
+        self._buffer = rest
+        return line.decode("utf-8", errors="replace")
 
 
 class _Chat:

@@ -1,14 +1,18 @@
-"""The chat's input on a terminal, on prompt_toolkit: line editing, a history kept across
-chats, bracketed paste, Esc Enter (Alt-Enter) for a new line, and completion of the slash
-commands.
+"""Input on a terminal, on prompt_toolkit: the chat's lines (editing, a history kept across chats,
+bracketed paste, Esc Enter for a new line, completion of the slash commands) and the picker of
+``stowage resume`` without an id.
 
-Only ``stowage chat`` on a terminal imports this module (and so prompt_toolkit): piped input
+Only ``stowage chat`` (and ``resume`` without an id) on a terminal imports this module (and so prompt_toolkit): piped input
 and every other command never pay for it. The history is a file of its own, never the session
 log: what was typed includes slash commands the model never sees, and the log is what the
 model was sent. It lives in ``$XDG_STATE_HOME/stowage/chat_history`` (by default
 ``~/.local/state/stowage/chat_history``), one for every store, as a shell keeps one history
 for every directory; it is created readable by its owner only. A history that cannot be
 read or written is skipped, never an error: the chat must not fail on it.
+
+The picker lists the most recently active sessions are listed newest first, numbered, with what ``stowage list``
+says of each; the answer is a number or an id (completed as it is typed), on prompt_toolkit.
+Ctrl-C, Ctrl-D or an empty answer leave without continuing anything.
 """
 
 from __future__ import annotations
@@ -32,9 +36,21 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the [cli] extra brings 
         "pip install 'stowage-runtime[cli]' (or pipe the input for the plain line mode)"
     ) from exc
 
-from ._chat_commands import PromptCancelled, matching
+import sys
 
-__all__ = ["SlashCompleter", "TerminalInput", "history_file"]
+from stowage.core import LogStore
+
+from ._chat_commands import PromptCancelled, matching
+from ._sessions import SessionSummary, recent_sessions
+
+__all__ = [
+    "SlashCompleter",
+    "TerminalInput",
+    "choice_of",
+    "history_file",
+    "pick_session",
+    "picker_lines",
+]
 
 
 def history_file(env: Mapping[str, str] | None = None) -> Path | None:
@@ -153,3 +169,58 @@ class TerminalInput:
         except (EOFError, PromptCancelled):
             return None
         return answer.strip().lower()
+
+
+#: how many sessions the picker lists
+_SHOWN = 15
+
+
+def picker_lines(rows: Sequence[SessionSummary]) -> list[str]:
+    """The numbered list the picker shows. Raises nothing."""
+    lines = []
+    for number, row in enumerate(rows, 1):
+        used = "" if row.percent_of_usable is None else f", {row.percent_of_usable:.0f}% full"
+        when = row.last_activity[:16].replace("T", " ")
+        turns = f"{row.turns} turn{'s' if row.turns != 1 else ''}"
+        lines.append(f"  {number:>2}. {row.id:<28} {when}  {turns}{used}  ({row.model})")
+    return lines
+
+
+def choice_of(answer: str, rows: Sequence[SessionSummary]) -> str | None:
+    """The session id ``answer`` picks: a number of the list or an id in it; None for
+    anything else. Raises nothing."""
+    answer = answer.strip()
+    if answer.isdigit() and 1 <= int(answer) <= len(rows):
+        return rows[int(answer) - 1].id
+    return answer if any(row.id == answer for row in rows) else None
+
+
+async def pick_session(store: LogStore) -> str | None:
+    """Ask on the terminal which of the store's recent sessions to continue (``store`` is closed
+    after reading); None when the user leaves without picking. Raises ``SessionNotFound`` when the
+    store holds no session."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import WordCompleter
+    from stowage.core import SessionNotFound
+
+    rows = (await recent_sessions(store))[:_SHOWN]
+    if not rows:
+        raise SessionNotFound("no session in this store to resume: start one with 'stowage run'")
+    print("recent sessions:", file=sys.stderr)
+    for line in picker_lines(rows):
+        print(line, file=sys.stderr)
+    asking: PromptSession[str] = PromptSession(
+        completer=WordCompleter([row.id for row in rows]), complete_while_typing=True
+    )
+    question = f"resume which? [1-{len(rows)} or an id, Enter to leave] "
+    while True:
+        try:
+            answer = await asking.prompt_async(question)
+        except (EOFError, KeyboardInterrupt):
+            return None
+        if not answer.strip():
+            return None
+        picked = choice_of(answer, rows)
+        if picked is not None:
+            return picked
+        print(f"  {answer.strip()!r} is not in the list", file=sys.stderr)

@@ -25,6 +25,15 @@ attempt that is abandoned after some of its text was shown is marked on stderr w
 after it. At most ``answer_cap`` characters (``max_answer_chars``) are streamed in a turn: an
 answer refused as too large does not flood the terminal, and what the cap held back of the
 committed answer is written when the turn ends.
+
+``AnswerStream`` is pure state, no I/O: ``TurnView`` asks it what to write. A turn's text streams attempt by
+attempt (a round's request may be abandoned and sent again, see ``AttemptAbandoned``); each
+delta is shown while the turn's budget lasts, and when the answer commits, ``rest`` says what
+of it is still to be written: nothing when its attempt streamed whole, the part the budget
+held back, or all of it on a row of its own when what was shown is not its beginning.
+
+The status line (``StatusLine``) is drawn with rich's ``Live`` on the terminal only: when stderr
+is not a terminal nothing of it is written; it is one row, cut to the terminal's width.
 """
 
 from __future__ import annotations
@@ -36,28 +45,39 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
 from stowage.core import (
     AssistantDelta,
     AttemptAbandoned,
+    CompactionDecided,
+    CompactionWaited,
     Event,
     FunctionCall,
     FunctionCallOutput,
+    HistoryCompacted,
     Item,
+    Microcompacted,
+    ModelRetrying,
     RoundCommitted,
     RoundStarted,
     ToolFinished,
+    ToolStarted,
 )
 from stowage.facade import TurnResult
 
-from ._answer_stream import AnswerStream
 from ._sessions import TurnFigures
-from ._status import StatusLine, describe
 
 __all__ = [
+    "AnswerStream",
+    "StatusLine",
     "TurnView",
     "abandoned_line",
     "approval_line",
     "call_text",
+    "describe",
     "first_line",
     "footer_line",
     "reaches_screen_later",
@@ -165,11 +185,8 @@ def reaches_screen_later(stream: TextIO) -> bool:
 
 @dataclass(eq=False)
 class TurnView:
-    """Draws one session's turns; ``history`` is the session's live history, read for the
-    arguments and results of the calls that ``ToolFinished`` names. ``tool_lines``: a line
-    for each finished call (the chat's; ``run`` shows them on a terminal only).
-    ``answer_cap``: the most characters of answer text streamed to ``out`` in a turn (None:
-    no cap); text is streamed only when ``out`` is a terminal."""
+    """Draws one session's turns; ``history`` is the session's live history, read for the arguments
+    and results of the calls that ``ToolFinished`` names."""
 
     out: TextIO
     err: TextIO
@@ -315,3 +332,138 @@ class TurnView:
             self.write("[interrupted]\n")
         else:
             self.say("[interrupted]")
+
+
+@dataclass(eq=False)
+class AnswerStream:
+    """A turn's streamed text against ``cap`` characters (None: no cap)."""
+
+    cap: int | None = None
+    #: characters the turn may still show (``cap`` when it begins)
+    _left: int | None = None
+    #: the newest attempt's text as shown, and whether the budget held some of it back
+    _shown: list[str] = field(default_factory=list)
+    _clipped: bool = False
+
+    def begin(self) -> None:
+        """A turn starts: the whole budget again."""
+        self._left = self.cap
+        self.new_attempt()
+
+    def new_attempt(self) -> None:
+        """A round's (next) request starts: what the last one showed is not the answer."""
+        self._shown.clear()
+        self._clipped = False
+
+    @property
+    def showing(self) -> bool:
+        """Whether the newest attempt has put text on the terminal."""
+        return bool(self._shown)
+
+    def take(self, text: str) -> str:
+        """What of the delta ``text`` to show: as much as the turn's budget leaves."""
+        shown = text if self._left is None else text[: self._left]
+        if self._left is not None:
+            self._left -= len(shown)
+        self._clipped = self._clipped or len(shown) < len(text)
+        if shown:
+            self._shown.append(shown)
+        return shown
+
+    def rest(self, answer: str) -> tuple[str, bool]:
+        """What of the committed ``answer`` is still to be written, and whether it starts a
+        row of its own (what was shown of the attempt is not its beginning)."""
+        if self._shown and not self._clipped:
+            return "", False  # streamed whole
+        shown = "".join(self._shown)
+        if answer.startswith(shown):
+            return answer[len(shown) :], False
+        return answer, True
+
+
+def describe(event: Event) -> str | None:
+    """What the status line says after ``event`` (None: leave it as it is). Raises nothing."""
+    match event:
+        case RoundStarted(round=round_, tokens=tokens):
+            size = f", ~{tokens:,} tokens" if tokens is not None else ""
+            return f"calling the model (round {round_}{size})"
+        case ToolStarted(name=name):
+            return f"running {name}"
+        case ToolFinished(name=name):
+            return f"{name} done"
+        case RoundCommitted():
+            return "round written"
+        case CompactionDecided(action=action, tokens=tokens) if action in ("compact", "block"):
+            figure = f"{tokens:,}" if tokens is not None else "?"
+            return f"compacting {figure} -> ?"
+        case CompactionWaited(seconds=seconds):
+            return f"waited {seconds:.1f} s for compaction"
+        case HistoryCompacted(tokens_before=before, tokens_after=after):
+            if before is None or after is None:
+                return "compacted"
+            return f"compacted {before:,} -> {after:,}"
+        case Microcompacted(stubbed=stubbed):
+            return f"stubbed {stubbed} old tool outputs"
+        case ModelRetrying(delay=delay, rate_limited=True):
+            return f"waiting on rate limit {delay:.0f} s"
+        case ModelRetrying(delay=delay, attempt=attempt, error=error):
+            return f"{error}: retrying in {delay:.1f} s (attempt {attempt + 1})"
+    return None
+
+
+@dataclass(eq=False)
+class StatusLine:
+    """A spinner with one line of text on ``console`` (stderr), shown only on a terminal."""
+
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    _live: Live | None = None
+    _spinner: Spinner | None = None
+    _text: str = "working"
+
+    @property
+    def enabled(self) -> bool:
+        return self.console.is_terminal
+
+    @property
+    def shown(self) -> bool:
+        """Whether the line is on the screen now."""
+        return self._live is not None
+
+    def show(self, text: str | None = None) -> None:
+        """Show (or change) the line; drawn at once, not at the next refresh."""
+        if text is not None:
+            self._text = text
+        if not self.enabled:
+            return
+        # one row, whatever the width: a wrapped status would leave its first rows behind
+        # (the spinner and a space take 2 cells; the last column is left free)
+        line = Text(self._text)
+        line.truncate(max(1, self.console.width - 3), overflow="ellipsis")
+        if self._live is None or self._spinner is None:
+            self._spinner = Spinner("dots", text=line, style="green")
+            self._live = Live(
+                self._spinner,
+                console=self.console,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
+            )
+            self._live.start(refresh=True)
+        else:
+            self._spinner.update(text=line)
+            self._live.refresh()
+
+    def hide(self) -> None:
+        """Take the line down (before anything else is written to the terminal)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = self._spinner = None
+
+    def on_event(self, event: Event) -> None:
+        """A subscriber: hides for streamed text, shows what ``describe`` says otherwise."""
+        if isinstance(event, AssistantDelta):
+            self.hide()
+            return
+        text = describe(event)
+        if text is not None:
+            self.show(text)

@@ -1,12 +1,17 @@
-"""``stowage compact ID`` and ``stowage milestone ID NAME``: as the session, with the model,
-endpoint, settings and tools it recorded (``runtime_as_the_session``); an option typed is an
-override, recorded."""
+"""``stowage compact``, ``milestone`` and ``protect``: one change to a session, made as the session
+(the model, endpoint, settings and tools it recorded); a typed option is an override, recorded.
+
+A protect goes through a resumed session, like any other user input, so it is checked,
+logged as a ``protected`` record and serialized with turns; nothing here writes the log itself.
+It resumes the session as itself (its model, endpoint, window and tools, as recorded): a
+protect calls no model, but resuming checks that the session's window still holds what every
+request carries, and that is the session's own window and tools, not the offline model's.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from stowage.core import (
     CompactionFailed,
@@ -14,76 +19,68 @@ from stowage.core import (
     CompactionWaited,
     Event,
     HistoryCompacted,
-    LogRepaired,
-    LogStore,
     MilestoneReached,
-    SettingsChanged,
+    render,
 )
 from stowage.facade import Runtime
 
-from ._run_options import repair_notice, runtime_as_the_session, settings_notice
+from ._run_options import runtime_as_the_session, say_opening
+from ._store_args import open_cli_store, store_fields
 
-__all__ = ["add_compact_arguments", "add_milestone_arguments", "compact_main", "milestone_main"]
+__all__ = [
+    "compact_main",
+    "milestone_main",
+    "protect_main",
+]
 
 
-def add_compact_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage compact ID [--focus TEXT] [--reground]``."""
-    parser.add_argument("session")
-    parser.add_argument("--focus", default=None, help="what the summary must cover in full detail")
-    parser.add_argument(
-        "--reground",
-        action="store_true",
-        help="make the summary from the log's original records since the last re-grounded "
-        "compaction, not from the summary before it",
+async def _as_the_session(args: argparse.Namespace) -> Runtime:
+    """The runtime session ``args.session`` continues in; the store is closed on a failure."""
+    return await runtime_as_the_session(
+        args, open_cli_store(args), args.session, **store_fields(args)
     )
-
-
-async def _as_the_session(
-    args: argparse.Namespace,
-    store: LogStore,
-    store_dir: Path,
-    durability: str | None,
-    **extra: object,
-) -> Runtime:
-    """The runtime session ``args.session`` continues in (typed options over its identity,
-    recorded); the store is closed on a failure."""
-    extra["store"] = store_dir
-    if durability is not None:
-        extra["durability"] = durability
-    return await runtime_as_the_session(args, store, args.session, **extra)
 
 
 def _report(event: Event) -> None:
     if isinstance(event, CompactionFailed):
         fallback = "; falling back to the no-model digest" if event.fallback else ""
         print(f"[summary attempt {event.attempt} failed: {event.error}{fallback}]", file=sys.stderr)
-    elif isinstance(event, SettingsChanged):
-        print(settings_notice(event), file=sys.stderr)
-    elif isinstance(event, LogRepaired):
-        print(repair_notice(event), file=sys.stderr)
     elif isinstance(event, CompactionWaited):
         print(f"[waited {event.seconds:.2f}s for compaction: {event.reason}]", file=sys.stderr)
+    else:
+        say_opening(event)
 
 
-async def compact_main(
-    args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
-) -> int:
-    """Compact session ``args.session`` of ``store`` now, with the session's own model and
-    endpoint (typed options override them, recorded); prints the figures.
+async def protect_main(args: argparse.Namespace) -> int:
+    """Apply the options to session ``args.session``, as the session (typed model
+    options override its identity, recorded), and print its protected state. Raises
+    ``SessionNotFound``, ``ProtectedStateViolation`` (nothing changed), ``ConfigError`` and what
+    ``Runtime.resume`` raises (``SessionBusy`` among them); the CLI turns them into its exit
+    statuses."""
+    async with await _as_the_session(args) as rt:
+        rt.subscribe(say_opening)
+        session = await rt.resume(args.session)
+        state = await session.protect(
+            objective=args.objective,
+            add_constraints=args.constraint,
+            drop_constraints=args.drop_constraint,
+        )
+    sys.stdout.write((render(state) or "(no protected state)") + "\n")
+    return 0
 
-    A compaction that would not make history smaller is not written: that is said, and the
-    status is still 0. Returns the exit status; raises what ``Runtime.resume`` raises
-    (``SessionBusy`` among them) and ``ConfigError``.
-    """
-    runtime = await _as_the_session(args, store, store_dir, durability)
-    compacted: list[HistoryCompacted] = []
-    skipped: list[CompactionSkipped] = []
-    async with runtime as rt:
+
+async def compact_main(args: argparse.Namespace) -> int:
+    """Compact session ``args.session`` now, with the session's own model and endpoint
+    (typed options override them, recorded); prints the figures. Returns the exit status; raises
+    what ``Runtime.resume`` raises (``SessionBusy`` among them) and ``ConfigError``."""
+    events: list[Event] = []
+    async with await _as_the_session(args) as rt:
         rt.subscribe(_report)
-        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
-        rt.subscribe(lambda e: skipped.append(e) if isinstance(e, CompactionSkipped) else None)
+        rt.subscribe(events.append)
         session = await rt.resume(args.session)
         done = await session.compact(args.focus, reground=args.reground)
+    compacted = [e for e in events if isinstance(e, HistoryCompacted)]
+    skipped = [e for e in events if isinstance(e, CompactionSkipped)]
     if not done or not compacted:
         why = f": {skipped[-1].reason}" if skipped else ""
         print(f"{args.session}: nothing compacted{why}")
@@ -97,30 +94,18 @@ async def compact_main(
     return 0
 
 
-def add_milestone_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage milestone ID NAME [--note TEXT]``."""
-    parser.add_argument("session")
-    parser.add_argument("name", help="the phase of the work that ended")
-    parser.add_argument("--note", default=None, help="what it found or left, in a sentence")
-
-
-async def milestone_main(
-    args: argparse.Namespace, store: LogStore, *, store_dir: Path, durability: str | None
-) -> int:
-    """Record milestone ``args.name`` of session ``args.session``, as the session (its own
-    model and endpoint: above the soft mark it compacts there); prints what happened.
-
-    Returns the exit status; raises what ``Runtime.resume`` raises and ``ConfigError``.
-    """
-    runtime = await _as_the_session(args, store, store_dir, durability)
-    compacted: list[HistoryCompacted] = []
-    reached: list[MilestoneReached] = []
-    async with runtime as rt:
+async def milestone_main(args: argparse.Namespace) -> int:
+    """Record milestone ``args.name`` of session ``args.session``, as the session (its own model and
+    endpoint: above the soft mark it compacts there); prints what happened. Returns the exit status;
+    raises what ``Runtime.resume`` raises and ``ConfigError``."""
+    events: list[Event] = []
+    async with await _as_the_session(args) as rt:
         rt.subscribe(_report)
-        rt.subscribe(lambda e: compacted.append(e) if isinstance(e, HistoryCompacted) else None)
-        rt.subscribe(lambda e: reached.append(e) if isinstance(e, MilestoneReached) else None)
+        rt.subscribe(events.append)
         session = await rt.resume(args.session)
         await session.milestone(args.name, args.note)
+    compacted = [e for e in events if isinstance(e, HistoryCompacted)]
+    reached = [e for e in events if isinstance(e, MilestoneReached)]
     where = f" at round {reached[-1].round} of turn {reached[-1].turn}" if reached else ""
     print(f"{args.session}: milestone {args.name!r} recorded{where}")
     for event in compacted:

@@ -42,9 +42,7 @@ CONFIG_NAME = "stowage.toml"
 
 
 class ProfileBase(BaseModel):
-    """One ``[models.NAME]`` table: an endpoint and what is known about its model. Its keys
-    are the settings that declare ``profile=True`` (``ModelProfile`` is made from them); the
-    key is secret here."""
+    """One ``[models.NAME]`` table: an endpoint and what is known about its model."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,13 +50,7 @@ class ProfileBase(BaseModel):
 
 
 class ConfigBase(BaseSettings):
-    """Every configured value; None where nothing was configured (the default applies). The
-    keys are the settings that declare ``config=True`` (``StowageConfig`` is made from them),
-    plus what only the command line reads: the store, MCP servers, tracing, profiles.
-
-    ``StowageConfig()`` reads the ``STOWAGE_*`` variables; ``model_validate`` (which runs no
-    settings source) checks what a ``stowage.toml`` holds: an unknown key is an error.
-    """
+    """Every configured value; None where nothing was configured (the default applies)."""
 
     model_config = SettingsConfigDict(env_prefix="STOWAGE_", extra="forbid")
 
@@ -129,11 +121,7 @@ def user_config_path() -> Path:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    """The validated values of one file, or {} when it does not exist.
-
-    Raises ``ConfigError`` naming the file and the key for bad TOML, an unknown key or a bad
-    value.
-    """
+    """The validated values of one file, or {} when it does not exist."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -179,12 +167,9 @@ class ConfigLayers:
 
 
 def load_config(*, project_dir: Path | None = None) -> ConfigBase:
-    """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed
-    options are applied over it by the caller). Read once per distinct input: a command asks
-    for it several times, and the files (path, size, time) and the variables are the key.
-
-    Raises ``ConfigError`` naming the file (or variable) and key.
-    """
+    """The configuration: ``STOWAGE_*`` over ``./stowage.toml`` over the user's file (typed options
+    are applied over it by the caller). Raises ``ConfigError`` naming the file (or variable) and
+    key."""
     return load_layers(project_dir=project_dir).config
 
 

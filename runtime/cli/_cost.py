@@ -22,20 +22,12 @@ if TYPE_CHECKING:
     from stowage.policy import CompactionCost, CostReport, Prices
 
 __all__ = [
-    "add_cost_arguments",
     "configured_prices",
     "cost_json",
     "cost_lines",
     "cost_main",
     "exact_usd",
 ]
-
-
-def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session")
-    parser.add_argument(
-        "--json", action="store_true", help="the figures as one JSON object (money as strings)"
-    )
 
 
 def configured_prices() -> Prices:
@@ -53,18 +45,16 @@ def exact_usd(usd: Decimal | None) -> str | None:
     return None if usd is None else format(usd.normalize(), "f")
 
 
+#: the figures of a compaction in ``--json``, in order; the money ones as exact decimals
+_COMPACTION_FIELDS: tuple[str, ...] = ("seq", "round", "kind", "usd", "removed_tokens")
+_COMPACTION_FIELDS += ("rounds_after", "input_saved", "uncached_saved", "usd_saved", "net_usd")
+_RESUME_FIELDS = ("seq", "round", "ts", "input_tokens", "cached_tokens", "share")
+
+
 def _compaction_json(c: CompactionCost) -> dict[str, Any]:
+    values = {name: getattr(c, name) for name in _COMPACTION_FIELDS}
     return {
-        "seq": c.seq,
-        "round": c.round,
-        "kind": c.kind,
-        "usd": exact_usd(c.usd),
-        "removed_tokens": c.removed_tokens,
-        "rounds_after": c.rounds_after,
-        "input_saved": c.input_saved,
-        "uncached_saved": c.uncached_saved,
-        "usd_saved": exact_usd(c.usd_saved),
-        "net_usd": exact_usd(c.net_usd),
+        k: exact_usd(v) if k in ("usd", "usd_saved", "net_usd") else v for k, v in values.items()
     }
 
 
@@ -85,17 +75,7 @@ def cost_json(session_id: str, report: CostReport) -> dict[str, Any]:
         "cached_share": report.cached_share,
         "sources": sorted({r.source for r in report.requests if r.usd is not None}),
         "compactions": [_compaction_json(c) for c in report.compactions],
-        "resumes": [
-            {
-                "seq": r.seq,
-                "round": r.round,
-                "ts": r.ts,
-                "input_tokens": r.input_tokens,
-                "cached_tokens": r.cached_tokens,
-                "share": r.share,
-            }
-            for r in report.resumes
-        ],
+        "resumes": [{name: getattr(r, name) for name in _RESUME_FIELDS} for r in report.resumes],
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -22,7 +23,9 @@ from stowage.facade import Runtime
 from stowage.policy import check_log
 from stowage.storage import open_store
 
-__all__ = ["run_demo"]
+from ._store_args import store_spec
+
+__all__ = ["demo_main", "run_demo"]
 
 _SOURCES = Path(__file__).resolve().parent
 
@@ -38,6 +41,16 @@ _PROMPTS = (
     "Search for 'covers_through' and explain it.",
     "Wrap up: what did we learn in this session?",
 )
+
+
+async def demo_main(args: argparse.Namespace) -> int:
+    """``stowage demo``: ``run_demo`` with the command's options."""
+    return await run_demo(
+        store=store_spec(args),
+        turns=args.turns,
+        threshold=args.compact_threshold,
+        context_window=args.context_window,
+    )
 
 
 async def run_demo(

@@ -1,21 +1,7 @@
 """What the command line says and returns when a command does not simply succeed.
 
-Exit statuses, one meaning each, so scripts can tell a busy session from a broken endpoint:
-
-====  =========================================================================================
-0     ok
-1     a check failed (``check``: a problem in the log, a corrupt line, a torn tail not cut;
-      ``load``: a verdict failed)
-2     usage or configuration error: bad option, unknown session, bad store spec, refused input
-3     the model endpoint failed (connection, 5xx, 429 after retries, auth, bad response)
-4     the session is busy (another process holds its writer lease) or its lease was lost
-5     the store failed: a log could not be written or read (disk full, a file-size limit,
-      permissions, a read-only file system, an I/O error, the database gone) or is corrupt
-6     the turn stopped without an answer: a real compaction loop, a request nothing could
-      bring under the window, or the round limit; the log says why, with the figures, and
-      the session goes on with its next message
-130   interrupted (Ctrl-C); committed rounds are in the log, nothing half-done was written
-====  =========================================================================================
+Exit statuses, one meaning each (``EXIT_STATUSES``, docs/reference/exit-statuses.md), so scripts
+can tell a busy session from a broken endpoint.
 
 A user error is one line on stderr, never a traceback. A storage failure has a status of its
 own because its fix is on the machine (free space, permissions), not in the command: a script
@@ -206,9 +192,7 @@ _REQUEST = re.compile(
 
 
 #: the variables that name the key and the endpoint of the wire the command talks to
-_WIRE_VARIABLES = {
-    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-}
+_WIRE_VARIABLES = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
 _OPENAI_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
 _wire_variables = _OPENAI_VARIABLES
 
@@ -221,9 +205,8 @@ def use_wire(wire_api: str) -> None:
 
 
 def os_error_line(exc: BaseException) -> str | None:
-    """One line for a file the user named that cannot be used (a missing folder, no
-    permission, a directory where a file was meant): the path and why; None for anything
-    else. Raises nothing."""
+    """One line for a file the user named that cannot be used (a missing folder, no permission, a
+    directory where a file was meant): the path and why; None for anything else. Raises nothing."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return os_error_line(exc.exceptions[0])
     if not isinstance(exc, OSError) or exc.filename is None:

@@ -10,68 +10,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stowage.core import (
-    ForkedFromRecord,
-    LogStore,
-    SessionNotFound,
-    lineage_store,
-    validate_session_id,
-)
+from stowage.core import ForkedFromRecord, SessionNotFound, lineage_store, validate_session_id
 
-__all__ = ["add_fork_arguments", "add_rewind_arguments", "fork_main", "rewind_main"]
+from ._store_args import open_cli_store
+
+__all__ = ["fork_main", "rewind_main"]
 
 
-def _round(text: str) -> int:
-    """A round number as argparse takes it: an integer from 1 (argparse says the error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a round number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"rounds count from 1, got {value}")
-    return value
-
-
-def add_fork_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage fork ID [--at ROUND] [--as NEW_ID]``."""
-    parser.add_argument("session", help="the session to fork (it is only read)")
-    parser.add_argument(
-        "--at",
-        type=_round,
-        default=None,
-        metavar="ROUND",
-        help="fork at the end of this committed round (default: the newest)",
-    )
-    parser.add_argument(
-        "--as",
-        dest="new_id",
-        default=None,
-        metavar="NEW_ID",
-        help="the new session's id (default: ID-fork-N, the first that is free)",
-    )
-
-
-def add_rewind_arguments(parser: argparse.ArgumentParser) -> None:
-    """``stowage rewind ID --to ROUND``."""
-    parser.add_argument("session", help="the session to rewind")
-    parser.add_argument(
-        "--to",
-        dest="to_round",
-        type=_round,
-        required=True,
-        metavar="ROUND",
-        help="continue from the end of this committed round; what came after stays in the log "
-        "as a discarded branch ('stowage show' marks it)",
-    )
-
-
-async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
-    """Fork ``args.session`` at ``args.at`` as ``args.new_id``; the new id goes to stdout.
-
-    Raises ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round the session
-    has not committed, ``SessionExists``, ``CorruptLogError``.
-    """
-    store = lineage_store(given)
+async def fork_main(args: argparse.Namespace) -> int:
+    """Fork ``args.session`` at ``args.at`` as ``args.new_id``; the new id goes to stdout. Raises
+    ``InvalidSessionId``, ``SessionNotFound``, ``ConfigError`` for a round the session has not
+    committed, ``SessionExists``, ``CorruptLogError``."""
+    store = lineage_store(open_cli_store(args))
     parent = validate_session_id(args.session)
     try:
         child = await store.fork(parent, args.new_id, at_round=args.at)
@@ -88,14 +38,11 @@ async def fork_main(args: argparse.Namespace, given: LogStore) -> int:
     return 0
 
 
-async def rewind_main(args: argparse.Namespace, given: LogStore) -> int:
-    """Rewind ``args.session`` to the end of round ``args.to_round``, under its writer lease.
-
-    Raises ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` naming the writer when
-    the session is running elsewhere, ``ConfigError`` for a round it has not committed or
-    already ends at.
-    """
-    store = lineage_store(given)
+async def rewind_main(args: argparse.Namespace) -> int:
+    """Rewind ``args.session`` to the end of round ``args.to_round``, under its writer lease. Raises
+    ``InvalidSessionId``, ``SessionNotFound``, ``SessionBusy`` naming the writer when the session is
+    running elsewhere, ``ConfigError`` for a round it has not committed or already ends at."""
+    store = lineage_store(open_cli_store(args))
     session_id = validate_session_id(args.session)
     try:
         if not await store.exists(session_id):  # acquire would say so less plainly

@@ -7,36 +7,7 @@ and new types may be added (a reader skips what it does not know). Figures are t
 own: the events of the turn (``run``, ``resume``) or the records of its log (``send --wait``,
 whose turn ran in a worker); the turn's closing figures are those ``stowage context`` prints.
 
-================  ==========================================================================
-type              fields (besides ``v``, ``type``, ``session``)
-================  ==========================================================================
-turn_started      ``turn`` (int)
-attempt_abandoned a model request of ``round`` failed after it was sent (the status line's
-                  retry): ``attempt`` (int: 1 for the round's first request), ``error`` (its
-                  type: ``IncompleteResponse``, ``ResponseTooLarge``, ...), ``reason`` (the
-                  same in words: "stream cut"), ``streamed_chars`` (int: text it had streamed,
-                  none of it the answer), ``next`` (retry; compact: sent again after
-                  compaction; none: the turn fails)
-round             ``round`` (int); ``calls`` (int: tool calls it made); ``truncated`` (bool:
-                  the output limit cut the response); ``input_tokens``, ``output_tokens``,
-                  ``cached_tokens`` (int, or null when the endpoint reported no usage)
-tool_call         ``round``, ``call_id``, ``name``, ``arguments`` (the JSON text the model sent)
-tool_output       ``round``, ``call_id``, ``name``, ``is_error`` (bool), ``chars`` (int: the
-                  whole output), ``preview`` (its first ``PREVIEW_CHARS`` characters, or null
-                  when no longer in history), ``cut`` (bool: the preview is shorter)
-compaction        ``round``, ``kind`` (full, fallback), ``tokens_before``, ``tokens_after``
-                  (int or null), ``estimated`` (bool), ``removed``, ``retained`` (int: items),
-                  ``decided_tokens`` (int or null: the figure it was decided on), ``reason``
-microcompaction   ``stubbed`` (int: outputs made stubs), ``tokens_before``, ``tokens_after``,
-                  ``estimated``, ``reason``
-answer            ``turn``, ``text`` (the whole answer)
-turn_ended        ``turn``; ``stopped`` (answered, truncated, pending_approval, round_limit,
-                  interrupted, compaction_loop, cannot_fit, error); ``rounds`` (int or null);
-                  ``tokens_in_use``, ``usable`` (int or null), ``percent_of_usable`` (float or
-                  null), ``estimated`` (bool); ``compactions`` (int: in the session so far);
-                  ``exit_status`` (int: the command's, see ``stowage --help``); ``error``
-                  (the one-line error, or null)
-================  ==========================================================================
+The types and their fields are listed in docs/guides/sessions.md.
 """
 
 from __future__ import annotations
@@ -92,14 +63,13 @@ def _line(line_type: str, session_id: str, /, **fields: Any) -> dict[str, Any]:
     return {"v": SCHEMA_VERSION, "type": line_type, "session": session_id, **fields}
 
 
+def _fields(source: object, *names: str) -> dict[str, Any]:
+    """``names`` and their values on ``source``, in that order (None for every one without it)."""
+    return {name: getattr(source, name, None) for name in names}
+
+
 def _usage(usage: Usage | None) -> dict[str, int | None]:
-    if usage is None:
-        return {"input_tokens": None, "output_tokens": None, "cached_tokens": None}
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cached_tokens": usage.cached_tokens,
-    }
+    return _fields(usage, "input_tokens", "output_tokens", "cached_tokens")
 
 
 def _round_line(
@@ -126,15 +96,11 @@ def _compaction(
     decided_tokens: int | None,
 ) -> dict[str, Any]:
     """A ``compaction`` line, from the live event or the log's record of it."""
+    figures = ("round", "kind", "tokens_before", "tokens_after", "estimated", "removed")
     return _line(
         "compaction",
         session_id,
-        round=compaction.round,
-        kind=compaction.kind,
-        tokens_before=compaction.tokens_before,
-        tokens_after=compaction.tokens_after,
-        estimated=compaction.estimated,
-        removed=compaction.removed,
+        **_fields(compaction, *figures),
         retained=retained,
         decided_tokens=decided_tokens,
         reason=compaction.reason,
@@ -145,15 +111,8 @@ def _microcompaction(
     session_id: str, micro: Microcompacted | MicrocompactRecord, *, stubbed: int
 ) -> dict[str, Any]:
     """A ``microcompaction`` line, from the live event or the log's record of it."""
-    return _line(
-        "microcompaction",
-        session_id,
-        stubbed=stubbed,
-        tokens_before=micro.tokens_before,
-        tokens_after=micro.tokens_after,
-        estimated=micro.estimated,
-        reason=micro.reason,
-    )
+    figures = _fields(micro, "tokens_before", "tokens_after", "estimated", "reason")
+    return _line("microcompaction", session_id, stubbed=stubbed, **figures)
 
 
 def _tool_output(
@@ -202,8 +161,7 @@ def _ended(
         stopped=stopped,
         rounds=rounds,
         tokens_in_use=figures.tokens if figures else None,
-        usable=figures.usable if figures else None,
-        percent_of_usable=figures.percent_of_usable if figures else None,
+        **_fields(figures, "usable", "percent_of_usable"),
         estimated=figures.estimated if figures else False,
         compactions=figures.compactions if figures else 0,
         exit_status=exit_status,
@@ -235,18 +193,8 @@ class JsonTurn:
             return
         match event:
             case AttemptAbandoned():
-                self.emit(
-                    _line(
-                        "attempt_abandoned",
-                        self.session_id,
-                        round=event.round,
-                        attempt=event.attempt,
-                        error=event.error,
-                        reason=event.reason,
-                        streamed_chars=event.streamed_chars,
-                        next=event.next,
-                    )
-                )
+                said = ("round", "attempt", "error", "reason", "streamed_chars", "next")
+                self.emit(_line("attempt_abandoned", self.session_id, **_fields(event, *said)))
             case ToolStarted(round=round_, call_id=call_id, name=name):
                 call = self._find(FunctionCall, call_id)
                 arguments = call.arguments if isinstance(call, FunctionCall) else None
@@ -288,11 +236,11 @@ class JsonTurn:
     def finish(
         self,
         *,
-        text: str,
         stopped: str,
-        rounds: int | None,
         figures: TurnFigures | None,
         exit_status: int,
+        text: str = "",
+        rounds: int | None = None,
         error: str | None = None,
     ) -> None:
         """The turn's ``answer`` (when it has one) and ``turn_ended`` lines."""
@@ -321,14 +269,10 @@ def _exit_for(phase: str) -> int:
 
 
 def record_lines(
-    session_id: str,
-    records: Sequence[Record],
-    message_id: str,
-    figures: TurnFigures | None,
+    session_id: str, records: Sequence[Record], message_id: str, figures: TurnFigures | None
 ) -> list[dict[str, Any]]:
-    """The lines of the turn that answered message ``message_id``, from the session's log
-    (``send --wait --json``: a worker ran the turn). Empty when the log has no such message.
-    Raises nothing."""
+    """The lines of the turn that answered message ``message_id``, from the session's log (``send
+    --wait --json``: a worker ran the turn). Raises nothing."""
     start = next(
         (
             index

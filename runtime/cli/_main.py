@@ -3,8 +3,8 @@ what it raised into one line and an exit status (``_exits``).
 
 Every command names its store the same way (``_store_args``); the parser and each command's
 options are in ``_parser``; the commands that run turns in ``_turns``, those that read a log
-back in ``_inspect`` and ``_sessions``, and each other command in a module of its own. Each
-handler imports what its command uses when it runs, so ``stowage --version`` and ``--help``
+back in ``_show`` and ``_sessions``, and each other command in a module of its own. Each
+handler (``_HANDLERS``) is imported when its command runs, so ``stowage --version`` and ``--help``
 load argparse and little else, and ``stowage list`` or ``show`` the store and the records, not
 the model client or the actors.
 """
@@ -12,6 +12,7 @@ the model client or the actors.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,68 +21,9 @@ from typing import Any
 
 from ._parser import build_parser, parser_and_commands
 from ._parsing import hoist_globals, unknown_command
-from ._store_args import open_cli_store, reader_store, settings_from, store_dir, store_spec
+from ._store_args import settings_from
 
 __all__ = ["build_parser", "configure_logging", "main", "settings_from"]
-
-
-async def _show(args: argparse.Namespace) -> int:
-    from ._inspect import show_main
-
-    return await show_main(args)
-
-
-async def _cost(args: argparse.Namespace) -> int:
-    from ._cost import cost_main
-
-    return await cost_main(args)
-
-
-async def _check(args: argparse.Namespace) -> int:
-    from ._inspect import check_main
-
-    return await check_main(args)
-
-
-async def _fork(args: argparse.Namespace) -> int:
-    from ._fork import fork_main
-
-    return await fork_main(args, open_cli_store(args))
-
-
-async def _rewind(args: argparse.Namespace) -> int:
-    from ._fork import rewind_main
-
-    return await rewind_main(args, open_cli_store(args))
-
-
-async def _run(args: argparse.Namespace) -> int:
-    from ._turns import run_main
-
-    return await run_main(args)
-
-
-async def _resume(args: argparse.Namespace) -> int:
-    from ._turns import resume_main
-
-    return await resume_main(args)
-
-
-async def _chat(args: argparse.Namespace) -> int:
-    from ._turns import chat_main
-
-    return await chat_main(args)
-
-
-async def _demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
-
-    return await run_demo(
-        store=store_spec(args),
-        turns=args.turns,
-        threshold=args.compact_threshold,
-        context_window=args.context_window,
-    )
 
 
 async def _fake_server(args: argparse.Namespace) -> int:
@@ -90,143 +32,43 @@ async def _fake_server(args: argparse.Namespace) -> int:
     return await serve(args)
 
 
-async def _load(args: argparse.Namespace) -> int:
-    from stowage.load import main_load
-
-    return await main_load(args)
-
-
-async def _list(args: argparse.Namespace) -> int:
-    from ._sessions import list_main
-
-    store = reader_store(args)
-    spec = store_spec(args)
-    if spec.startswith(("postgresql://", "postgres://")):  # the driver only for its URL
-        from stowage.storage import PostgresStore
-
-        from ._store_admin import refuse_missing
-
-        inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
-        if isinstance(inner, PostgresStore):
-            await refuse_missing(inner, spec, "list")
-    return await list_main(args, store)
-
-
-async def _context(args: argparse.Namespace) -> int:
-    from ._sessions import context_main
-
-    return await context_main(args, reader_store(args))
-
-
-async def _export(args: argparse.Namespace) -> int:
-    from ._sessions import export_main
-
-    return await export_main(args, reader_store(args))
-
-
-async def _compact(args: argparse.Namespace) -> int:
-    from ._compact import compact_main
-
-    return await compact_main(
-        args,
-        open_cli_store(args),
-        store_dir=store_dir(store_spec(args)),
-        durability=getattr(args, "durability", None),
-    )
-
-
-async def _milestone(args: argparse.Namespace) -> int:
-    from ._compact import milestone_main
-
-    return await milestone_main(
-        args,
-        open_cli_store(args),
-        store_dir=store_dir(store_spec(args)),
-        durability=getattr(args, "durability", None),
-    )
-
-
-async def _protect(args: argparse.Namespace) -> int:
-    from ._protected import protect_main
-
-    return await protect_main(
-        args,
-        open_cli_store(args),
-        store_dir=store_dir(store_spec(args)),
-        durability=getattr(args, "durability", None),
-    )
-
-
-async def _worker(args: argparse.Namespace) -> int:
-    from ._worker import worker_main
-
-    return await worker_main(args)
-
-
-async def _workers(args: argparse.Namespace) -> int:
-    from ._workers import workers_main
-
-    return await workers_main(args)
-
-
-async def _send(args: argparse.Namespace) -> int:
-    from ._worker import send_main
-
-    return await send_main(args)
-
-
-async def _console(args: argparse.Namespace) -> int:
-    from ._console import console_main
-
-    return await console_main(args)
-
-
-async def _approval(args: argparse.Namespace) -> int:
-    from ._approve import approval_main
-
-    return await approval_main(args)
-
-
-async def _archive(args: argparse.Namespace) -> int:
-    from ._store_admin import archive_main
-
-    return await archive_main(args)
-
-
-async def _migrate(args: argparse.Namespace) -> int:
-    from ._store_admin import migrate_main
-
-    return await migrate_main(args)
-
-
-#: each command's handler: it imports what the command uses when it runs
-_HANDLERS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "run": _run,
-    "resume": _resume,
-    "chat": _chat,
-    "list": _list,
-    "context": _context,
-    "export": _export,
-    "show": _show,
-    "cost": _cost,
-    "check": _check,
-    "fork": _fork,
-    "rewind": _rewind,
-    "compact": _compact,
-    "milestone": _milestone,
-    "protect": _protect,
-    "demo": _demo,
-    "load": _load,
-    "fake-server": _fake_server,
-    "worker": _worker,
-    "workers": _workers,
-    "send": _send,
-    "console": _console,
-    "approve": _approval,
-    "deny": _approval,
-    "archive": _archive,
-    "migrate": _migrate,
+#: each command's handler as ``module:function``, imported when the command runs
+_HANDLERS = {
+    "run": "._turns:run_main",
+    "resume": "._turns:resume_main",
+    "chat": "._turns:chat_main",
+    "list": "._sessions:list_main",
+    "context": "._sessions:context_main",
+    "export": "._export:export_main",
+    "show": "._show:show_main",
+    "cost": "._cost:cost_main",
+    "check": "._show:check_main",
+    "fork": "._fork:fork_main",
+    "rewind": "._fork:rewind_main",
+    "compact": "._compact:compact_main",
+    "milestone": "._compact:milestone_main",
+    "protect": "._compact:protect_main",
+    "demo": "._demo:demo_main",
+    "load": "stowage.load:main_load",
+    "worker": "._worker:worker_main",
+    "workers": "._worker:workers_main",
+    "send": "._worker:send_main",
+    "console": "._console:console_main",
+    "approve": "._approve:approval_main",
+    "deny": "._approve:approval_main",
+    "archive": "._store_admin:archive_main",
+    "migrate": "._store_admin:migrate_main",
 }
+
+
+def _handler(command: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    if command == "fake-server":
+        return _fake_server
+    module, _, name = _HANDLERS[command].partition(":")
+    handler: Callable[[argparse.Namespace], Awaitable[int]]
+    handler = getattr(importlib.import_module(module, __package__), name)
+    return handler
+
 
 # events the command's own one-line error (or the status line) already reports: printing them
 # too would say one failure two to six times
@@ -282,8 +124,7 @@ _said_after = _SaidAfter()
 
 
 def _status_tap(name: str, fields: Mapping[str, Any]) -> None:
-    """Retries show on the status line (a terminal only): what failed and how long we wait.
-    Warnings said after the command are kept (``_SaidAfter``)."""
+    """Retries show on the status line (a terminal only): what failed and how long we wait."""
     _said_after.hear(name, fields)
     if name == "model_call_retry":
         delay = fields.get("delay")
@@ -311,10 +152,9 @@ def configure_logging(log_format: str, level: str, *, lazily: bool = False, **kw
 
 def _import_structlog_without_rich() -> None:
     """Import structlog with rich hidden from it. structlog's package imports its ``dev`` and
-    ``tracebacks`` modules, and they import rich (as long to load as the rest of ``stowage
-    list``) whenever it is installed, for pretty exceptions; the command's log lines never use
-    them (``format_exc_info`` makes each exception text before the renderer sees it). A command
-    that draws with rich (chat, run) imports rich itself when it draws."""
+    ``tracebacks`` modules, and they import rich (as long to load as the rest of ``stowage list``)
+    whenever it is installed, for pretty exceptions; the command's log lines never use them
+    (``format_exc_info`` makes each exception text before the renderer sees it)."""
     if "structlog" in sys.modules or "rich" in sys.modules:
         return
     sys.modules["rich"] = None  # type: ignore[assignment]  # ``import rich`` raises ImportError
@@ -360,24 +200,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    handler = _HANDLERS[args.command]
     if args.command in ("run", "resume", "chat", "worker") and args.tools_from:
         sys.path.insert(0, os.getcwd())  # like "python -m": the user's own modules are importable
-    return _run_handler(handler, args)
-
-
-def _run_handler(handler: Callable[[argparse.Namespace], Awaitable[int]], args: Any) -> int:
-    """Run ``handler`` on ``args``; what it raises becomes one line and an exit status. The
-    warnings held back are said after, unless the command failed on its store."""
     from ._exits import EXIT_STORE
 
-    status = _run_command(handler, args)
+    status = _run_command(args)
     if status != EXIT_STORE:
         _said_after.say()
     return status
 
 
-def _run_command(handler: Callable[[argparse.Namespace], Awaitable[int]], args: Any) -> int:
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command's handler; what it raises becomes one line and an exit status."""
     import anyio
 
     from ._exits import (
@@ -393,7 +227,7 @@ def _run_command(handler: Callable[[argparse.Namespace], Awaitable[int]], args: 
 
     try:
         try:
-            return int(anyio.run(handler, args))
+            return int(anyio.run(_handler(args.command), args))
         finally:
             take_down_status()
     except KeyboardInterrupt:

@@ -94,8 +94,7 @@ _GLOBAL_OPTIONS = ("--store", "--log-format", "--log-level")
 
 def hoist_globals(words: Sequence[str]) -> list[str]:
     """``words`` with the shared options typed before the command word moved right after it
-    (``--store S list`` -> ``list --store S``), every other word in its place. Words without
-    a command word are returned as they are. Raises nothing."""
+    (``--store S list`` -> ``list --store S``), every other word in its place. Raises nothing."""
     front: list[str] = []
     moved: list[str] = []
     index = 0

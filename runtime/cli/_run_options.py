@@ -1,5 +1,6 @@
 """The options a session runs with, shared by ``run``/``resume``/``compact`` and ``worker``: one
-parser section and one way to turn it into ``Settings`` and tools, so they cannot drift apart.
+parser section and one way to turn it into ``Settings``, tools (``--tools-from``, ``--mcp``,
+``--mcp-url``) and tracing, so they cannot drift apart.
 
 Every option defaults to None, so that an option the user typed can be told from one left
 out: only typed options override a continued session's identity (see ``_config`` for the
@@ -7,6 +8,14 @@ whole precedence). Where the tools come from (``--tools-from``, ``--mcp``, ``--m
 part of that identity: a command that continues a session (``resume``, ``chat ID``,
 ``approve``, ``deny``, ``compact``, ``milestone``, ``protect``) builds the tools its session
 recorded (``runtime_as_the_session``), so an approved call finds the tool it was asked of.
+
+MCP servers (``--mcp COMMAND``, ``--mcp-url URL``) are repeatable, in the order given; the ``mcp`` extra is needed only when one is used, and its
+absence is a one-line usage error (exit 2) naming the extra.
+
+Tracing (``STOWAGE_OTEL=1``, or ``otel = true`` in ``stowage.toml``): spans go to the global tracer provider, which the command does not set up: run it under
+``opentelemetry-instrument`` (opentelemetry-distro, configured by the standard ``OTEL_*``
+variables) or any ``sitecustomize`` that installs an SDK provider. Without one the spans cost
+nothing and go nowhere; without the ``otel`` extra the switch is a usage error naming it.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from typing import Any
 
 from stowage.core import (
     IDENTITY_FIELDS,
+    REDACTED,
     ConfigError,
+    Event,
     LogRepaired,
     LogStore,
     SessionIdentity,
@@ -35,25 +46,29 @@ from stowage.core import (
 )
 from stowage.facade import Runtime, session_identity
 from stowage.policy import resolve_budget
-from stowage.tools import MCPServer, ToolRegistry
+from stowage.tools import MCPServer, MCPToolSource, ToolRegistry, mcp_server
 
-from ._config import ConfigBase, ConfigLayers, StowageConfig, load_layers
+from ._config import ConfigBase, ConfigLayers, StowageConfig, load_config, load_layers
 from ._exits import use_wire
-from ._mcp_options import mcp_servers_of
 from ._setting_options import add_setting_options, typed_settings
 
 __all__ = [
     "SessionSetup",
+    "add_mcp_options",
     "add_model_options",
     "as_the_session",
+    "continued_settings",
+    "mcp_servers_from",
+    "mcp_servers_of",
     "refuse_oversized",
     "repair_notice",
-    "continued_settings",
     "runtime_as_the_session",
+    "say_opening",
     "session_tools",
     "settings_from_options",
     "settings_notice",
     "tools_from_spec",
+    "trace_if_configured",
     "typed_overrides",
 ]
 
@@ -84,8 +99,7 @@ def add_model_options(parser: argparse.ArgumentParser, *, system_help: str) -> N
 
 
 def _typed(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings the user typed, by config key (the API key is read apart: never
-    recorded)."""
+    """The settings the user typed, by config key (the API key is read apart: never recorded)."""
     typed = typed_settings(args)
     typed.pop("api_key", None)
     if typed.get("model") == "scripted" and typed.get("base_url"):
@@ -111,11 +125,8 @@ def _typed_tool_sources(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _profile_name(config: ConfigBase) -> str | None:
-    """The profile the options or configuration select: ``--profile``, else ``--model`` when
-    it names one, else ``profile``/``model`` of the configuration when it names one.
-
-    Raises ``ConfigError`` for a ``--profile`` (or ``STOWAGE_PROFILE``/``profile``) that names
-    no profile."""
+    """The profile the options or configuration select: ``--profile``, else ``--model`` when it
+    names one, else ``profile``/``model`` of the configuration when it names one."""
     profile: str | None = getattr(config, "profile", None)
     if profile is not None:
         if profile not in config.models:
@@ -161,11 +172,9 @@ def _config_values(layers: ConfigLayers, profile: str | None) -> dict[str, Any]:
 
 
 def typed_overrides(args: argparse.Namespace, *, below: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The identity fields the user typed, a typed profile (``--profile NAME``, or
-    ``--model NAME`` naming one) expanded into the fields it sets; typed fields win over it.
-    ``below=("env",)``: a typed profile's fields that a ``STOWAGE_*`` variable sets are left
-    to the variable (the profile layer is under the environment; only typed fields are not).
-    Raises ``ConfigError`` for a bad configuration or an unknown ``--profile``."""
+    """The identity fields the user typed, a typed profile (``--profile NAME``, or ``--model NAME``
+    naming one) expanded into the fields it sets; typed fields win over it. Raises ``ConfigError``
+    for a bad configuration or an unknown ``--profile``."""
     typed = _typed(args)
     typed.pop("stream", None)
     typed.update(_typed_tool_sources(args))
@@ -201,14 +210,9 @@ def settings_from_options(
     typed: bool = True,
     **extra: Any,
 ) -> Settings:
-    """Settings of a new session: typed options over ``STOWAGE_*`` over the project's and the
-    user's ``stowage.toml`` over the defaults (plus ``extra`` fields). ``typed=False`` leaves
-    the typed identity options out (a continued session applies them itself), and
-    ``continuing_profile`` is then the profile the session was created with (its endpoint and
-    key are found there).
-
-    Raises ``ConfigError`` for bad values, naming the file or option.
-    """
+    """Settings of a new session: typed options over ``STOWAGE_*`` over the project's and the user's
+    ``stowage.toml`` over the defaults (plus ``extra`` fields). Raises ``ConfigError`` for bad
+    values, naming the file or option."""
     options = typed_overrides(args, below=("env",)) if typed else {}
     layers = load_layers()
     config = layers.config
@@ -250,12 +254,9 @@ def _api_key(
 async def continued_settings(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> tuple[Settings, dict[str, Any], SessionIdentity]:
-    """What session ``session_id`` continues with: its recorded identity over the
-    configuration, the typed options over both; with the typed overrides (for the runtime to
-    record) and the identity.
-
-    Raises what ``session_identity`` raises and ``ConfigError``.
-    """
+    """What session ``session_id`` continues with: its recorded identity over the configuration, the
+    typed options over both; with the typed overrides (for the runtime to record) and the identity.
+    Raises what ``session_identity`` raises and ``ConfigError``."""
     identity = await session_identity(log_store, session_id)
     overrides = typed_overrides(args)
     if "system" in overrides and overrides["system"] != identity.fields.get("system"):
@@ -289,12 +290,9 @@ _CHARS_PER_TOKEN = 4
 
 
 def refuse_oversized(text: str, settings: Settings, specs: Sequence[ToolSpec]) -> None:
-    """Refuse a message that cannot fit the window by itself, before it is sent or logged.
-
-    Only a known window is checked (watermark mode); a fixed threshold or an unknown window
-    passes. Raises ``ConfigError`` with the figures: the message's estimated tokens, the
-    window and what of it history may use.
-    """
+    """Refuse a message that cannot fit the window by itself, before it is sent or logged. Raises
+    ``ConfigError`` with the figures: the message's estimated tokens, the window and what of it
+    history may use."""
     try:
         budget = resolve_budget(settings, specs)
     except ConfigError:
@@ -313,6 +311,14 @@ def refuse_oversized(text: str, settings: Settings, specs: Sequence[ToolSpec]) -
     )
 
 
+def say_opening(event: Event) -> None:
+    """An override typed now, and a torn last line cut on open: one line each on stderr."""
+    if isinstance(event, SettingsChanged):
+        print(settings_notice(event), file=sys.stderr)
+    elif isinstance(event, LogRepaired):
+        print(repair_notice(event), file=sys.stderr)
+
+
 def repair_notice(event: LogRepaired) -> str:
     """The one stderr line that says a torn last line was cut when the session was opened
     (the store's own log line for it is left out: the command says it, once)."""
@@ -323,12 +329,9 @@ def repair_notice(event: LogRepaired) -> str:
 
 
 def tools_from_spec(spec: str, *, recorded_by: str | None = None) -> ToolRegistry:
-    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one (the current
-    directory importable, as with ``python -m``). ``recorded_by``: the session whose log
-    named it (the error then says so, and how to give it).
-
-    Raises ``ConfigError`` naming the spec when it cannot be imported or is not a registry.
-    """
+    """Import ``MODULE:NAME``: a ``ToolRegistry`` or a function returning one (the current directory
+    importable, as with ``python -m``). Raises ``ConfigError`` naming the spec when it cannot be
+    imported or is not a registry."""
     said = (
         f"session {recorded_by} takes its tools from {spec!r} (recorded when it started), but"
         if recorded_by is not None
@@ -357,12 +360,9 @@ def tools_from_spec(spec: str, *, recorded_by: str | None = None) -> ToolRegistr
 def session_tools(
     settings: Settings, *, recorded_by: str | None = None
 ) -> tuple[ToolRegistry | None, list[MCPServer]]:
-    """The tools ``settings`` name: the registry of ``tools_from`` (None: the built-in set
-    ``tools`` names) and the MCP servers of ``mcp`` and ``mcp_url``. ``recorded_by``: the
-    session whose log named them, when no option did.
-
-    Raises ``ConfigError`` for a registry that does not import, a bad MCP server, or MCP
-    servers without the ``mcp`` extra."""
+    """The tools ``settings`` name: the registry of ``tools_from`` (None: the built-in set ``tools``
+    names) and the MCP servers of ``mcp`` and ``mcp_url``. Raises ``ConfigError`` for a registry
+    that does not import, a bad MCP server, or MCP servers without the ``mcp`` extra."""
     tools = (
         tools_from_spec(settings.tools_from, recorded_by=recorded_by)
         if settings.tools_from
@@ -397,11 +397,9 @@ async def as_the_session(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> SessionSetup:
     """How session ``session_id`` of ``log_store`` continues as it was recorded: its model,
-    endpoint, window, settings and tools (``continued_settings``, then ``session_tools``);
-    what the user typed overrides them. ``log_store`` is closed when this raises.
-
-    Raises what ``continued_settings`` and ``session_tools`` raise.
-    """
+    endpoint, window, settings and tools (``continued_settings``, then ``session_tools``); what the
+    user typed overrides them. ``log_store`` is closed when this raises. Raises what
+    ``continued_settings`` and ``session_tools`` raise."""
     try:
         settings, overrides, _ = await continued_settings(args, log_store, session_id, **extra)
         recorded = None if "tools_from" in overrides else session_id
@@ -415,8 +413,76 @@ async def as_the_session(
 async def runtime_as_the_session(
     args: argparse.Namespace, log_store: LogStore, session_id: str, /, **extra: Any
 ) -> Runtime:
-    """``as_the_session(...).runtime(log_store)``: a runtime that continues the session as
-    it was recorded, and records what the user typed over it. Raises what
-    ``as_the_session`` raises."""
+    """``as_the_session(...).runtime(log_store)``: a runtime that continues the session as it was
+    recorded, and records what the user typed over it. Raises what ``as_the_session`` raises."""
     setup = await as_the_session(args, log_store, session_id, **extra)
     return setup.runtime(log_store)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mcp`` and ``--mcp-url`` (both repeatable) to ``parser``."""
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="'COMMAND ARGS'",
+        help="start an MCP server over stdio and offer its tools (repeatable; needs the mcp extra)",
+    )
+    parser.add_argument(
+        "--mcp-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="connect to an MCP server over streamable HTTP (repeatable; needs the mcp extra)",
+    )
+
+
+def mcp_servers_from(args: argparse.Namespace) -> list[MCPServer]:
+    """The servers the options name; when none is typed, the ``mcp``/``mcp_url`` lists of the
+    configuration (``STOWAGE_MCP``, ``stowage.toml``). Raises ``ConfigError`` for an empty
+    command, a URL that is not http(s), or when the ``mcp`` extra is not installed."""
+    commands: list[str] = getattr(args, "mcp", None) or []
+    urls: list[str] = getattr(args, "mcp_url", None) or []
+    if not commands and not urls:
+        config = load_config()
+        commands, urls = config.mcp or [], config.mcp_url or []
+    return _servers(commands, urls)
+
+
+def _servers(commands: Sequence[str], urls: Sequence[str]) -> list[MCPServer]:
+    """The servers of ``commands`` (stdio) and ``urls``; the ``mcp`` extra checked when any."""
+    servers = [mcp_server(command) for command in commands]
+    servers.extend(MCPServer(url=url) for url in urls)
+    if servers:
+        MCPToolSource.check_sdk()
+    return servers
+
+
+def mcp_servers_of(settings: Settings) -> list[MCPServer]:
+    """The servers ``settings`` name (``mcp`` commands, then ``mcp_url`` URLs): those a new
+    session was given, or those a continued one recorded. Raises ``ConfigError`` as
+    ``mcp_servers_from`` does, and for a recorded server whose credentials were redacted and
+    that neither an option nor the configuration gives again."""
+    for name, option in (("mcp", "--mcp"), ("mcp_url", "--mcp-url")):
+        for entry in getattr(settings, name):
+            if REDACTED in entry:
+                raise ConfigError(
+                    f"the session's MCP server {entry!r} needs credentials that are never "
+                    f"stored: give it again with {option} (or {name} in stowage.toml)"
+                )
+    return _servers(settings.mcp, settings.mcp_url)
+
+
+def trace_if_configured(rt: Runtime, settings: Settings) -> None:
+    """Subscribe an OpenTelemetry ``TraceSubscriber`` to ``rt`` when the configuration asks
+    for tracing. Raises ``ConfigError`` when it does and the ``otel`` extra is missing."""
+    if not load_config().otel:
+        return
+    try:
+        from stowage.otel import TraceSubscriber
+    except ImportError as exc:
+        raise ConfigError(
+            f"tracing is on (STOWAGE_OTEL or otel in stowage.toml) but {exc.name or 'opentelemetry'} "
+            "cannot be imported: pip install 'stowage-runtime[otel]', or turn tracing off"
+        ) from None
+    rt.subscribe(TraceSubscriber(model=settings.model))

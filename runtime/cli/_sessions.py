@@ -1,4 +1,4 @@
-"""``stowage list``, ``context`` and ``export``: what the store holds, read without a lease.
+"""``stowage list`` and ``context``: what the store holds, read without a lease.
 
 Everything here only reads (``read(..., repair=False)``): it creates, locks and changes
 nothing, so it can run next to a live writer. The figures come from the same pure functions
@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from stowage.core import (
     AssistantMessage,
     CompactionSummary,
@@ -43,29 +42,25 @@ from stowage.core import (
 )
 from stowage.facade import RecordedBudget, recorded_budget
 from stowage.policy import TokenStatus, Watermarks, calibrated_ratio, decide, token_status
-from stowage.storage import encode_record
 
 from ._agents import split_agents
-from ._wire_export import WIRE_FORMATS, wire_export
+from ._store_args import reader_store, store_spec
 
 if TYPE_CHECKING:
     from stowage.policy import PriceBook
 
 __all__ = [
-    "EXPORT_FORMATS",
     "SessionSummary",
     "TurnFigures",
     "context_main",
-    "export_main",
     "last_active_session",
     "list_main",
+    "read_records",
     "read_turn_figures",
     "recent_sessions",
     "summarize",
     "turn_figures",
 ]
-
-EXPORT_FORMATS = ("markdown", "jsonl", *WIRE_FORMATS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,22 +98,11 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _usage(
-    state: SessionState, records: Sequence[Record]
-) -> tuple[int | None, int | None, int, bool]:
-    """Tokens of history in the next request, the usable budget (the threshold in threshold
-    mode), the tool schema tokens, which are outside both, and whether the tokens are an
-    estimate."""
-    recorded, tool_tokens, status = _status_now(state, records)
-    return status.tokens, recorded.usable, tool_tokens, status.estimated
-
-
 def _status_now(
     state: SessionState, records: Sequence[Record]
 ) -> tuple[RecordedBudget, int, TokenStatus]:
-    """How full the next request of ``state`` (folded from ``records``) is: the recorded
-    budget, the tool schema tokens (outside usable) and the token status. The one computation
-    behind ``list``, ``context``, ``show``'s closing line and the chat's footer."""
+    """How full the next request of ``state`` (folded from ``records``) is: the recorded budget, the
+    tool schema tokens (outside usable) and the token status."""
     recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
     tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
     protected = render(state.protected)
@@ -150,7 +134,8 @@ def turn_figures(session_id: str, records: Sequence[Record]) -> TurnFigures:
     """The figures of a session from its full log (the same fold and functions as
     ``context``). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable, _, estimated = _usage(state, records)
+    recorded, _, status = _status_now(state, records)
+    tokens, usable, estimated = status.tokens, recorded.usable, status.estimated
     usage = next(
         (r.usage for r in reversed(records) if isinstance(r, RoundCommittedRecord) and r.usage),
         None,
@@ -170,7 +155,7 @@ async def read_turn_figures(store: LogStore, session_id: str) -> TurnFigures | N
     """``turn_figures`` of the session's log in ``store`` (closed after); None when the log
     cannot be read (the figures are an extra, never the reason a command fails)."""
     try:
-        return turn_figures(session_id, await _read(store, session_id))
+        return turn_figures(session_id, await read_records(store, session_id))
     except Exception:
         return None
 
@@ -184,7 +169,8 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    tokens, usable, tool_tokens, _ = _usage(state, records)
+    recorded, tool_tokens, status = _status_now(state, records)
+    tokens, usable = status.tokens, recorded.usable
     percent = _percent(tokens, usable)
     return SessionSummary(
         id=session_id,
@@ -260,10 +246,20 @@ def _when(ts: str) -> str:
     return ts[:19].replace("T", " ")
 
 
-async def list_main(args: argparse.Namespace, store: LogStore) -> int:
+async def list_main(args: argparse.Namespace) -> int:
     """Print every session of ``store`` (a table, or JSON lines with ``--json``); with
     ``--cost``, what each cost (``stowage cost``'s prices: the configuration and the price
     table are read only then, so a plain ``list`` stays quick)."""
+    store = reader_store(args)
+    spec = store_spec(args)
+    if spec.startswith(("postgresql://", "postgres://")):  # the driver only for its URL
+        from stowage.storage import PostgresStore
+
+        from ._store_admin import refuse_missing
+
+        inner = getattr(store, "inner", store)  # a PostgreSQL schema, as a directory, must exist
+        if isinstance(inner, PostgresStore):
+            await refuse_missing(inner, spec, "list")
     prices = None
     if args.cost:
         from ._cost import configured_prices
@@ -315,7 +311,7 @@ def _money(usd: str | None) -> str:
     return money(None if usd is None else Decimal(usd), unknown="?")
 
 
-async def _read(store: LogStore, session_id: str) -> tuple[Record, ...]:
+async def read_records(store: LogStore, session_id: str) -> tuple[Record, ...]:
     try:
         return (await store.read(validate_session_id(session_id), repair=False)).records
     finally:
@@ -447,9 +443,11 @@ def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]
     }
 
 
-async def context_main(args: argparse.Namespace, store: LogStore) -> int:
+async def context_main(args: argparse.Namespace, store: LogStore | None = None) -> int:
     """Print what fills the window of session ``args.session``."""
-    report = context_report(args.session, await _read(store, args.session))
+    report = context_report(
+        args.session, await read_records(store or reader_store(args), args.session)
+    )
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
         return 0
@@ -519,44 +517,3 @@ def _tools_line(tools: dict[str, Any]) -> str:
         f"; {kind} {', '.join(tools[kind])}" for kind in ("allow", "deny") if tools[kind]
     )
     return f"tools: sandbox {sandbox}, approval {tools['approval']}{rules}"
-
-
-def export_text(
-    session_id: str, records: Sequence[Record], fmt: str, *, current: bool = False
-) -> str:
-    """A session in format ``fmt`` (one of ``EXPORT_FORMATS``); markdown renders the whole log,
-    or with ``current`` only what the model sees now."""
-    if fmt == "jsonl":
-        return "".join(encode_record(record).decode() for record in records)
-    if fmt == "markdown":
-        from ._markdown import markdown_export
-
-        return markdown_export(session_id, records, current=current)
-    return wire_export(session_id, records, fmt).text
-
-
-async def export_main(args: argparse.Namespace, store: LogStore) -> int:
-    """Write session ``args.session`` in ``args.format`` to stdout or ``args.output``."""
-    current = getattr(args, "current", False)
-    if current and args.format != "markdown":
-        from stowage.core import ConfigError
-
-        raise ConfigError(
-            f"--current applies to --format markdown (the openai formats are always what the "
-            f"model sees now, jsonl always the whole log), not to --format {args.format}"
-        )
-    records = await _read(store, args.session)
-    if args.format in WIRE_FORMATS:
-        # a valid request: calls without an output are left out, and said so
-        wired = wire_export(args.session, records, args.format)
-        text, notice = wired.text, wired.notice(args.session)
-    else:
-        text, notice = export_text(args.session, records, args.format, current=current), None
-    if args.output:
-        await anyio.Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    if notice is not None:
-        print(notice, file=sys.stderr)
-    return 0

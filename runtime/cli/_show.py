@@ -1,7 +1,14 @@
-"""``stowage show``: a log as a readable transcript, compactions with their figures."""
+"""``stowage show`` and ``stowage check``: a session's log read back, as a transcript for people
+(compactions with their figures) and as a verdict.
+
+Both only read (no lease, no lock file; a torn last line is shown as it is and left alone),
+except ``check --repair``, which takes the writer's lease to cut an incomplete last line.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 import textwrap
 from collections.abc import Collection, Sequence
 
@@ -36,8 +43,9 @@ from stowage.facade import TokenFigure, token_figures
 from stowage.policy import session_cache_figures
 
 from ._sessions import turn_figures
+from ._store_args import reader_store
 
-__all__ = ["render_transcript"]
+__all__ = ["check_main", "render_transcript", "show_main"]
 
 _CLIP = 300
 
@@ -86,9 +94,7 @@ def render_transcript(
     requests: bool = False,
     discarded: Collection[int] = (),
 ) -> str:
-    """Every record of a log as text, one line each; compactions in full with their summary.
-    ``requests``: under each round, what its request was built from (its manifest);
-    ``discarded``: seqs a rewind discarded, shown behind a ``discarded |`` gutter."""
+    """Every record of a log as text, one line each; compactions in full with their summary."""
     lines: list[str] = []
     compactions = 0
     # tokens in use at each round and compaction: the figures the console and `list` show
@@ -225,3 +231,102 @@ def _in_use_now(session_id: str, effective: Sequence[Record]) -> list[str]:
         f"in use now: {now.tokens:,} of {now.usable:,} tokens{est}, "
         f"{now.percent_of_usable:.0f}% of usable (as 'stowage context' counts them)"
     ]
+
+
+async def show_main(args: argparse.Namespace) -> int:
+    from stowage.core import lineage_store, validate_session_id
+
+    store = lineage_store(reader_store(args))
+    try:
+        # a reader: no lease, no lock file, a torn last line shown as it is and left alone;
+        # a fork is shown with its parents' records, a rewind with the branch it discarded
+        lineage = await store.lineage(validate_session_id(args.session))
+    finally:
+        await store.aclose()
+    read = lineage.read
+    if read.torn_tail is not None:
+        torn = read.torn_tail
+        print(
+            f"[torn last line: {torn.bytes_removed} bytes at {torn.path}:{torn.line}, not shown; "
+            f"'stowage check {args.session} --repair' cuts it]",
+            file=sys.stderr,
+        )
+    if args.json:
+        from stowage.storage import encode_record
+
+        for record in read.records:
+            sys.stdout.write(encode_record(record).decode())
+    else:
+        sys.stdout.write(
+            render_transcript(
+                args.session, lineage.records, requests=args.requests, discarded=lineage.discarded
+            )
+        )
+    return 0
+
+
+async def check_main(args: argparse.Namespace) -> int:
+    from stowage.core import CorruptLogError, validate_session_id
+    from stowage.policy import check_log
+
+    from ._exits import EXIT_CHECK_FAILED, EXIT_OK
+
+    session_id = validate_session_id(args.session)
+    store = reader_store(args)
+    try:
+        if args.repair:
+            # the writer's lease: only its holder may cut; SessionBusy if another holds it
+            async with await store.acquire(session_id) as lease:
+                if lease.repaired is not None:
+                    cut = lease.repaired
+                    print(
+                        f"repaired: cut an incomplete last line ({cut.bytes_removed} bytes) "
+                        f"at {cut.path}:{cut.line}"
+                    )
+                else:
+                    print("repair: nothing to cut, the last line is whole")
+                full = await store.read(session_id, repair=False)
+                tail = await store.read_tail(session_id, repair=False)
+        else:
+            full = await store.read(session_id, repair=False)
+            tail = await store.read_tail(session_id, repair=False)
+    except CorruptLogError as exc:
+        print(f"{session_id}: corrupt log: {exc}")
+        print("NOT OK")
+        return EXIT_CHECK_FAILED
+    finally:
+        await store.aclose()
+    report = check_log(session_id, full.records, tail.records)
+    print(
+        f"{session_id}: {report.records} records, {report.compactions} compactions, "
+        f"{report.history_items} items in history"
+    )
+    for note in report.notes:
+        print(f"note: {note}")
+    problems = list(report.problems)
+    if full.torn_tail is not None:
+        torn = full.torn_tail
+        problems.append(
+            f"torn last line: {torn.bytes_removed} bytes at {torn.path}:{torn.line} (a write cut "
+            f"short by a crash), left as it is; 'stowage check {session_id} --repair' cuts it"
+        )
+    if args.requests:
+        from stowage.policy import check_requests
+
+        requests = check_requests(session_id, full.records)
+        print(
+            f"requests: {requests.checked} rebuilt from the log and matched their manifests"
+            if requests.ok
+            else f"requests: {requests.checked} with manifests, {len(requests.problems)} differ"
+        )
+        if requests.unrecorded:
+            print(
+                f"note: {requests.unrecorded} round(s) have no manifest (recovered rounds, "
+                "rounds an approval resumed, or rounds logged before manifests)"
+            )
+        problems += requests.problems
+    for problem in problems:
+        print(f"problem: {problem}")
+    ok = not problems
+    print("ok" if ok else "NOT OK")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED

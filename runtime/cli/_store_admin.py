@@ -20,13 +20,10 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._parsing import fill_later
-
 if TYPE_CHECKING:
     from stowage.storage import PostgresStore
 
 __all__ = [
-    "add_store_admin_commands",
     "archive_main",
     "migrate_main",
     "parse_duration",
@@ -43,26 +40,10 @@ _NOT_SQL = (
 )
 
 
-def add_store_admin_commands(subparsers: Any) -> None:
-    """Add ``archive`` and ``migrate`` to the subparsers of ``stowage`` (options added when
-    used)."""
-    archive = subparsers.add_parser(
-        "archive",
-        help="move records covered by old compactions out of the table resume reads "
-        "(SQLite, PostgreSQL)",
-    )
-    fill_later(archive, _archive_options)
-    migrate = subparsers.add_parser(
-        "migrate", help="hash-partition a PostgreSQL store's records table by session"
-    )
-    fill_later(migrate, _migrate_options)
-
-
 def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a number of seconds, as a timedelta.
-
-    Raises ``ConfigError`` naming the text and the accepted forms for anything else, and for a
-    duration that is not positive."""
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a number of seconds, as a timedelta. Raises
+    ``ConfigError`` naming the text and the accepted forms for anything else, and for a duration
+    that is not positive."""
     from stowage.core import ConfigError
 
     cleaned = text.strip().lower()
@@ -77,52 +58,6 @@ def parse_duration(text: str) -> timedelta:
     if not 0 < seconds < float("inf"):
         raise ConfigError(f"duration {text!r} must be positive")
     return timedelta(seconds=seconds)
-
-
-def _store_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        default=None,
-        metavar="sqlite:///PATH|postgresql://...",
-        help=f"the store (default ${_STORE_ENV}, else the configuration's store)",
-    )
-    parser.add_argument(
-        "--schema",
-        default=None,
-        help="PostgreSQL: schema of the store's tables (default: the URL's ?schema=, else public)",
-    )
-    parser.add_argument("--log-format", choices=["console", "json"], default="console")
-    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
-
-
-def _archive_options(archive: argparse.ArgumentParser) -> None:
-    archive.add_argument(
-        "--older-than",
-        default=None,
-        metavar="DURATION",
-        help="archive what compactions older than this cover: 30d, 12h, 90m, or seconds "
-        "(default: the archive_after setting)",
-    )
-    archive.add_argument("--session", default=None, help="only this session (default: all)")
-    archive.add_argument(
-        "--batch",
-        type=int,
-        default=5_000,
-        metavar="N",
-        help="seqs moved a transaction (default 5000): smaller holds each session less",
-    )
-    _store_options(archive)
-
-
-def _migrate_options(migrate: argparse.ArgumentParser) -> None:
-    migrate.add_argument(
-        "--partitions",
-        type=int,
-        required=True,
-        metavar="N",
-        help="hash partitions of the records table (by session); a no-op if it has N already",
-    )
-    _store_options(migrate)
 
 
 async def _open_sql_store(args: argparse.Namespace, command: str) -> Any:

@@ -45,9 +45,7 @@ def store_spec(args: argparse.Namespace) -> str:
 
 def open_cli_store(args: argparse.Namespace) -> LogStore:
     """The store the command names (see ``store_spec``), with ``--durability`` when it has one.
-
-    Raises ``ConfigError`` for a spec that is none of the accepted forms. Creates nothing.
-    """
+    Raises ``ConfigError`` for a spec that is none of the accepted forms."""
     from stowage.core import lineage_store
     from stowage.storage import open_store
 
@@ -58,10 +56,9 @@ def open_cli_store(args: argparse.Namespace) -> LogStore:
 
 
 def reader_store(args: argparse.Namespace) -> LogStore:
-    """The store the command names, as a reader (the store's default durability).
-
-    Raises ``ConfigError`` naming the resolved path when a directory or SQLite store does
-    not exist: a reader creates nothing, and "no sessions" would hide a wrong path."""
+    """The store the command names, as a reader (the store's default durability). Raises
+    ``ConfigError`` naming the resolved path when a directory or SQLite store does not exist: a
+    reader creates nothing, and "no sessions" would hide a wrong path."""
     from stowage.core import ConfigError, lineage_store
     from stowage.storage import open_store
 

@@ -6,8 +6,15 @@ A turn of ``run``/``resume`` is drawn as the chat draws it (``_chat_view.TurnVie
 on stdout, the status line and notices on stderr, never over each other; stdout that is not a
 terminal gets the committed answer once, when the turn ends, see there) or, with ``--json``,
 written as JSON lines (``_json_stream``); Ctrl-C interrupts it and logs it as interrupted
-(``_turn_drive``). ``resume`` without an id asks which session on a terminal
-(``_picker``) and is a usage error elsewhere.
+(``_drive_turn``). ``resume`` without an id asks which session on a terminal
+(``_chat_prompt.pick_session``) and is a usage error elsewhere.
+
+A turn of ``run`` or ``resume`` runs through ``Session.stream``. The first SIGINT cancels the scope that reads the
+stream, which interrupts the turn as ``Session.stream`` promises: the model stream is dropped,
+running tools get an "interrupted" output, and the turn is logged as interrupted, so the next
+``resume`` starts a new turn after a closed one instead of finding the old one open. A second
+SIGINT while that is written ends the process at once (``KeyboardInterrupt``: the runtime
+writes nothing half-done).
 """
 
 from __future__ import annotations
@@ -18,20 +25,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._store_args import (
-    open_cli_store,
-    reader_store,
-    settings_from,
-    store_fields,
-    store_label,
-)
+from ._store_args import open_cli_store, reader_store, settings_from, store_fields, store_label
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stowage.core import Event, LogStore, Settings
     from stowage.facade import Runtime, Session, TurnResult
 
-    from ._chat_view import TurnView
-    from ._status import StatusLine
+    from ._chat_view import StatusLine, TurnView
 
 __all__ = [
     "chat_main",
@@ -45,10 +47,9 @@ __all__ = [
 
 
 def message_text(args: argparse.Namespace) -> str:
-    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``.
-
-    Raises ``ConfigError`` (nothing is opened or written) for both or neither given, an
-    unreadable file, or an empty message."""
+    """The message a turn sends: MESSAGE, stdin for ``-``, or ``--file PATH``. Raises
+    ``ConfigError`` (nothing is opened or written) for both or neither given, an unreadable file, or
+    an empty message."""
     from stowage.core import ConfigError
 
     message, path = args.message, getattr(args, "file", None)
@@ -79,7 +80,7 @@ _VIEW: TurnView | None = None
 def _status_line() -> StatusLine:
     global _STATUS
     if _STATUS is None:
-        from ._status import StatusLine
+        from ._chat_view import StatusLine
 
         _STATUS = StatusLine()
     return _STATUS
@@ -252,7 +253,7 @@ async def resume_main(args: argparse.Namespace) -> int:
                 "'stowage list' shows the sessions of this store"
             )
         if args.session is None:
-            from ._picker import pick_session
+            from ._chat_prompt import pick_session
 
             picked = await pick_session(reader_store(args))
             if picked is None:
@@ -263,23 +264,26 @@ async def resume_main(args: argparse.Namespace) -> int:
     return await _run(args, resume=True)
 
 
-async def _run(args: argparse.Namespace, *, resume: bool) -> int:
+async def _holds(store: LogStore, session_id: str | None) -> bool:
+    """Whether ``store`` holds session ``session_id``; the store is closed when that fails."""
     from stowage.core import validate_session_id
 
-    from ._run_options import refuse_oversized
-    from ._tracing import trace_if_configured
+    try:
+        return session_id is not None and await store.exists(validate_session_id(session_id))
+    except BaseException:
+        await store.aclose()
+        raise
+
+
+async def _run(args: argparse.Namespace, *, resume: bool) -> int:
+
+    from ._run_options import refuse_oversized, trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
     args.message = message_text(args)  # refused before anything is opened
     store = open_cli_store(args)
-    try:
-        # continuing runs with the session's recorded identity; typed options override it
-        continuing = resume or (
-            args.session is not None and await store.exists(validate_session_id(args.session))
-        )
-    except BaseException:
-        await store.aclose()
-        raise
+    # continuing runs with the session's recorded identity; typed options override it
+    continuing = resume or await _holds(store, args.session)
     async with await runtime_for(args, store, args.session if continuing else None) as rt:
         settings = rt.settings
         unsubscribe = rt.subscribe(_say_notices)  # what opening says: repairs, overrides
@@ -336,7 +340,6 @@ async def _drawn_turn(
     from stowage.core import AssistantDelta
 
     from ._chat_view import TurnView
-    from ._turn_drive import drive_turn
 
     status = _status_line()
     view = TurnView(
@@ -362,7 +365,7 @@ async def _drawn_turn(
 
     view.begin()
     try:
-        result = await drive_turn(
+        result = await _drive_turn(
             session,
             args.message,
             pin=args.pin,
@@ -389,49 +392,34 @@ async def _json_turn(args: argparse.Namespace, session: Session) -> int:
     from ._exits import exit_status
     from ._json_stream import JsonTurn, error_text, stopped_reason
     from ._sessions import read_turn_figures
-    from ._turn_drive import drive_turn
 
     lines = JsonTurn(out=sys.stdout, session_id=session.id, history=lambda: session.history)
     lines.begin(session.state.turn + 1)
     try:
-        result = await drive_turn(
+        result = await _drive_turn(
             session, args.message, pin=args.pin, on_event=lines.on_event, on_interrupt=lambda: None
         )
     except StowageError as exc:
         figures = await read_turn_figures(reader_store(args), session.id)
-        status = exit_status(exc)
-        reason = stopped_reason(exc, None)
-        lines.finish(
-            text="",
-            stopped=reason,
-            rounds=None,
-            figures=figures,
-            exit_status=status,
-            error=error_text(exc),
-        )
+        reason, status = stopped_reason(exc, None), exit_status(exc)
+        lines.finish(stopped=reason, figures=figures, exit_status=status, error=error_text(exc))
         raise
     stopped = "interrupted" if result is None else result.stopped
     status = turn_exit(stopped)
     figures = await read_turn_figures(reader_store(args), session.id)
-    lines.finish(
-        text=result.text if result is not None else "",
-        stopped=stopped,
-        rounds=result.rounds if result is not None else None,
-        figures=figures,
-        exit_status=status,
-    )
+    text, rounds = (result.text, result.rounds) if result is not None else ("", None)
+    lines.finish(text=text, stopped=stopped, rounds=rounds, figures=figures, exit_status=status)
     return status
 
 
 async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> int:
-    """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued
-    session; an ID with no log is a new session of that id (asked first on a terminal when
-    typed as ``chat ID``). ``continuing``: the session must exist (``resume`` goes on here).
-    Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
-    from stowage.core import ConfigError, SessionNotFound, validate_session_id
+    """``chat [ID | --session ID | --last]``: an interactive loop over a new or a continued session;
+    an ID with no log is a new session of that id (asked first on a terminal when typed as ``chat
+    ID``). Raises ``SessionNotFound`` for a missing one then, and what ``runtime_for`` raises."""
+    from stowage.core import ConfigError, SessionNotFound
 
     from ._chat import chat_loop, confirm_new
-    from ._tracing import trace_if_configured
+    from ._run_options import trace_if_configured
 
     _status_line()  # rich: a missing [cli] extra is said before anything is opened
     named = getattr(args, "name", None)
@@ -439,11 +427,7 @@ async def chat_main(args: argparse.Namespace, *, continuing: bool = False) -> in
         raise ConfigError(f"chat {args.session} --session {named}: name the session once")
     session_id = await _last_session(args) if args.last else (named or args.session)
     store = open_cli_store(args)
-    try:
-        exists = session_id is not None and await store.exists(validate_session_id(session_id))
-    except BaseException:
-        await store.aclose()
-        raise
+    exists = await _holds(store, session_id)
     if session_id is not None and not exists and (continuing or named is None):
         if continuing:
             await store.aclose()
@@ -500,3 +484,43 @@ class _ChatSessions:
 
     def settings_of(self, session_id: str) -> Settings:
         return self._rt.settings_of(session_id)
+
+
+async def _drive_turn(
+    session: Session,
+    text: str,
+    *,
+    pin: bool,
+    on_event: Callable[[Event], None],
+    on_interrupt: Callable[[], None],
+) -> TurnResult | None:
+    """Run one turn with ``text``, each of its events to ``on_event``; its result, or None when
+    Ctrl-C interrupted it (``on_interrupt`` is called when the first one comes). Raises what
+    ``Session.stream`` raises, and ``KeyboardInterrupt`` for a second Ctrl-C."""
+    import signal
+
+    import anyio
+    from stowage.facade import TurnResult
+
+    result: TurnResult | None = None
+    turn = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+
+        async def watch_ctrl_c() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    if turn.cancel_called:
+                        raise KeyboardInterrupt
+                    on_interrupt()
+                    turn.cancel()
+
+        tg.start_soon(watch_ctrl_c)
+        with turn:
+            # a cancel reaches the stream where it waits, so its own cleanup runs there
+            async for event in session.stream(text, pin=pin):
+                if isinstance(event, TurnResult):
+                    result = event
+                else:
+                    on_event(event)
+        tg.cancel_scope.cancel()
+    return None if turn.cancelled_caught else result

@@ -1,8 +1,16 @@
-"""``stowage worker`` and ``stowage send``: workers sharing a PostgreSQL store, and their senders.
+"""``stowage worker``, ``send`` and ``workers``: workers sharing a PostgreSQL store, their senders,
+and the list of those that are up.
 
-``add_worker_commands(subparsers)`` adds both to the ``stowage`` parser; each parsed namespace
+``add_worker_commands(subparsers)`` adds the three to the ``stowage`` parser; each parsed namespace
 carries its handler as ``args.handler`` (an async function of the namespace returning the exit
 status). ``python -m stowage.cli._worker worker|send ...`` runs them on their own.
+
+``workers`` reads the store alone (``PostgresStore.live_workers``): each worker's own row, which it
+rewrites every lease-renew interval with its rounds so far (so an idle worker is listed too,
+and rounds/s is the difference of its last two beats), joined to the live leases (sessions
+held, oldest grant, newest renewal). A store object holding leases that never beats (a plain
+``stowage run``) is listed from its leases, without rounds/s. A worker that stopped deleted its
+row; one killed drops off once its row and leases expire (the lease TTL).
 """
 
 from __future__ import annotations
@@ -20,26 +28,24 @@ if TYPE_CHECKING:
     from anyio.abc import TaskStatus
     from stowage.worker import Worker
 
+
+from datetime import UTC, datetime
+
 __all__ = [
     "add_worker_commands",
     "catch_stop_signals",
+    "format_workers",
     "main",
     "postgres_url",
     "send_main",
     "store_options",
     "worker_main",
+    "workers_main",
 ]
 
 
 class _StopSignals:
-    """SIGTERM and SIGINT as ``stowage worker`` counts them before its event loop listens.
-
-    From the moment the command is parsed until the worker's signal task takes over (and again
-    once it has let go) a signal is only counted: the default actions would end the process
-    with -SIGTERM or a ``KeyboardInterrupt`` half-way through an import or a connect, while
-    the count lets the worker drain (one) or stop at once (two or more) when it starts, and
-    exit 0 with nothing held.
-    """
+    """SIGTERM and SIGINT as ``stowage worker`` counts them before its event loop listens."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -90,20 +96,31 @@ def store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_worker_commands(subparsers: Any) -> None:
-    """Add ``worker`` and ``send`` to the subparsers of ``stowage`` (their options are added
-    when they are used, see ``_parsing``)."""
-    worker = subparsers.add_parser(
-        "worker",
-        help="serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
-    )
-    fill_later(worker, _worker_options)
-    worker.set_defaults(handler=worker_main)
-
-    send = subparsers.add_parser(
-        "send", help="queue MESSAGE for session ID; --wait prints the answer once committed"
-    )
-    fill_later(send, _send_options)
-    send.set_defaults(handler=send_main)
+    """Add ``worker``, ``send`` and ``workers`` to the subparsers of ``stowage`` (their options
+    are added when they are used, see ``_parsing``)."""
+    for name, text, options, handler in (
+        (
+            "worker",
+            "serve the sessions of a PostgreSQL store that have messages queued, until SIGTERM",
+            _worker_options,
+            worker_main,
+        ),
+        (
+            "send",
+            "queue MESSAGE for session ID; --wait prints the answer once committed",
+            _send_options,
+            send_main,
+        ),
+        (
+            "workers",
+            "list the workers of a PostgreSQL store and the sessions they hold",
+            _workers_options,
+            workers_main,
+        ),
+    ):
+        command = subparsers.add_parser(name, help=text)
+        fill_later(command, options)
+        command.set_defaults(handler=handler)
 
 
 def _worker_options(worker: argparse.ArgumentParser) -> None:
@@ -211,8 +228,7 @@ async def worker_main(args: argparse.Namespace) -> int:
 
 
 async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> None:
-    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once.
-    Signals counted before the receiver was in place count as received."""
+    """The first SIGTERM or SIGINT drains the worker; a second one interrupts it at once."""
     import anyio
 
     signals_seen = 0
@@ -241,14 +257,13 @@ async def _drain_on_signal(worker: Worker, *, task_status: TaskStatus[None]) -> 
 
 
 async def send_main(args: argparse.Namespace) -> int:
-    """Queue the message; with ``--wait`` print the answer (``--json``: the turn's lines). 1
-    when it failed or timed out. While it waits on a terminal, a status line says so; it is
-    down before anything is printed."""
+    """Queue the message; with ``--wait`` print the answer (``--json``: the turn's lines). 1 when it
+    failed or timed out."""
     import anyio
     from stowage.core import ConfigError
     from stowage.worker import Client, MessageFailed
 
-    from ._status import StatusLine
+    from ._chat_view import StatusLine
 
     if args.json and not args.wait:
         raise ConfigError("send --json takes --wait: the lines are those of the answered turn")
@@ -273,8 +288,7 @@ async def send_main(args: argparse.Namespace) -> int:
     except TimeoutError:
         status.hide()
         print(
-            f"stowage: no answer within {args.timeout} s; the message stays queued",
-            file=sys.stderr,
+            f"stowage: no answer within {args.timeout} s; the message stays queued", file=sys.stderr
         )
         return 1
     status.hide()
@@ -335,3 +349,57 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _workers_options(workers: argparse.ArgumentParser) -> None:
+
+    store_options(workers)
+    workers.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    workers.add_argument("--json", action="store_true", help="one JSON object per worker")
+
+
+def format_workers(rows: list[dict[str, Any]], *, now: datetime) -> str:
+    """The table ``stowage workers`` prints (a header, then one line per worker). Pure."""
+    lines = [
+        f"{'PID':>8}  {'HOST':<24} {'SESSIONS':>8}  {'ROUNDS/S':>8}  {'RENEWED':>12}  {'SINCE':>14}"
+    ]
+    for row in rows:
+        rate = row.get("rounds_per_s")
+        lines.append(
+            f"{row['pid'] or '-':>8}  {row['host'] or '-'!s:<24} {row['sessions']:>8}  "
+            f"{'-' if rate is None else f'{rate:.1f}':>8}  "
+            f"{_ago(row['renewed'], now):>12}  {_ago(row['since'], now):>14}"
+        )
+    if not rows:
+        lines.append("(no worker is up and no session is held)")
+    return "\n".join(lines)
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    seconds = max(0.0, (now - when).total_seconds())
+    return f"{seconds:.1f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+async def workers_main(args: argparse.Namespace) -> int:
+    """Print the live workers of ``--store``; 0, or 2 (an error line) when it cannot be read
+    or does not exist."""
+    import orjson
+    from stowage.storage import PostgresStore
+
+    from ._store_admin import refuse_missing
+
+    url = postgres_url(args.store)
+    store = PostgresStore(url, schema=args.schema, min_size=1, max_size=1)
+    await refuse_missing(store, url, "workers")
+    try:
+        rows = await store.live_workers()
+    finally:
+        await store.aclose()
+    if args.json:
+        for row in rows:
+            sys.stdout.write(orjson.dumps(row).decode() + "\n")
+    else:
+        print(format_workers(rows, now=datetime.now(UTC)))
+    return 0

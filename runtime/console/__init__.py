@@ -16,14 +16,7 @@ if TYPE_CHECKING:
     from ._serve import serve_console
     from ._source import StoreReader
     from ._timeline import TimelineEntry
-    from ._views import (
-        ChartPoint,
-        ProtectedRow,
-        SessionRow,
-        SessionView,
-        session_row,
-        session_view,
-    )
+    from ._views import ChartPoint, ProtectedRow, SessionRow, SessionView, session_row, session_view
 
 __all__ = [
     "ChartPoint",

@@ -4,18 +4,28 @@ Read-only by construction: the app holds a store it only ever calls ``list_sessi
 ``read(..., repair=False)`` and ``read_tail(..., repair=False)`` on. Every piece of model or tool
 text, and anything a URL brings, goes through Jinja2 with autoescape on, so a tool output
 holding ``<script>`` is shown as text; errors are answered as ``text/plain``; and every response
-carries a Content-Security-Policy that runs no inline script (``_secure``). Live updates: the
+carries a Content-Security-Policy that runs no inline script (``SecurityHeaders``). Live updates: the
 page opens ``/events``; the server compares the store's fingerprint every ``poll`` seconds and
 sends ``change`` when it moved; the page then fetches its fragment.
 
 A long session's page shows its newest rounds and compactions; older ones come a page at a
-time (``_pages``), from a view kept while the store does not change (``_cache``).
+time (``_pages``), from a view kept while the store does not change (``ViewCache``).
+
+A view is kept with the store's fingerprint and the lease holder it was made at; any append
+anywhere in the store moves the fingerprint, and the next request makes the view again.
+
+The pages show what models and tools wrote; the templates escape it, and the policy below is
+the second wall: a script runs only from ``/static``, never inline, nothing is fetched from
+another origin, no other site frames the console. A dozen lines of ASGI rather than a
+dependency: the headers are fixed strings.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -23,23 +33,29 @@ from typing import Any, cast
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from stowage.core import StowageError, validate_session_id
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from stowage.core import StowageError, TornTail, validate_session_id
 from stowage.policy import PriceBook, money
 
-from ._cache import ViewCache
 from ._chart import chart_geometry
 from ._pages import page_query
-from ._secure import SecurityHeaders
 from ._source import StoreReader
-from ._views import SessionRow, paged, session_row, session_view
+from ._views import SessionRow, SessionView, paged, session_row, session_view
 
-__all__ = ["LOOPBACK_HOSTS", "create_app"]
+__all__ = [
+    "CONTENT_SECURITY_POLICY",
+    "LOOPBACK_HOSTS",
+    "SecurityHeaders",
+    "ViewCache",
+    "create_app",
+]
 
 #: the Host headers a console on a loopback address answers
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
@@ -210,3 +226,72 @@ def create_app(
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ],
     )
+
+
+@dataclass(eq=False)
+class ViewCache:
+    """Up to ``size`` views, the least recently used dropped first."""
+
+    size: int = 4
+    _views: OrderedDict[str, tuple[Hashable, SessionView, TornTail | None]] = field(
+        default_factory=OrderedDict
+    )
+
+    def get(self, session_id: str, made_at: Hashable) -> tuple[SessionView, TornTail | None] | None:
+        """The view of ``session_id`` made at ``made_at`` and its log's torn tail, if kept."""
+        kept = self._views.get(session_id)
+        if kept is None or kept[0] != made_at:
+            return None
+        self._views.move_to_end(session_id)
+        return kept[1], kept[2]
+
+    def put(
+        self, session_id: str, made_at: Hashable, view: SessionView, torn: TornTail | None
+    ) -> None:
+        """Keep ``view`` (made at ``made_at``), dropping the least recently used past ``size``."""
+        self._views[session_id] = (made_at, view, torn)
+        self._views.move_to_end(session_id)
+        while len(self._views) > self.size:
+            self._views.popitem(last=False)
+
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+    )
+)
+
+_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+class SecurityHeaders:
+    """ASGI middleware: ``_HEADERS`` on every HTTP response ``app`` sends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in _HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,6 +1,7 @@
 """One card per compaction and microcompaction, with the figures its record holds, and what
 the Compactions tile's colour says. Pure, no I/O; every figure is the log's (``stowage show``
-prints the same ones), never worked out again here."""
+prints the same ones), never worked out again here.
+"""
 
 from __future__ import annotations
 
@@ -61,12 +62,7 @@ class CompactionCard:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionTone:
-    """What the Compactions tile's colour says: where the newest full compaction was applied.
-
-    ``none``: no compaction yet; ``ahead``: below the compact mark (done ahead of pressure,
-    between turns or at the soft mark); ``at-mark``: between the compact and the hard mark,
-    as planned; ``forced``: at or past the hard mark, where a round had to wait for it.
-    """
+    """What the Compactions tile's colour says: where the newest full compaction was applied."""
 
     tone: str
     note: str

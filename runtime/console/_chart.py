@@ -117,12 +117,8 @@ def chart_geometry(
     stops: Sequence[tuple[int, str]] = (),
 ) -> Chart:
     """Place ``points`` (tokens per round), the watermarks of ``usable`` and the compactions;
-    ``stops`` are (seq, message) of error records, what followed a point no compaction did.
-
-    The scale is what the watermarks and the bulk of the points need; a point far above it
-    (a spike, such as a round that read a huge file) is clipped to the top edge with a
-    marker instead of squashing every other point and mark into the bottom. Raises nothing.
-    """
+    ``stops`` are (seq, message) of error records, what followed a point no compaction did. Raises
+    nothing."""
     drawn, per_point = _thin(points)
     top_value = _scale([p.tokens for p in drawn], usable)
     rounds = [p.round for p in points] + [c.round for c in cards] + [m.round for m in milestones]

@@ -37,9 +37,8 @@ _ANCHOR_PAGES = 20
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Block:
-    """The records of one round: from the one after the previous round's commit through this
-    round's ``round_committed`` (its user message, turn marks and calls come with it). The
-    last block, records after the newest commit, has ``round`` None."""
+    """The records of one round: from the one after the previous round's commit through this round's
+    ``round_committed`` (its user message, turn marks and calls come with it)."""
 
     first: int
     last: int

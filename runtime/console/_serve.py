@@ -74,10 +74,7 @@ async def serve_console(
     sqlite_path = spec.partition("://")[2][1:] if spec.startswith("sqlite://") else None
     reader = StoreReader(store, sqlite_path=sqlite_path)
     app = create_app(
-        reader,
-        store_label=label,
-        allowed_hosts=host_names(host, allowed_hosts),
-        prices=prices,
+        reader, store_label=label, allowed_hosts=host_names(host, allowed_hosts), prices=prices
     )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
@@ -93,8 +90,7 @@ async def serve_console(
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (0: any free port). Raises ``ConfigError`` when the
-    address cannot be bound (in use, or not an address of this machine)."""
+    """A listening socket on ``host:port`` (0: any free port)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = infos[0]

@@ -1,6 +1,7 @@
 """The timeline of one page of a session: an entry per item, round end, turn mark, compaction,
 protected change, milestone and error, for the records in a seq range only (a page of a
-10,000-round session builds its ten rounds' entries, not 40,000). Pure, no I/O."""
+10,000-round session builds its ten rounds' entries, not 40,000). Pure, no I/O.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from stowage.core import (
     AssistantMessage,
@@ -58,10 +60,8 @@ def timeline_entries(
     stubbed: Collection[int],
     unfolded: Collection[int] = (),
 ) -> tuple[TimelineEntry, ...]:
-    """The entries of the records with ``first <= seq <= last`` (``records`` ascending by
-    seq), chronological. ``cards`` are the compactions by seq, ``stubbed`` the seqs of
-    outputs a microcompaction stubbed; records at ``unfolded`` seqs (those that did not fold)
-    are left out, as the page lists them as errors. Raises nothing."""
+    """The entries of the records with ``first <= seq <= last`` (``records`` ascending by seq),
+    chronological. Raises nothing."""
     low = bisect_left(records, first, key=lambda r: r.seq)
     high = bisect_right(records, last, key=lambda r: r.seq)
     # an output's tool name is its call's, which may sit before the page
@@ -86,28 +86,6 @@ def _entry(
     cards: Mapping[int, CompactionCard],
     stubbed: Collection[int],
 ) -> TimelineEntry | None:
-    def line(
-        kind: str,
-        title: str,
-        text: str = "",
-        *,
-        round_: int | None = None,
-        error: bool = False,
-        interrupted: bool = False,
-        cached: int | None = None,
-    ) -> TimelineEntry:
-        return TimelineEntry(
-            seq=record.seq,
-            ts=record.ts,
-            kind=kind,
-            round=round_,
-            title=title,
-            text=text,
-            error=error,
-            interrupted=interrupted,
-            cached=cached,
-        )
-
     match record:
         case ItemRecord():
             return _item_entry(record, stubbed, names)
@@ -123,31 +101,43 @@ def _entry(
             if record.manifest is not None:
                 figures += "\n" + describe_manifest(record.manifest)
             title = f"round {round_} committed"
-            return line(
+            return _at(
+                record,
                 "round",
                 title,
                 figures,
-                round_=round_,
+                round=round_,
                 interrupted=record.interrupted,
                 cached=cached,
             )
         case TurnRecord(turn=turn, phase=phase):
-            return line("turn", f"turn {turn} {phase}")
+            return _at(record, "turn", f"turn {turn} {phase}")
         case CompactionRecord() | MicrocompactRecord():
             card = cards.get(record.seq)
             if card is None:
                 return None
             micro = card.kind == "micro"
             title = f"{'microcompaction' if micro else 'compaction'} #{card.number} ({card.kind})"
-            return line("micro" if micro else "compaction", title, card.reason, round_=card.round)
+            return _at(
+                record, "micro" if micro else "compaction", title, card.reason, round=card.round
+            )
         case ProtectedRecord(ops=ops, source=source):
             text = "\n".join(json.dumps(op, sort_keys=True) for op in ops)
-            return line("protected", f"protected state ({source})", text)
+            return _at(record, "protected", f"protected state ({source})", text)
         case MilestoneRecord(name=name, note=note, source=source):
-            return line("milestone", f"milestone: {name} (said by the {source})", note or "")
+            return _at(record, "milestone", f"milestone: {name} (said by the {source})", note or "")
         case ErrorRecord(kind=kind, message=message):
-            return line("error", f"error: {kind}", message, error=True)
+            return _at(record, "error", f"error: {kind}", message, error=True)
     return None
+
+
+def _at(
+    record: Record, kind: str, title: str, text: str = "", *, round: int | None = None, **flags: Any
+) -> TimelineEntry:
+    """The entry of ``record``: its seq and time, with what it shows."""
+    return TimelineEntry(
+        seq=record.seq, ts=record.ts, kind=kind, round=round, title=title, text=text, **flags
+    )
 
 
 def cached_tokens(record: RoundCommittedRecord) -> int | None:
@@ -159,33 +149,22 @@ def cached_tokens(record: RoundCommittedRecord) -> int | None:
 def _item_entry(
     record: ItemRecord, stubbed: Collection[int], names: Mapping[str, str]
 ) -> TimelineEntry:
-    item = record.item
-
-    def entry(kind: str, title: str, text: str, *, error: bool = False) -> TimelineEntry:
-        return TimelineEntry(
-            seq=record.seq,
-            ts=record.ts,
-            round=record.round,
-            kind=kind,
-            title=title,
-            text=text,
-            stubbed=record.seq in stubbed,
-            error=error,
-            interrupted=kind == "output" and error and text.startswith("interrupted:"),
-        )
-
+    item, error = record.item, False
     match item:
         case SystemMessage(text=text):
-            return entry("system", "system", text)
+            kind, title = "system", "system"
         case UserMessage(text=text, pinned=pinned):
-            return entry("user", "user (pinned)" if pinned else "user", text)
+            kind, title = "user", "user (pinned)" if pinned else "user"
         case AssistantMessage(text=text):
-            return entry("assistant", "assistant", text)
-        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-            return entry("call", f"call {name} [{call_id}]", arguments)
-        case FunctionCallOutput(call_id=call_id, output=output, is_error=is_error):
-            title = f"output of {names.get(call_id, '?')} [{call_id}]"
-            return entry("output", title, output, error=is_error)
+            kind, title = "assistant", "assistant"
+        case FunctionCall(call_id=call_id, name=name, arguments=text):
+            kind, title = "call", f"call {name} [{call_id}]"
+        case FunctionCallOutput(call_id=call_id, output=text, is_error=error):
+            kind, title = "output", f"output of {names.get(call_id, '?')} [{call_id}]"
         case CompactionSummary(text=text):
-            return entry("summary", "summary", text)
-    return entry("item", type(item).__name__, repr(item))
+            kind, title = "summary", "summary"
+        case _:
+            kind, title, text = "item", type(item).__name__, repr(item)
+    interrupted = kind == "output" and error and text.startswith("interrupted:")
+    flags = {"stubbed": record.seq in stubbed, "error": error, "interrupted": interrupted}
+    return _at(record, kind, title, text, round=record.round, **flags)

@@ -33,8 +33,7 @@ from stowage.cli._chat_commands import (
     parse_line,
 )
 from stowage.cli._chat_prompt import history_file
-from stowage.cli._chat_view import TurnView, call_text, first_line, tool_line
-from stowage.cli._status import StatusLine
+from stowage.cli._chat_view import StatusLine, TurnView, call_text, first_line, tool_line
 from stowage.core import FunctionCall, FunctionCallOutput, RoundStarted, ToolStarted
 from stowage.facade import TurnResult
 

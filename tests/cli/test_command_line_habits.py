@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from stowage.cli._agents import split_agents, system_with_agents
+from stowage.cli._chat_prompt import choice_of, picker_lines
 from stowage.cli._parsing import hoist_globals, unknown_command
-from stowage.cli._picker import choice_of, picker_lines
 from stowage.cli._sessions import SessionSummary
 from stowage.testing import FakeOpenAIServer
 

@@ -28,8 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
-from stowage.cli._chat_view import TurnView
-from stowage.cli._status import StatusLine
+from stowage.cli._chat_view import StatusLine, TurnView
 from stowage.core import (
     AssistantDelta,
     AssistantMessage,

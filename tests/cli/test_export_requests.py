@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseFunctionToolCallParam, ResponseInputParam
 from pydantic import TypeAdapter
-from stowage.cli._sessions import EXPORT_FORMATS, export_text
-from stowage.cli._wire_export import paired_items, wire_export
+from stowage.cli._export import EXPORT_FORMATS, export_text, paired_items, wire_export
 from stowage.core import (
     ApprovalRecord,
     AssistantMessage,

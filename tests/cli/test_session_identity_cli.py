@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from stowage.cli._mcp_options import mcp_servers_of
+from stowage.cli._run_options import mcp_servers_of
 from stowage.core import (
     REDACTED,
     ConfigError,

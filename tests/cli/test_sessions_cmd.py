@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from stowage.cli._sessions import _summaries, export_text, last_active_session
+from stowage.cli._export import export_text
+from stowage.cli._sessions import _summaries, last_active_session
 from stowage.core import Settings
 from stowage.facade import Runtime
 from stowage.storage import PostgresStore

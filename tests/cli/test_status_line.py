@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stowage.cli._status import describe
+from stowage.cli._chat_view import describe
 from stowage.core import (
     CompactionDecided,
     HistoryCompacted,

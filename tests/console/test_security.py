@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from stowage.console import StoreReader, create_app
-from stowage.console._secure import CONTENT_SECURITY_POLICY
+from stowage.console._app import CONTENT_SECURITY_POLICY
 from stowage.storage import JsonlStore
 
 from .conftest import PAYLOAD, PAYLOADS, payload_records

@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 import pytest
+from stowage.cli._export import markdown_export
 from stowage.cli._main import main
-from stowage.cli._markdown import markdown_export
 from stowage.cli._show import render_transcript
 from stowage.cli._store_admin import parse_duration
 from stowage.core import (

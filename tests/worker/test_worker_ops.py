@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import httpx
 import pytest
-from stowage.cli._workers import format_workers
+from stowage.cli._worker import format_workers
 from stowage.facade import DescriptorUse
 from stowage.worker import Client
 from stowage.worker._metrics import WorkerMetrics, render_metrics
