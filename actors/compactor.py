@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from stowage.core import (
-    CompactionDecided,
-    CompactionSkipped,
-    Event,
-    Settings,
-    ToolSpec,
-)
+from stowage.core import CompactionDecided, CompactionSkipped, Event, Settings, ToolSpec
 from stowage.policy import (
     Accounting,
     Action,

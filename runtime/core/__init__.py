@@ -84,12 +84,7 @@ if TYPE_CHECKING:
         CompactionHooks,
         CompactionVetoed,
     )
-    from ._identity import (
-        SessionIdentity,
-        continue_settings,
-        identity_from_records,
-        identity_of,
-    )
+    from ._identity import SessionIdentity, continue_settings, identity_from_records, identity_of
     from ._items import (
         AssistantMessage,
         CompactionSummary,
@@ -114,12 +109,7 @@ if TYPE_CHECKING:
         tail_records,
     )
     from ._logging import configure_logging, get_logger
-    from ._manifest import (
-        LineCache,
-        describe_manifest,
-        request_bytes,
-        request_manifest,
-    )
+    from ._manifest import LineCache, describe_manifest, request_bytes, request_manifest
     from ._projection import PREVIEW_MIN_CHARS, StubCache, build_projection, default_stub
     from ._protected import (
         ProtectedEntry,

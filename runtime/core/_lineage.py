@@ -22,13 +22,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ._errors import (
-    ConfigError,
-    CorruptLogError,
-    InvalidSessionId,
-    SessionExists,
-    StoreError,
-)
+from ._errors import ConfigError, CorruptLogError, InvalidSessionId, SessionExists, StoreError
 from ._records import (
     CompactionRecord,
     ErrorRecord,

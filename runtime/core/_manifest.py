@@ -34,13 +34,7 @@ from typing import Any
 import orjson
 
 from ._gateway import ModelRequest, ToolSpec
-from ._items import (
-    CompactionSummary,
-    HistoryEntry,
-    Item,
-    SystemMessage,
-    item_to_dict,
-)
+from ._items import CompactionSummary, HistoryEntry, Item, SystemMessage, item_to_dict
 from ._records import ManifestSection, RequestManifest, SectionName
 from ._sizes import item_chars, tool_schema_tokens
 

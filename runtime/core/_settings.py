@@ -142,8 +142,7 @@ class Settings:
     #: command continuing the session builds the same ones; ``Runtime`` reads none of these
     #: three (pass ``tools=`` and ``mcp=``)
     tools_from: Annotated[
-        str | None,
-        setting("MODULE:NAME of the ToolRegistry --tools-from imported", config=False),
+        str | None, setting("MODULE:NAME of the ToolRegistry --tools-from imported", config=False)
     ] = None
     mcp: Annotated[
         tuple[str, ...],
@@ -341,8 +340,7 @@ class Settings:
     ] = 600.0
     max_retries: Annotated[int, setting("retries of a failed model call", ge=0)] = 2
     max_retry_wait: Annotated[
-        float,
-        setting("the most seconds one retry waits, whatever the server asks for", gt=0),
+        float, setting("the most seconds one retry waits, whatever the server asks for", gt=0)
     ] = 60.0
     compaction_loop_repeats: Annotated[
         int,

@@ -163,9 +163,6 @@ async def read_records(store: LogStore, session_id: str) -> Sequence[Record]:
 
 
 async def _compactor(
-    ctx: SessionContext,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
+    ctx: SessionContext, committed: CompactorInbox, plans: Slot[Verdict], kept: CompactorKept
 ) -> None:
     await run_compactor(ctx, committed, plans, kept=kept)

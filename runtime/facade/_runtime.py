@@ -82,13 +82,7 @@ from stowage.core import (
 from stowage.model import make_gateway
 from stowage.policy import check_tool_count
 from stowage.storage import open_store
-from stowage.tools import (
-    MCPServer,
-    ToolRegistry,
-    with_milestone,
-    with_recall,
-    workspace_tools,
-)
+from stowage.tools import MCPServer, ToolRegistry, with_milestone, with_recall, workspace_tools
 
 from ._actor_runs import SessionRun, read_records, serve_commands, start_actors
 from ._descriptors import DescriptorUse, descriptor_use
@@ -97,13 +91,7 @@ from ._leases import Leases
 from ._mcp_tools import MCPServers
 from ._parts import Limiters, UnbuiltGateway, after_hook, fencing_error, limiters, tool_fields
 from ._session import Session
-from ._session_settings import (
-    Change,
-    check_fits,
-    endpoint_for,
-    first_records,
-    settings_records,
-)
+from ._session_settings import Change, check_fits, endpoint_for, first_records, settings_records
 from ._slot_table import SlotTable
 from ._slots import SessionSlot, SlotState
 

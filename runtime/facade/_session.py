@@ -207,11 +207,7 @@ class Session:
         try:
             await self._ask(
                 UserTurn(
-                    text=text,
-                    pinned=pin,
-                    reply=reply,
-                    message_id=message_id,
-                    interrupt=interrupt,
+                    text=text, pinned=pin, reply=reply, message_id=message_id, interrupt=interrupt
                 )
             )
             self._waiting[reply] = None

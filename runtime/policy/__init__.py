@@ -9,12 +9,7 @@ from typing import TYPE_CHECKING
 from stowage._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._accounting import (
-        MIN_OUTPUT_CHARS,
-        USER_SHARE,
-        Accounting,
-        stub_savings,
-    )
+    from ._accounting import MIN_OUTPUT_CHARS, USER_SHARE, Accounting, stub_savings
     from ._budget import (
         Budget,
         effective_threshold,
@@ -86,14 +81,7 @@ if TYPE_CHECKING:
     from ._requests_check import RequestsReport, check_requests
     from ._round_index import RoundIndex
     from ._ruler import Ruler, View
-    from ._snapshot import (
-        BoundaryCause,
-        Plan,
-        Refusal,
-        Snapshot,
-        Stubs,
-        snapshot_of,
-    )
+    from ._snapshot import BoundaryCause, Plan, Refusal, Snapshot, Stubs, snapshot_of
     from ._tokens import (
         TokenStatus,
         answer_chars,
@@ -120,12 +108,7 @@ if TYPE_CHECKING:
         turn_round_cuts,
         turn_rounds,
     )
-    from ._window import (
-        MIN_HISTORY_TOKENS,
-        check_window,
-        compaction_shrinks,
-        fixed_request_tokens,
-    )
+    from ._window import MIN_HISTORY_TOKENS, check_window, compaction_shrinks, fixed_request_tokens
 
 __all__ = [
     "FOCUS_MAX_CHARS",

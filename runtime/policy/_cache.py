@@ -18,14 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from stowage.core import (
-    ModelRequest,
-    Record,
-    RoundCommittedRecord,
-    Settings,
-    Usage,
-    item_chars,
-)
+from stowage.core import ModelRequest, Record, RoundCommittedRecord, Settings, Usage, item_chars
 
 __all__ = [
     "CACHE_BLOCK_TOKENS",

@@ -153,10 +153,7 @@ def _new_boundary(work: Work, snap: Snapshot) -> bool:
     dropped, the turn that changed (a stop, a refusal's figures belong to one turn), a
     window or fit a refusal stated. True when a refusal taught the window."""
     state = work.state  # the step's input: nothing is set yet
-    changes: dict[str, object] = {
-        "latest": snap,
-        "rounds": state.rounds.extended(snap.history),
-    }
+    changes: dict[str, object] = {"latest": snap, "rounds": state.rounds.extended(snap.history)}
     if state.stubbing:
         outputs = {e.seq for e in snap.history if isinstance(e.item, FunctionCallOutput)}
         changes["stubbing"] = (state.stubbing & outputs) - snap.stubbed
@@ -388,12 +385,7 @@ def _threshold(work: Work, ruler: Ruler, view: View, now: float) -> None:
 
 
 def _watermarks(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    decision: PolicyDecision,
-    landed: bool,
-    now: float,
+    work: Work, ruler: Ruler, view: View, decision: PolicyDecision, landed: bool, now: float
 ) -> View:
     """The watermark triggers: past a compaction that left too much, stubs (then a digest);
     past the soft mark a batch of stubs; at the compaction mark, or earlier when the forecast
@@ -545,13 +537,7 @@ def _after_keeps(ruler: Ruler, view: View, keep_rounds: int) -> Sequence[int]:
 
 
 def _relieve(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    limit: int | None,
-    now: float,
-    *,
-    refused: bool,
+    work: Work, ruler: Ruler, view: View, limit: int | None, now: float, *, refused: bool
 ) -> None:
     """The next request would reach the limit (or the provider refused it): wait for the
     summary in flight or the plan advised; else one more step each time, until it fits or
@@ -628,13 +614,7 @@ def _summary_relieves(
 
 
 def _digest(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    limit: int | None,
-    target: int,
-    *,
-    keep_reads: bool,
+    work: Work, ruler: Ruler, view: View, limit: int | None, target: int, *, keep_reads: bool
 ) -> bool:
     """Give a no-model digest of everything the turn may cover, when it frees anything; the
     turn's newest reads re-attached only when asked and when they fit well under ``target``
