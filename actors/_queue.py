@@ -29,8 +29,8 @@ T = TypeVar("T")
 
 
 class Flag:
-    """A one-shot flag to wait on, like ``anyio.Event`` (set once, wakes every waiter), made
-    of nothing but a bool until someone waits."""
+    """A one-shot flag to wait on, like ``anyio.Event``, made of nothing but a bool until someone
+    waits."""
 
     __slots__ = ("_set", "_waiters")
 
@@ -93,8 +93,8 @@ TICK = 1.0
 
 class _Deadlines:
     """The timed waits of one event loop, by the tick their deadline falls in: one timer per
-    tick wakes those still waiting when it fires. A tick's waiters are dropped once none is
-    left (a set keeps the size of its busiest moment), its timer stays and finds none."""
+    tick. A tick's waiters are dropped once none is left (a set keeps the size of its busiest
+    moment)."""
 
     __slots__ = ("_due", "_timers")
 
@@ -117,8 +117,7 @@ class _Deadlines:
     def add(
         self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], seconds: float
     ) -> int:
-        """Wake ``waiter`` once ``seconds`` passed (within a tick after); returns the tick it
-        waits in, for ``remove``."""
+        """Wake ``waiter`` once ``seconds`` passed (within a tick after)."""
         tick = math.ceil((loop.time() + seconds) / TICK)
         waiting = self._due.get(tick)
         if waiting is None:
@@ -198,8 +197,7 @@ class _State(Generic[T]):
 
 
 class _End(AsyncResource, Generic[T]):
-    """What both ends of a mailbox do alike: close (each its own way), as an async context
-    manager too (``AsyncResource``), and report the mailbox's figures."""
+    """What both ends of a mailbox do alike."""
 
     __slots__ = ("_closed", "_state")
 

@@ -81,12 +81,9 @@ async def run_calls(
     output: OutputBudget | None = None,
     progress: Progress | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
-    """Run one round's calls concurrently (at most ``limiter``'s tokens at once, shared by
-    every session); every call gets exactly one output, in call order: a tool's exception,
-    timeout, unknown name or bad arguments become error outputs, and calls the turn's
-    ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure.
-    ``output``: each call's ``ToolContext.output``; ``progress``: what makes a piece of a
-    call's output durable as it comes (``ToolContext.progress``)."""
+    """Run one round's calls concurrently; every call gets exactly one output, in call order (a
+    tool's failure, timeout or interrupt becomes an error output): never raises for a tool's
+    failure."""
     # what a call the turn's interrupt stopped keeps: it may or may not have run
     outputs: list[FunctionCallOutput] = [
         FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True) for c in calls

@@ -18,9 +18,7 @@ __all__ = ["lazy_exports"]
 def lazy_exports(
     package: str, namespace: MutableMapping[str, Any], table: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` of ``package``, whose globals are
-    ``namespace``: ``table`` maps each exported name to the module that defines it (``._name``:
-    a module of ``package``). A name found is kept in ``namespace``, so each is looked up once."""
+    """The module ``__getattr__`` and ``__dir__`` of ``package``."""
 
     def __getattr__(name: str) -> Any:
         try:

@@ -80,8 +80,7 @@ def tail_records(records: Sequence[Record]) -> list[Record]:
 
 
 def _ends_a_round(record: Record) -> bool:
-    """Whether ``record`` still belongs to the round committed before it: what its turn and
-    its compactions wrote after the commit, not what the next input started."""
+    """Whether ``record`` still belongs to the round committed before it."""
     match record:
         case TurnRecord(phase=phase):
             return phase != "started"

@@ -646,8 +646,7 @@ REDACTED_FIELDS = ("base_url", "mcp", "mcp_url")
 
 
 def recordable(name: str, value: Any) -> Any:
-    """``value`` of identity field ``name`` as it is recorded: credentials redacted, a
-    sequence as a list (what a log gives back)."""
+    """``value`` of identity field ``name`` as it is recorded."""
     if name == "base_url":
         return redact_url(value)
     if name == "mcp":

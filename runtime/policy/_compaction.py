@@ -218,8 +218,7 @@ def _ref_lines(projection: Sequence[Item], refs: Mapping[str, int]) -> list[str]
 
 
 def _clipped(item: Item, keep: int) -> Item:
-    """``item`` with its text cut to about ``keep`` characters: its head and tail around a
-    line that says how much was cut (the log keeps it whole)."""
+    """``item`` with its text cut to about ``keep`` characters."""
     text = item.output if isinstance(item, FunctionCallOutput) else getattr(item, "text", "")
     if len(text) <= keep:
         return item

@@ -349,8 +349,7 @@ def _savings(
     previous: Usage | None,
     book: PriceBook,
 ) -> tuple[int, Decimal | None]:
-    """Uncached tokens and money the rounds ``after`` a compaction saved (module docstring);
-    ``previous``: the usage of the round before it."""
+    """Uncached tokens and money the rounds ``after`` a compaction saved (module docstring)."""
     uncached_saved = 0
     usd_saved: Decimal | None = Decimal(0)
     for k, (r, actual, model) in enumerate(after):
