@@ -217,9 +217,8 @@ class _End(AsyncResource, Generic[T]):
 
 
 class MailboxSend(_End[T]):
-    """The send end of a bounded mailbox (the subset of ``MemoryObjectSendStream`` the
-    actors use). Raises ``ClosedResourceError`` after its own close, ``BrokenResourceError``
-    once no receive end is open."""
+    """The send end of a bounded mailbox; raises ``BrokenResourceError`` once no receive end is
+    open."""
 
     __slots__ = ()
 
@@ -282,8 +281,7 @@ class MailboxSend(_End[T]):
 
 
 class MailboxReceive(_End[T]):
-    """The receive end of a bounded mailbox (the subset of ``MemoryObjectReceiveStream``
-    the actors use)."""
+    """The receive end of a bounded mailbox."""
 
     __slots__ = ()
 
@@ -309,8 +307,8 @@ class MailboxReceive(_End[T]):
         raise anyio.WouldBlock
 
     async def receive(self) -> T:
-        """The next item, waiting for one; raises ``anyio.EndOfStream`` once every send end
-        is closed and the buffer is read."""
+        """The next item, waiting for one; raises ``anyio.EndOfStream`` once every send end is
+        closed."""
         state = self._state
         while True:
             try:
@@ -352,8 +350,7 @@ class MailboxReceive(_End[T]):
 
 
 def open_mailbox(capacity: int) -> tuple[MailboxSend[T], MailboxReceive[T]]:
-    """Both ends of a mailbox holding at most ``capacity`` items. Raises ``ValueError`` for a
-    capacity below 1."""
+    """Both ends of a mailbox holding at most ``capacity`` items."""
     if capacity < 1:
         raise ValueError(f"a mailbox holds at least 1 item, not {capacity}")
     state: _State[T] = _State(capacity)

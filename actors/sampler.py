@@ -166,12 +166,8 @@ class Sampler:
         tools: ExecutorInbox,
         doorbell: Doorbell,
     ) -> bool:
-        """Serve ``first``, then every command that comes while there is work. Returns False
-        when the session parks (no command waiting and the compactor idle: this run of the
-        session's actors ends, and its supervisor too: the next command starts another),
-        True when the input ended. ``doorbell`` is rung by a new command, the end of input and
-        the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
-        ends the other actors."""
+        """Serve ``first``, then every command that comes while there is work; False when the
+        session parks (this run of its actors ends), True when the input ended."""
         self.tools = tools
         try:
             async with tools:
@@ -195,9 +191,8 @@ class Sampler:
             self._requests.park()
 
     async def recover(self) -> None:
-        """Close a round the log left open: every logged call without an output gets the
-        synthetic "interrupted" output, so no orphan call ever reaches a model. The compactor
-        is handed the state the session starts from either way."""
+        """Close a round the log left open: each logged call without an output gets an
+        "interrupted" output, so no orphan call reaches a model."""
         if not self.state.open_calls or self.state.awaiting_approval:
             # a round that waits for approval stays open until the answer comes
             self._journal.seed()

@@ -106,10 +106,8 @@ async def run_calls(
 
 
 class ExecutorInbox:
-    """The tool executor's inbox for one run of a session's actors, opened (and the executor
-    started, by ``start``) when the run first has several calls to run at once: a round of
-    one call, most rounds, runs in the sampler's own task, with no executor and no hop.
-    Closing it (leaving ``async with``) ends the executor, if it was started."""
+    """The tool executor's inbox for one run of a session's actors, opened when the run first has
+    several calls at once (a round of one call runs in the sampler's own task)."""
 
     __slots__ = ("_send", "_start")
 
