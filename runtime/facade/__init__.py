@@ -17,20 +17,14 @@ if TYPE_CHECKING:
     from ._session import Session
 
 __all__ = [
-    "DescriptorUse",
-    "GC_YOUNG_THRESHOLD",
-    "RecordedBudget",
+    "TurnResult",
+    "DescriptorUse", "descriptor_use",
+    "TokenFigure", "token_figures",
+    "GC_YOUNG_THRESHOLD", "tune_gc",
+    "RecordedBudget", "recorded_budget", "recorded_usable", "session_identity",
     "Runtime",
     "Session",
-    "TokenFigure",
-    "TurnResult",
-    "descriptor_use",
-    "recorded_budget",
-    "recorded_usable",
-    "session_identity",
-    "token_figures",
-    "tune_gc",
-]
+]  # fmt: skip
 
 #: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
