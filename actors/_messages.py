@@ -13,19 +13,9 @@ from ._interrupt import TurnInterrupt
 from ._mailbox import Reply
 
 __all__ = [
-    "Append",
-    "BoundarySink",
-    "CompactNow",
-    "ContinueTurn",
-    "Decide",
-    "Milestone",
-    "Protect",
-    "RunTools",
-    "SamplerCommand",
-    "TurnResult",
-    "UserTurn",
-    "Verdict",
-]
+    "Append", "BoundarySink", "CompactNow", "ContinueTurn", "Decide", "Milestone", "Protect",
+    "RunTools", "SamplerCommand", "TurnResult", "UserTurn", "Verdict",
+]  # fmt: skip
 
 
 class BoundarySink(Protocol):

@@ -37,13 +37,9 @@ from stowage.core import (
 from ._summarizer import under_summary_limits
 
 __all__ = [
-    "UNAVAILABLE_KIND",
-    "ProviderAttempt",
-    "ProviderCompactions",
-    "ProviderState",
-    "compact_with_provider",
-    "stranded",
-]
+    "UNAVAILABLE_KIND", "ProviderAttempt", "ProviderCompactions", "ProviderState",
+    "compact_with_provider", "stranded",
+]  # fmt: skip
 
 #: the ``kind`` of the error record that says the provider could not compact
 UNAVAILABLE_KIND = "provider_compaction_unavailable"

@@ -20,12 +20,9 @@ from ._redact import REDACTED, redact_url
 from ._settings import IDENTITY_FIELDS, REDACTED_FIELDS, Settings, recordable
 
 __all__ = [
-    "IDENTITY_FIELDS",
-    "SessionIdentity",
-    "continue_settings",
-    "identity_from_records",
+    "IDENTITY_FIELDS", "SessionIdentity", "continue_settings", "identity_from_records",
     "identity_of",
-]
+]  # fmt: skip
 
 _WATERMARKS = ("soft_mark", "compact_mark", "hard_mark", "target_after")
 

@@ -39,13 +39,8 @@ from ._settings import validate_session_id
 from ._store import LeaseHolder, LogRead, LogStore, WriterLease
 
 __all__ = [
-    "Lineage",
-    "LineageStore",
-    "effective_records",
-    "lineage_store",
-    "round_end",
-    "tail_records",
-]
+    "Lineage", "LineageStore", "effective_records", "lineage_store", "round_end", "tail_records",
+]  # fmt: skip
 
 # a chain of forks deeper than this is taken for a loop in corrupt logs, not a real lineage
 _MAX_DEPTH = 256

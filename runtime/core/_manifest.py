@@ -39,14 +39,9 @@ from ._records import ManifestSection, RequestManifest, SectionName
 from ._sizes import item_chars, tool_schema_tokens
 
 __all__ = [
-    "LineCache",
-    "ManifestSection",
-    "RequestManifest",
-    "SectionName",
-    "describe_manifest",
-    "request_bytes",
-    "request_manifest",
-]
+    "LineCache", "ManifestSection", "RequestManifest", "SectionName", "describe_manifest",
+    "request_bytes", "request_manifest",
+]  # fmt: skip
 
 # hex digits of a section's hash: a short id, not a proof (the request hash is whole)
 _SECTION_HEX = 16

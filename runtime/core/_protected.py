@@ -51,24 +51,10 @@ from ._errors import ProtectedStateViolation
 from ._items import AssistantMessage, CompactionSummary, Item, SystemMessage, UserMessage
 
 __all__ = [
-    "SUMMARIZER_OPS",
-    "TOOL_OPS",
-    "TOUCHED_KEPT",
-    "Touched",
-    "USER_ONLY_OPS",
-    "EntryKind",
-    "ProtectedEntry",
-    "ProtectedSource",
-    "ProtectedState",
-    "check_op",
-    "op_target",
-    "prepare",
-    "prepare_all",
-    "render",
-    "render_touched",
-    "user_ops",
-    "verify",
-]
+    "SUMMARIZER_OPS", "TOOL_OPS", "TOUCHED_KEPT", "Touched", "USER_ONLY_OPS", "EntryKind",
+    "ProtectedEntry", "ProtectedSource", "ProtectedState", "check_op", "op_target", "prepare",
+    "prepare_all", "render", "render_touched", "user_ops", "verify",
+]  # fmt: skip
 
 ProtectedSource: TypeAlias = Literal["user", "summarizer", "tools"]
 EntryKind: TypeAlias = Literal[

@@ -30,17 +30,10 @@ from ._errors import ConfigError, InvalidSessionId
 from ._redact import redact_command, redact_url
 
 __all__ = [
-    "DEFAULT_COMPACT_THRESHOLD",
-    "DEFAULT_USER_BUDGET_CHARS",
-    "IDENTITY_FIELDS",
-    "REDACTED_FIELDS",
-    "Settings",
-    "SettingInfo",
-    "new_session_id",
-    "recordable",
-    "setting_infos",
+    "DEFAULT_COMPACT_THRESHOLD", "DEFAULT_USER_BUDGET_CHARS", "IDENTITY_FIELDS", "REDACTED_FIELDS",
+    "Settings", "SettingInfo", "new_session_id", "recordable", "setting_infos",
     "validate_session_id",
-]
+]  # fmt: skip
 
 DEFAULT_COMPACT_THRESHOLD = 8000
 DEFAULT_USER_BUDGET_CHARS = 20_000

@@ -27,13 +27,9 @@ from dataclasses import dataclass
 from stowage.core import DescriptorLimitReached
 
 __all__ = [
-    "DescriptorBudget",
-    "DescriptorUse",
-    "check_room",
-    "descriptor_use",
-    "reserve_for",
+    "DescriptorBudget", "DescriptorUse", "check_room", "descriptor_use", "reserve_for",
     "starts_before_recount",
-]
+]  # fmt: skip
 
 _FD_DIR = "/proc/self/fd"  # Linux; elsewhere the count is unknown and nothing is refused
 _PER_START = 8  # descriptors a session start may open for a while: its log, record, connection

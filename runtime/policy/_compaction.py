@@ -30,14 +30,9 @@ from stowage.core import (
 )
 
 __all__ = [
-    "FOCUS_MAX_CHARS",
-    "SUMMARY_INSTRUCTIONS",
-    "CompactionDecision",
-    "build_summary_request",
-    "clip_to_fit",
-    "decide_compaction",
-    "summary_view",
-]
+    "FOCUS_MAX_CHARS", "SUMMARY_INSTRUCTIONS", "CompactionDecision", "build_summary_request",
+    "clip_to_fit", "decide_compaction", "summary_view",
+]  # fmt: skip
 
 #: the most of a focus text (``--focus``, a hook's text, a milestone's name and note) a
 #: summary request carries: what a person asks the summary to dwell on is a paragraph, not a

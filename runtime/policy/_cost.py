@@ -57,14 +57,9 @@ from stowage.core import (
 from ._prices import Charge, PriceBook
 
 __all__ = [
-    "CompactionCost",
-    "CostReport",
-    "RequestCost",
-    "ResumeHit",
-    "billed_usage",
-    "money",
+    "CompactionCost", "CostReport", "RequestCost", "ResumeHit", "billed_usage", "money",
     "session_cost",
-]
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
