@@ -101,10 +101,8 @@ class Approvals(SessionPart):
         return [call_preview(self.ctx.tools.get(c.name), c) for c in calls]
 
     async def answer(self, call_id: str, approve: bool, reason: str | None) -> bool:
-        """Log the answer for ``call_id``; True when no call of the round awaits one any more.
-
-        Raises ``ApprovalError`` if ``call_id`` awaits no approval (nothing is written).
-        """
+        """Log the answer for ``call_id``. True when no call of the round awaits one any more.
+        Raises ``ApprovalError`` if ``call_id`` awaits no approval (nothing is written)."""
         state = self.journal.state
         waiting = [c.call_id for c in state.awaiting_approval]
         if call_id not in waiting:
@@ -124,8 +122,7 @@ class Approvals(SessionPart):
         return not state.awaiting_approval
 
     def denied_outputs(self) -> dict[str, FunctionCallOutput]:
-        """The "denied" output of every call of the open round a person denied, and the
-        "refused" output of every call of it the policy refuses."""
+        """The "denied" output of every call of the open round a person denied."""
         state = self.journal.state
         denied = {
             call_id: FunctionCallOutput(

@@ -98,13 +98,8 @@ class Gate(SessionPart):
             await self._apply(verdict)
 
     async def before_request(self) -> None:
-        """Before a request: apply what is ready; wait for the machine while it holds the
-        request or while the request would reach the limit (applying each verdict).
-
-        Raises ``CompactionLoop`` when the machine found a real loop, and
-        ``ContextLengthExceeded`` when nothing brings the request under the limit (each after
-        an ``error`` record and the turn closed as stopped).
-        """
+        """Before a request: apply what is ready; wait for the machine while it holds the request
+        or while the request would reach the limit (applying each verdict)."""
         await self.apply_ready()
         started: float | None = None
         try:
@@ -123,10 +118,9 @@ class Gate(SessionPart):
                 self._waited(started, "hard mark before a request")
 
     async def settle(self) -> None:
-        """Wait for the machine's verdict on the newest boundary and apply it, and every one
-        it holds for: at the end of a turn and at a milestone, so that what the log holds
-        when the caller is answered is what the machine decided there (the seed's threshold
-        compaction is applied before the answer is given)."""
+        """Wait for the machine's verdict on the newest boundary and apply it, and every one it
+        holds for, so that what the log holds when the caller is answered is what the machine
+        decided there."""
         await self.apply_ready()
         started: float | None = None
         try:
@@ -161,8 +155,7 @@ class Gate(SessionPart):
         return "; ".join(parts)
 
     def figure(self) -> int:
-        """Tokens of history the next request carries (``TokenStatus.guard``), at the
-        provider's ratio after a refusal."""
+        """Tokens of history the next request carries."""
         protected = self.journal.protected_text()
         if self.refusals.ratio is not None:
             chars = self.journal.state.projected_chars + (len(protected) if protected else 0)
@@ -172,9 +165,7 @@ class Gate(SessionPart):
     async def compact_now(
         self, focus: str | None, *, reground: bool = False, reason: str | None = None
     ) -> bool:
-        """A manual compaction, decided by the machine on the newest boundary
-        (``reground``: its summary made from the original records; ``reason``: why the
-        runtime asks, for the record); True when history was compacted."""
+        """A manual compaction, decided by the machine; True when history was compacted."""
         await self.apply_ready()
         self._asks += 1
         ask_id = self._asks
@@ -188,8 +179,7 @@ class Gate(SessionPart):
             verdict = await self.verdicts.get()
 
     async def refused(self, error: ContextLengthExceeded, request: ModelRequest) -> None:
-        """The provider refused ``request`` as too long: ``Refusals.refused``. Raises
-        ``error`` when auto compaction is off."""
+        """The provider refused ``request`` as too long."""
         await self.refusals.refused(error, request)
 
     # -- applying ------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class Journal:
 
     def seed(self) -> None:
         """Hand the compactor the state the session starts from: replayed from the log, so
-        durable like any boundary (a resumed turn goes on without writing first)."""
+        durable like any boundary."""
         snapshot = self.snapshot("seed")
         self.boundary_seq = snapshot.last_seq
         self.compactor.put(snapshot)
@@ -83,15 +83,9 @@ class Journal:
         refusal: Refusal | None = None,
         dropped: tuple[int, str] | None = None,
     ) -> None:
-        """Fold one batch into the state and wait until it is durable.
-
-        Folding first lets the committed snapshot include the batch; if the write fails the
-        session fails with it, so no caller ever sees state that is not on disk. A batch that
-        ends at a ``boundary`` (a committed round, a turn's input, an applied plan) is handed
-        to the compactor as a snapshot by persistence once it is durable. Raises the store's
-        error when the write fails, and ``TimeoutError`` when it is not answered within the
-        context's ``write_timeout``.
-        """
+        """Fold one batch into the state and wait until it is durable. Folding first lets the
+        committed snapshot include the batch; if the write fails the session fails with it, so no
+        caller ever sees state that is not on disk."""
         if not records:
             return
         for record in records:
@@ -119,8 +113,7 @@ class Journal:
 
 
 class SessionPart:
-    """A helper of one live session's sampler: its wiring, its journal and its logger (the
-    sampler's own when it builds the helper, one bound logger per live session)."""
+    """A helper of one live session's sampler."""
 
     # eight helpers per live session: no per-instance dict (each subclass names its own)
     __slots__ = ("_log", "ctx", "journal")

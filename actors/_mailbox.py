@@ -24,8 +24,7 @@ class Mailbox(Generic[T]):
 
 
 def mailbox(capacity: int, item_type: type[T]) -> Mailbox[T]:
-    """A bounded inbox: senders wait when it is full (back-pressure, never unbounded memory).
-    Raises ``ValueError`` for a capacity below 1."""
+    """A bounded inbox: senders wait when it is full (back-pressure, never unbounded memory)."""
     send: MailboxSend[T]
     receive: MailboxReceive[T]
     send, receive = open_mailbox(capacity)
@@ -34,10 +33,8 @@ def mailbox(capacity: int, item_type: type[T]) -> Mailbox[T]:
 
 @dataclass(eq=False)
 class Reply(Generic[T]):
-    """A private one-shot answer to an ask: set once by the actor, awaited by the asker.
-
-    Same contract as a one-slot stream but without a stream pair per ask (appends are hot).
-    """
+    """A private one-shot answer to an ask: set once by the actor, awaited by the asker (no
+    stream pair per ask: appends are hot)."""
 
     _event: Flag = field(default_factory=Flag)
     _value: T | None = None
@@ -68,8 +65,7 @@ class Reply(Generic[T]):
         return self._value  # type: ignore[return-value]
 
     async def wait_within(self, seconds: float) -> T:
-        """The answer, given within ``seconds``; raises ``TimeoutError`` when none came, and
-        the exception given to ``fail``."""
+        """The answer, given within ``seconds``; raises ``TimeoutError`` when none came."""
         if not await self._event.wait_within(seconds):
             raise TimeoutError(f"no answer within {seconds} s")
         return await self.wait()
@@ -77,11 +73,8 @@ class Reply(Generic[T]):
 
 @dataclass(eq=False)
 class Slot(Generic[T]):
-    """A single coalescing slot: ``put`` never blocks and replaces an unread value.
-
-    Used for the edges where only the latest value matters (committed snapshots for the
-    compactor, plans for the sampler), so that these edges can never fill up and deadlock.
-    """
+    """A single coalescing slot: ``put`` never blocks and replaces an unread value, so an edge
+    where only the latest value matters never fills up and deadlocks."""
 
     _value: T | None = None
     #: made by a getter that waits, dropped when it wakes: a parked session's slots hold none
@@ -147,9 +140,7 @@ class Slot(Generic[T]):
 
 
 class Latch(Flag):
-    """A one-shot flag to wait on, like ``anyio.Event``: an object that lives as long as a
-    session and is rarely waited on (its "stopped" flag) costs two fields until someone
-    waits."""
+    """A one-shot flag to wait on, like ``anyio.Event``, costing two fields until someone waits."""
 
     __slots__ = ()
 

@@ -13,19 +13,9 @@ from ._interrupt import TurnInterrupt
 from ._mailbox import Reply
 
 __all__ = [
-    "Append",
-    "BoundarySink",
-    "CompactNow",
-    "ContinueTurn",
-    "Decide",
-    "Milestone",
-    "Protect",
-    "RunTools",
-    "SamplerCommand",
-    "TurnResult",
-    "UserTurn",
-    "Verdict",
-]
+    "Append", "BoundarySink", "CompactNow", "ContinueTurn", "Decide", "Milestone", "Protect",
+    "RunTools", "SamplerCommand", "TurnResult", "UserTurn", "Verdict",
+]  # fmt: skip
 
 
 class BoundarySink(Protocol):
@@ -36,11 +26,9 @@ class BoundarySink(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Append:
-    """Write ``records`` to the session's log as one batch; ``reply`` once durable.
-
-    ``boundary``, when set, is put into ``notify`` after the write is durable: the one message
-    the compactor hears from persistence.
-    """
+    """Write ``records`` to the session's log as one batch; ``reply`` once durable, then
+    ``boundary`` (when set) into ``notify``: the one message the compactor hears from
+    persistence."""
 
     session_id: str
     records: tuple[Record, ...]
@@ -67,10 +55,7 @@ class RunTools:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
     """What the compaction machine said after an event, for the sampler to apply at its next
-    round boundary: stubs to write, a plan to apply, whether the next request waits for a
-    later verdict (``hold``), and a reason to stop the turn. ``basis_seq`` is the newest
-    boundary the machine had seen. One coalescing slot carries it: an unread verdict is
-    merged into the next one (``merged_with``), never lost."""
+    round boundary; an unread verdict is merged into the next one (``merged_with``), never lost."""
 
     basis_seq: int
     stubs: tuple[Stubs, ...] = ()
@@ -157,8 +142,8 @@ class Protect:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decide:
-    """A person's answer for a call that awaits approval; once no call of the round awaits
-    one, the round runs (denied calls get a "denied" output) and the turn goes on."""
+    """A person's answer for a call that awaits approval; the round runs once no call of it
+    awaits one."""
 
     call_id: str
     approve: bool

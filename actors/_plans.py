@@ -54,15 +54,8 @@ class PlanApplier(SessionPart):
         chars_per_token: float,
         waited: float | None = None,
     ) -> bool:
-        """Apply ``plan`` at a round boundary; False when it was not (stale, invalid, no
-        smaller, or losing a protected entry): then an ``error`` record says why, written as
-        a boundary the machine hears, so a request that waits for room takes the next step.
-
-        ``chars_per_token`` turns the new projection into the token figure the record
-        carries (history only: tool schemas are outside the usable budget, as in every other
-        figure); ``waited`` (seconds a request was held back for it) goes into the record.
-        Raises what ``Journal.write`` raises.
-        """
+        """Apply ``plan`` at a round boundary; False when not, with an ``error`` record the machine
+        hears as a boundary (so a request waiting for room takes the next step)."""
         state = self.journal.state
         if plan.based_on_compaction_seq != state.last_compaction_seq:
             return await self._drop(plan, "compaction_stale", "history was compacted since")
@@ -194,8 +187,7 @@ class PlanApplier(SessionPart):
         return True
 
     async def _drop(self, plan: Plan, kind: str, why: str) -> bool:
-        """Keep the old history: an ``error`` record says why, as a boundary the machine
-        hears (it may take the next step), and a ``CompactionSkipped`` event."""
+        """Keep the old history."""
         reason = f"compaction for round {plan.round} not applied: {why}"
         self._log.info("compaction_skipped", reason=reason)
         state = self.journal.state
@@ -208,10 +200,7 @@ class PlanApplier(SessionPart):
         return False
 
     async def protect(self, ops: Sequence[dict[str, object]]) -> None:
-        """The user's change: all or nothing, checked before anything is written.
-
-        Raises ``ProtectedStateViolation`` naming the entry when an op cannot apply.
-        """
+        """The user's change: all or nothing, checked before anything is written."""
         _, canonical = prepare_all(self.journal.state.protected, ops, "user")
         if not canonical:
             return  # every op repeats what is already there
@@ -225,8 +214,7 @@ class PlanApplier(SessionPart):
         )
 
     def _protected_records(self, plan: Plan, review: UpdatesReview) -> list[Record]:
-        """Error records for the summarizer's refused or malformed updates, then the
-        ``protected`` record of the accepted ones; seqs follow the state's last one."""
+        """Error records for the summarizer's refused updates, then the ``protected`` record."""
         first = self.journal.state.last_seq + 1
         notes = list(plan.notices)
         notes += [("protected_updates_malformed", p) for p in plan.protected_problems]
@@ -299,13 +287,8 @@ TRAIL_SHARE = 0.05
 def _trail_room(
     accounting: Accounting, state: ProtectedState, history_chars: int, chars_per_token: float
 ) -> int | None:
-    """Characters the trail of files touched may take in the protected message after a
-    compaction: what is left under ``target_after`` of usable (or of the fixed threshold)
-    once the compacted history and the rest of the protected state are counted, at most
-    ``TRAIL_SHARE`` of it; None when no window or threshold is known. A turn that fits its
-    window is never pushed over it by the trail: in a full window, or in a turn that needed
-    a compaction already, it is not shown (its lines are kept, and shown by a later
-    compaction with room)."""
+    """Characters the trail of touched files may take in the protected message after a compaction;
+    a turn that fits its window is never pushed over it by the trail."""
     ceiling = accounting.usable if accounting.budget is not None else accounting.threshold
     if not ceiling:
         return None

@@ -37,13 +37,9 @@ from stowage.core import (
 from ._summarizer import under_summary_limits
 
 __all__ = [
-    "UNAVAILABLE_KIND",
-    "ProviderAttempt",
-    "ProviderCompactions",
-    "ProviderState",
-    "compact_with_provider",
-    "stranded",
-]
+    "UNAVAILABLE_KIND", "ProviderAttempt", "ProviderCompactions", "ProviderState",
+    "compact_with_provider", "stranded",
+]  # fmt: skip
 
 #: the ``kind`` of the error record that says the provider could not compact
 UNAVAILABLE_KIND = "provider_compaction_unavailable"
@@ -53,8 +49,7 @@ ProviderState: TypeAlias = Literal["untried", "working", "unavailable"]
 
 
 def stranded(history: Sequence[HistoryEntry], wire_api: str) -> bool:
-    """Whether ``history`` holds a provider's compaction item that ``wire_api`` cannot carry
-    (only the Responses wire sends it back). Raises nothing."""
+    """Whether ``history`` holds a provider's compaction item that ``wire_api`` cannot carry."""
     return wire_api != "responses" and any(
         isinstance(e.item, CompactionSummary) and e.item.provider is not None for e in history
     )
@@ -62,8 +57,7 @@ def stranded(history: Sequence[HistoryEntry], wire_api: str) -> bool:
 
 @dataclass(eq=False)
 class ProviderCompactions:
-    """Whether one live session compacts with its provider: the strategy the settings name,
-    the wire, and the state it reached (``unavailable`` is final)."""
+    """Whether one live session compacts with its provider."""
 
     strategy: Literal["local", "provider", "auto"] = "local"
     wire_api: str = "chat"
@@ -76,8 +70,7 @@ class ProviderCompactions:
 
     @property
     def wanted(self) -> bool:
-        """Whether the next full compaction asks the provider: a strategy that wants it, on
-        the responses wire ("auto" on the chat wire means local), and no failure yet."""
+        """Whether the next full compaction asks the provider."""
         return (
             self.strategy != "local"
             and self.wire_api == "responses"
@@ -101,8 +94,7 @@ class ProviderCompactions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderAttempt:
-    """What asking the provider gave: its compaction, or none and, the first time it failed,
-    the notice to write (``kind``, ``message``)."""
+    """What asking the provider gave."""
 
     compaction: ProviderCompaction | None = None
     notices: tuple[tuple[str, str], ...] = ()
@@ -119,11 +111,8 @@ async def compact_with_provider(
     limiter: anyio.CapacityLimiter | None = None,
     call_limiter: CallLimiter | None = None,
 ) -> ProviderAttempt:
-    """Ask ``gateway`` to compact ``items`` (the history a local summary would cover), once:
-    a failure falls back to local at once rather than retried, as the first one says the
-    endpoint is not there for this session. An input too long for the endpoint falls back for
-    this compaction only. Raises nothing of the model's (every ``ModelError`` is an outcome).
-    """
+    """Ask ``gateway`` to compact ``items`` (the history a local summary would cover), once: a
+    failure falls back to local at once, and every ``ModelError`` is an outcome, never raised."""
     if not isinstance(gateway, CompactingGateway):
         message = kept.failed("the gateway has no provider-native compaction")
         log.warning(UNAVAILABLE_KIND, reason=message)

@@ -29,8 +29,8 @@ T = TypeVar("T")
 
 
 class Flag:
-    """A one-shot flag to wait on, like ``anyio.Event`` (set once, wakes every waiter), made
-    of nothing but a bool until someone waits."""
+    """A one-shot flag to wait on, like ``anyio.Event``, made of nothing but a bool until someone
+    waits."""
 
     __slots__ = ("_set", "_waiters")
 
@@ -93,8 +93,8 @@ TICK = 1.0
 
 class _Deadlines:
     """The timed waits of one event loop, by the tick their deadline falls in: one timer per
-    tick wakes those still waiting when it fires. A tick's waiters are dropped once none is
-    left (a set keeps the size of its busiest moment), its timer stays and finds none."""
+    tick. A tick's waiters are dropped once none is left (a set keeps the size of its busiest
+    moment)."""
 
     __slots__ = ("_due", "_timers")
 
@@ -117,8 +117,7 @@ class _Deadlines:
     def add(
         self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], seconds: float
     ) -> int:
-        """Wake ``waiter`` once ``seconds`` passed (within a tick after); returns the tick it
-        waits in, for ``remove``."""
+        """Wake ``waiter`` once ``seconds`` passed (within a tick after)."""
         tick = math.ceil((loop.time() + seconds) / TICK)
         waiting = self._due.get(tick)
         if waiting is None:
@@ -198,8 +197,7 @@ class _State(Generic[T]):
 
 
 class _End(AsyncResource, Generic[T]):
-    """What both ends of a mailbox do alike: close (each its own way), as an async context
-    manager too (``AsyncResource``), and report the mailbox's figures."""
+    """What both ends of a mailbox do alike."""
 
     __slots__ = ("_closed", "_state")
 
@@ -219,9 +217,8 @@ class _End(AsyncResource, Generic[T]):
 
 
 class MailboxSend(_End[T]):
-    """The send end of a bounded mailbox (the subset of ``MemoryObjectSendStream`` the
-    actors use). Raises ``ClosedResourceError`` after its own close, ``BrokenResourceError``
-    once no receive end is open."""
+    """The send end of a bounded mailbox; raises ``BrokenResourceError`` once no receive end is
+    open."""
 
     __slots__ = ()
 
@@ -284,8 +281,7 @@ class MailboxSend(_End[T]):
 
 
 class MailboxReceive(_End[T]):
-    """The receive end of a bounded mailbox (the subset of ``MemoryObjectReceiveStream``
-    the actors use)."""
+    """The receive end of a bounded mailbox."""
 
     __slots__ = ()
 
@@ -311,8 +307,8 @@ class MailboxReceive(_End[T]):
         raise anyio.WouldBlock
 
     async def receive(self) -> T:
-        """The next item, waiting for one; raises ``anyio.EndOfStream`` once every send end
-        is closed and the buffer is read."""
+        """The next item, waiting for one; raises ``anyio.EndOfStream`` once every send end is
+        closed."""
         state = self._state
         while True:
             try:
@@ -354,8 +350,7 @@ class MailboxReceive(_End[T]):
 
 
 def open_mailbox(capacity: int) -> tuple[MailboxSend[T], MailboxReceive[T]]:
-    """Both ends of a mailbox holding at most ``capacity`` items. Raises ``ValueError`` for a
-    capacity below 1."""
+    """Both ends of a mailbox holding at most ``capacity`` items."""
     if capacity < 1:
         raise ValueError(f"a mailbox holds at least 1 item, not {capacity}")
     state: _State[T] = _State(capacity)

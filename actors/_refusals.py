@@ -53,16 +53,9 @@ class Refusals(SessionPart):
         self.fit = self.ratio = None
 
     async def refused(self, error: ContextLengthExceeded, request: ModelRequest) -> None:
-        """The provider refused ``request`` as too long: write it as a boundary the machine
-        hears (with a ``settings_changed`` record when it stated a window the session did
-        not know), and take what it said: the window it stated, when smaller than the one
-        assumed, guards every later request of the session (with the output reserve that
-        window allows); what fits and its count's ratio hold for the rest of the turn. The
-        caller then asks ``before_request`` again, which waits for the machine's way out (or
-        its stop).
-
-        Raises ``error`` when auto compaction is off.
-        """
+        """The provider refused ``request`` as too long: write it as a boundary the machine hears
+        and take the window it stated; the caller then asks ``before_request`` again, which waits
+        for the machine's way out."""
         if not self.ctx.settings.auto_compact:
             raise error
         chars = sum(item_chars(item) for item in request.input)
@@ -103,10 +96,7 @@ class Refusals(SessionPart):
         await self.journal.write(records, boundary="refused", refusal=refusal)
 
     def _fit(self, error: ContextLengthExceeded) -> int | None:
-        """Tokens of history a request may carry after the provider refused one: its stated
-        window less the output the next request asks for and the tool schemas, with the hard
-        mark's margin (the figure is still an estimate); not stated, below what it counted
-        (half of it); None when nothing is known."""
+        """Tokens of history a request may carry after the provider refused one."""
         acc = self.accounting
         hard = acc.marks.hard
         if error.limit is not None:
@@ -119,8 +109,7 @@ class Refusals(SessionPart):
     def _learned_window(
         self, error: ContextLengthExceeded, seq: int
     ) -> SettingsChangedRecord | None:
-        """The window the provider stated, as a ``settings_changed`` record, when the session
-        did not know its window; None otherwise (or once the session learned one)."""
+        """The window the provider stated, as a ``settings_changed`` record."""
         if error.limit is None or error.limit <= 0 or self._window_known:
             return None
         if self.accounting.budget is not None:
@@ -131,8 +120,7 @@ class Refusals(SessionPart):
         )
 
     def _window_learned(self, record: SettingsChangedRecord) -> None:
-        """Say so, guard every later request of this session with it, and tell the runtime:
-        its next sessions on this endpoint and model start with the window."""
+        """Say so, guard every later request of this session with it, and tell the runtime."""
         window = record.changes["context_window"][1]
         self._log.warning(
             "context_window_learned",

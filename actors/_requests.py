@@ -93,8 +93,7 @@ def abandon_reason(error: ModelError) -> str:
 
 
 class Requester(SessionPart):
-    """One session's round requests: built from the journal's state, sent through the gateway
-    under the model-call limiter, retried, checked whole."""
+    """One session's round requests."""
 
     __slots__ = (
         "_attempts",
@@ -131,8 +130,7 @@ class Requester(SessionPart):
         self._stubs: StubCache = {}
 
     def park(self) -> None:
-        """Let go of the last request's lines (a copy of the history's text): a parked
-        session keeps none; its next run's first request makes them again."""
+        """Let go of the last request's lines (a copy of the history's text)."""
         self._lines.forget()
 
     def projection(self, protected: str | None = None) -> tuple[Item, ...]:
@@ -144,8 +142,7 @@ class Requester(SessionPart):
         )
 
     def input_chars(self) -> int:
-        """Characters of the projection of the history as it stands (the input of a request
-        built now): kept by the state as records are folded in, no pass over the history."""
+        """Characters of the projection of the history as it stands."""
         protected = self.journal.protected_text()
         return self.journal.state.projected_chars + (len(protected) if protected else 0)
 
@@ -182,14 +179,7 @@ class Requester(SessionPart):
     async def send(
         self, request: ModelRequest, round_: int, interrupt: TurnInterrupt | None
     ) -> tuple[ModelRequest, ModelResponse, RequestManifest]:
-        """The response to ``request``, the request as sent and its manifest. A refusal as
-        too long makes the gate compact (blocking) and the request is sent once more from
-        what is left.
-
-        Raises ``TurnInterrupted`` when the interrupt fired, ``ContextLengthExceeded`` when
-        the request cannot be brought under the hard mark, ``ModelError`` when the model
-        failed every attempt.
-        """
+        """The response to ``request``, the request as sent and its manifest."""
         self._attempts = _Attempts()
         try:
             while True:
@@ -210,8 +200,7 @@ class Requester(SessionPart):
         return sent, response, self._manifest(sent)
 
     def _manifest(self, sent: ModelRequest) -> RequestManifest:
-        """What ``sent`` was built from: the history as it stands (a plan applied while the
-        round waited rebuilt the request from it, and nothing changes it after sending)."""
+        """What ``sent`` was built from."""
         history = self.journal.state.history
         # the projection adds one item to history, the protected state, when there is one
         return request_manifest(
@@ -233,9 +222,7 @@ class Requester(SessionPart):
     async def _sample(
         self, request: ModelRequest, round_: int
     ) -> tuple[ModelRequest, ModelResponse]:
-        """The response to ``request``, and the request as sent: a plan that came back while
-        the round waited for its model-call place is applied first, and the request is
-        built again from the compacted history (``_sending`` holds it until the round ends)."""
+        """The response to ``request``, and the request as sent."""
         self._sending = request
         settings = self.ctx.settings
 
@@ -303,8 +290,7 @@ class Requester(SessionPart):
         return sent, response
 
     def _abandoned(self, round_: int, error: ModelError, *, then: str) -> None:
-        """Announce that the round's newest request failed with ``error``; ``then`` is what
-        follows (``retry``, ``compact``, ``none``)."""
+        """Announce that the round's newest request failed with ``error``."""
         self.ctx.publish(
             AttemptAbandoned(
                 session_id=self.ctx.session_id,
@@ -330,8 +316,7 @@ class Requester(SessionPart):
             self._sending = replace(request, input=self.projection())
 
     def _whole(self, response: ModelResponse) -> ModelResponse:
-        """``response``, unless its answer is larger than ``max_answer_chars``. Raises
-        ``ResponseTooLarge`` (a bad response: retried, then the turn fails, nothing written)."""
+        """``response``, unless its answer is larger than ``max_answer_chars``."""
         too_large = answer_too_large(response, self.ctx.settings.max_answer_chars)
         if too_large is not None:
             raise ResponseTooLarge(too_large)

@@ -46,9 +46,8 @@ class VettedUsage:
 
 
 def answer_too_large(response: ModelResponse, max_chars: int) -> str | None:
-    """Why ``response`` is refused as larger than ``max_chars`` (``max_answer_chars``: its
-    assistant text plus its call arguments), or None when it is within the cap. The caller
-    raises ``ResponseTooLarge`` with the reason. Raises nothing."""
+    """Why ``response`` is refused as larger than ``max_chars`` (``max_answer_chars``: its assistant
+    text plus its call arguments), or None when it is within the cap."""
     return oversized_answer(answer_chars(response), max_chars)
 
 
@@ -56,8 +55,7 @@ def vet_usage(
     response: ModelResponse, request: ModelRequest, *, input_chars: int | None = None
 ) -> VettedUsage:
     """``response``'s usage if it can describe ``request`` (``input_chars``: its input items'
-    characters, when known); else none, with the report and the reason kept. Raises
-    nothing."""
+    characters, when known); else none, with the report and the reason kept."""
     usage = response.usage
     if usage is None:
         return VettedUsage(usage=None)
@@ -80,8 +78,7 @@ def _is_json(arguments: str) -> bool:
 def cut_call_outputs(
     response: ModelResponse, *, max_output_tokens: int | None
 ) -> dict[str, FunctionCallOutput]:
-    """Error outputs, by call id, for the calls of a truncated ``response`` whose arguments the
-    output limit cut off; empty for a response that finished on its own. Raises nothing."""
+    """Error outputs, by call id."""
     if not response.truncated:
         return {}
     limit = f" ({max_output_tokens} tokens)" if max_output_tokens is not None else ""
@@ -107,16 +104,14 @@ def merge_outputs(
     refused: dict[str, FunctionCallOutput],
     ran: tuple[FunctionCallOutput, ...],
 ) -> tuple[FunctionCallOutput, ...]:
-    """One output per call, in call order: the refused ones' error outputs, and the outputs of
-    those that ran (``ran`` in the order of the calls not refused). Raises nothing."""
+    """One output per call, in call order."""
     run = iter(ran)
     return tuple(refused.get(call.call_id) or next(run) for call in calls)
 
 
 def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
-    """``response`` with every call id unique in the session: a missing id, or one the
-    history already holds (some OpenAI-compatible servers number calls from 0 on every
-    response), gets a new one, so outputs can never be matched to the wrong call."""
+    """``response`` with every call id unique in the session (some servers number calls from 0 on
+    every response), so outputs can never be matched to the wrong call."""
     seen = set(taken)
     items: list[AssistantMessage | FunctionCall] = []
     changed = False

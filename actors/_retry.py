@@ -26,10 +26,8 @@ def backoff_delay(
     retry_after: float | None = None,
     max_wait: float = 60.0,
 ) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): the server's wait when it named one
-    (at most ``max_wait``, plus up to 10% jitter, at least 50 ms, so a herd of sessions does
-    not return at the same instant and a ``Retry-After: 0`` cannot make a busy loop), else
-    full-jitter exponential backoff up to ``cap``. Raises nothing."""
+    """Seconds to wait before retry ``attempt`` (1-based): the server's wait (jittered, at least
+    50 ms, so a herd of sessions does not return at once), else full-jitter backoff."""
     if retry_after is not None and retry_after >= 0:
         wait = min(max_wait, retry_after)
         return wait + random.uniform(0, max(0.05, wait * 0.1))
@@ -47,18 +45,8 @@ async def call_with_retries(
     max_wait: float = 60.0,
     on_wait: Callable[[int, float, bool, ModelError], None] | None = None,
 ) -> T:
-    """Call ``fn`` until it succeeds or fails ``attempts`` times with a transient error.
-
-    A 429 (``RateLimitError``) is the provider asking us to slow down, not a failure: it does
-    not count against ``attempts``. It is retried after the server's wait (jittered) or a
-    jittered backoff, for as long as the waits add up to at most ``rate_limit_wait`` seconds.
-    Any other transient error (5xx, timeouts, a response cut off) waits what the server asked
-    for, if it did, else the backoff. No single wait exceeds ``max_wait`` seconds.
-
-    ``on_wait(attempt, delay, rate_limited, error)`` is told of each wait before it starts.
-
-    Raises the last ``ModelError``; non-transient errors are raised at once.
-    """
+    """Call ``fn`` until it succeeds or fails ``attempts`` times with a transient error. A 429
+    does not count against ``attempts``: its waits add up to at most ``rate_limit_wait``."""
     attempt = 1
     throttled = 0
     waited = 0.0

@@ -45,10 +45,7 @@ def commit_record(
     manifest: RequestManifest | None = None,
     resumed: bool = False,
 ) -> RoundCommittedRecord:
-    """The record that commits a round whose first record is ``first_seq`` and that has
-    ``offset`` records before this one. ``usage``: what the vetting of the response's usage
-    left (default: as reported); ``manifest``: what the round's request was built from;
-    ``resumed``: it was the first request after the session was opened from its log."""
+    """The record that commits a round whose first record is ``first_seq``."""
     seq = first_seq + offset
     if usage is None:
         usage = VettedUsage(usage=response.usage if response is not None else None)
@@ -67,8 +64,7 @@ def commit_record(
 
 
 class RoundWriter(SessionPart):
-    """Runs a round's calls (a lone call here, several through the tool executor) and writes
-    the committed round."""
+    """Runs a round's calls."""
 
     __slots__ = ()
 
@@ -81,8 +77,8 @@ class RoundWriter(SessionPart):
     async def commit(
         self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
     ) -> None:
-        """Write the committed batch; persistence hands the compactor its snapshot once it
-        is durable, and the compactor's verdict is applied before the next request."""
+        """Write the committed batch; persistence hands the compactor its snapshot once it is
+        durable, and the compactor's verdict is applied before the next request."""
         await self.journal.write(records, boundary="round")
         commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
         self.ctx.publish(
@@ -105,9 +101,7 @@ class RoundWriter(SessionPart):
         manifest: RequestManifest | None = None,
         resumed: bool = False,
     ) -> None:
-        """Write the round's outputs, in call order, the trail of the files they touched
-        (a ``protected`` record from the tools, when the session keeps one), and its
-        ``round_committed`` record: one batch."""
+        """Write the round's outputs, in call order, the trail of the files they touched."""
         state = self.journal.state
         first = state.last_seq + 1
         committed: list[Record] = [
@@ -142,9 +136,7 @@ class RoundWriter(SessionPart):
         *,
         refused: dict[str, FunctionCallOutput] | None = None,
     ) -> tuple[FunctionCallOutput, ...]:
-        """One output per call, in order: calls the output limit cut off get an error output
-        and do not run, nor do ``refused`` ones (the policy's); the tool executor runs the
-        rest."""
+        """One output per call, in order."""
         settings = self.ctx.settings
         cut = cut_call_outputs(response, max_output_tokens=settings.max_output_tokens)
         if cut:
@@ -161,9 +153,7 @@ class RoundWriter(SessionPart):
         tools: ExecutorInbox | None,
         interrupt: TurnInterrupt | None,
     ) -> tuple[FunctionCallOutput, ...]:
-        """One output per call, in call order: ``refused`` ones keep the output given, the
-        rest run (under the turn's interrupt, when it has one): a lone call here, several at
-        once in the tool executor."""
+        """One output per call, in call order."""
         runnable = tuple(c for c in calls if c.call_id not in refused)
         ran: tuple[FunctionCallOutput, ...] = ()
         accounting = self.journal.accounting

@@ -72,10 +72,7 @@ SEARCH_NOTE = (
 
 
 def with_search_note(request: ModelRequest) -> ModelRequest:
-    """``request`` with ``SEARCH_NOTE`` after its closing instruction when the session offers
-    ``search_history`` (its tools are in the request for the prefix cache); else ``request``
-    itself. Only the last message changes, so the cached prefix is the same. Raises
-    nothing."""
+    """``request`` with ``SEARCH_NOTE`` after its closing instruction."""
     if not request.input or all(spec.name != SEARCH_TOOL for spec in request.tools):
         return request
     *before, last = request.input
@@ -99,8 +96,7 @@ class Breaker:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SummaryOutcome:
-    """The model's summary text (``full``), a no-model digest (``fallback``), or nothing
-    (``failed``: the sampler keeps its history and may ask again later)."""
+    """The model's summary text (``full``), a no-model digest (``fallback``), or nothing."""
 
     kind: Literal["full", "fallback", "failed"]
     text: str
@@ -146,9 +142,8 @@ async def under_summary_limits(
     limiter: anyio.CapacityLimiter | None,
     call_limiter: CallLimiter | None,
 ) -> T:
-    """``call()`` (a summary's model call) holding a ``limiter`` place (compactions in flight),
-    then a ``call_limiter`` one (model calls in flight, where a summary goes before waiting
-    rounds). Raises what ``call`` raises."""
+    """``call()`` (a summary's model call) holding a ``limiter`` place, then a ``call_limiter``
+    one (where a summary goes before waiting rounds)."""
     async with limiter if limiter is not None else nullcontext():
         if call_limiter is None:
             return await call()
@@ -176,15 +171,8 @@ async def summarize(
     max_wait: float = 60.0,
     chars_per_token: float = 4.0,
 ) -> SummaryOutcome:
-    """Ask for a summary of ``history`` (``build`` makes the request from items); never raises
-    a ``ModelError``: failures become a fallback or a ``failed`` outcome, as described above.
-    ``max_wait`` caps each wait between retries (the server's ask included). Each attempt
-    takes a ``limiter`` place (compactions in flight), then a ``call_limiter`` one (model
-    calls in flight, where a summary goes before waiting rounds). The request is built to
-    fit ``input_budget`` at ``chars_per_token`` (at most 4): its oldest rounds dropped, then
-    its largest texts clipped to their head and tail; a refusal as too long shrinks it
-    further.
-    """
+    """Ask for a summary of ``history`` (``build`` makes the request from items); never raises a
+    ``ModelError``: failures become a fallback or a ``failed`` outcome."""
     items = [e.item for e in history]
     if breaker.open:
         reason = f"summarizer breaker open after {breaker.failures} failures in a row"

@@ -65,8 +65,7 @@ _REGROUND_SHARE = 0.7
 
 
 def compact_prompt(settings: Settings, log: structlog.typing.FilteringBoundLogger) -> str | None:
-    """The text of ``compact_prompt_file``, read once; None (the built-in instructions) when
-    none is set, or, with a warning, when it cannot be read or is empty."""
+    """The text of ``compact_prompt_file``, read once."""
     path = settings.compact_prompt_file
     if path is None:
         return None
@@ -91,9 +90,7 @@ class SummaryFailure:
 
 @dataclass(eq=False, kw_only=True)
 class Summarizer:
-    """Turns a ``Job`` into a ``Plan``: the before hook, the summary request, its retries
-    and fallbacks (``summarize``), the protected-updates block cut out. ``breaker``,
-    ``instructions`` and ``provider`` outlive one run of the session's actors."""
+    """Turns a ``Job`` into a ``Plan``."""
 
     #: the session's wiring: its settings, gateway, bus, limiters, before hook and log reader
     ctx: SessionContext
@@ -104,8 +101,7 @@ class Summarizer:
     log: structlog.typing.FilteringBoundLogger
 
     def _input_budget(self, accounting: Accounting) -> int | None:
-        """Tokens the summary request's input may carry: the summary model's window less
-        its output reserve, less the tool schemas it carries (for the prompt cache)."""
+        """Tokens the summary request's input may carry."""
         budget = summary_input_budget(accounting.settings)
         if budget is None:
             return None
@@ -263,8 +259,7 @@ class Summarizer:
         )
 
     def _probes(self, job: Job, accounting: Accounting) -> tuple[str, ...]:
-        """What the summary of ``job`` must keep (``stowage.policy.draw_probes``): the user's
-        instructions and corrections it absorbs, and the probes of the compaction before."""
+        """What the summary of ``job`` must keep (``stowage.policy.draw_probes``)."""
         snapshot = job.snapshot
         if not self.ctx.settings.check_summaries:
             return ()
@@ -323,12 +318,8 @@ class Summarizer:
         log: structlog.typing.FilteringBoundLogger,
         accounting: Accounting,
     ) -> tuple[tuple[HistoryEntry, ...], frozenset[int]] | None:
-        """What a re-grounded summary is made from: the leading system message, the summary
-        of the newest re-grounded compaction (everything before its ``covers_through``), and
-        every original item the log holds after that through ``job.covers_through``; with
-        the outputs to show as stubs: as many outputs are whole as fit the summary budget,
-        newest first. None (said in the log) when the log cannot be read: the summary is
-        then made as usual, from the summary before it."""
+        """What a re-grounded summary is made from; None (said in the log) when the log cannot be
+        read, and the summary is made as usual."""
         if self.ctx.read_log is None:
             return None
         try:
@@ -366,8 +357,8 @@ class Summarizer:
     def _stubs_to_fit(
         self, entries: Sequence[HistoryEntry], job: Job, accounting: Accounting
     ) -> frozenset[int]:
-        """The outputs of ``entries`` to show as stubs so that the rest fits the summary
-        budget (with room for the instructions): the oldest go first."""
+        """The outputs of ``entries`` to show as stubs so that the rest fits the summary budget:
+        the oldest go first."""
         budget = self._input_budget(accounting)
         if budget is None:
             return frozenset()
@@ -388,9 +379,8 @@ class Summarizer:
 async def _before(
     hook: BeforeCompaction, about: CompactionAbout, log: structlog.typing.FilteringBoundLogger
 ) -> str | None:
-    """Run the before hook: the focus to summarize with (the hook's text added to the one
-    asked for). Raises ``CompactionVetoed`` for a manual compaction the hook refuses; any other
-    failure of the hook, and a veto of an automatic compaction, is logged and changes nothing."""
+    """Run the before hook: the focus to summarize with. Raises ``CompactionVetoed`` for a manual
+    compaction it refuses; any other failure or veto is logged and changes nothing."""
     try:
         extra = hook(about)
         if inspect.isawaitable(extra):
@@ -418,8 +408,6 @@ APPENDED_SHARE = 0.1
 
 
 def _appended_room(accounting: Accounting, chars_per_token: float) -> int | None:
-    """Characters the probes a summary still misses may take when appended to it: a tenth of
-    usable (or of the fixed threshold), so that a small window is not filled by them; None
-    when neither is known."""
+    """Characters the probes a summary still misses may take when appended to it."""
     ceiling = accounting.usable if accounting.budget is not None else accounting.threshold
     return int(APPENDED_SHARE * ceiling * chars_per_token) if ceiling else None

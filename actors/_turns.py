@@ -48,8 +48,7 @@ __all__ = ["TurnRunner"]
 
 @dataclass(eq=False, kw_only=True)
 class TurnRunner:
-    """Runs one session's turns on the sampler's helpers; ``tools`` gives the executor's
-    inbox of the current run of the actors."""
+    """Runs one session's turns on the sampler's helpers."""
 
     ctx: SessionContext
     journal: Journal
@@ -142,8 +141,8 @@ class TurnRunner:
         return TurnResult(text="", rounds=limit, stopped="round_limit")
 
     async def _interrupted(self, turn: int, rounds: int) -> TurnResult:
-        """Close a turn its asker stopped: every round it wrote is whole (a stopped model
-        stream wrote nothing, stopped calls got interrupted outputs); the turn is closed."""
+        """Close a turn its asker stopped: every round it wrote is whole (a stopped stream wrote
+        nothing, stopped calls got interrupted outputs)."""
         self.log.info("turn_interrupted", turn=turn, rounds=rounds)
         await self.journal.write(
             [TurnRecord(seq=self.state.last_seq + 1, turn=turn, phase="interrupted")],
@@ -152,12 +151,10 @@ class TurnRunner:
         return TurnResult(text="", rounds=rounds, stopped="interrupted")
 
     async def _round(self, turn: int) -> ModelResponse | None:
-        """One round; returns the response when the model made no tool calls (the answer).
-
-        Raises ``CompactionLoop`` (after an ``error`` record) when the compactor found the turn
-        in a real compaction loop, ``ContextLengthExceeded`` when the request cannot be
-        brought under the hard mark, ``TurnInterrupted`` and ``AwaitingApproval``.
-        """
+        """One round; returns the response when the model made no tool calls (the answer). Raises
+        ``CompactionLoop`` (after an ``error`` record) when the compactor found the turn in a real
+        compaction loop, ``ContextLengthExceeded`` when the request cannot be brought under the hard
+        mark, ``TurnInterrupted`` and ``AwaitingApproval``."""
         round_ = self.state.round + 1
         # pre-turn and mid-turn: what the machine said applied, and never above the limit
         await self.gate.before_request()
@@ -209,8 +206,7 @@ class TurnRunner:
     async def _milestones_called(
         self, calls: Sequence[FunctionCall], outputs: Sequence[FunctionCallOutput]
     ) -> None:
-        """Record each milestone the model marked in the round just committed (a call of
-        ``mark_milestone`` that succeeded)."""
+        """Record each milestone the model marked in the round just committed."""
         if not self.ctx.settings.milestone_tool:
             return
         failed = {o.call_id for o in outputs if o.is_error}
@@ -226,8 +222,7 @@ class TurnRunner:
     async def milestone(
         self, name: str, note: str | None, source: Literal["user", "model"]
     ) -> None:
-        """Record that a phase ended; the compactor hears it as a boundary of its own (above
-        the soft mark it compacts here, telling the summary the phase that ended)."""
+        """Record that a phase ended; the compactor hears it as a boundary of its own."""
         state = self.state
         record = MilestoneRecord(seq=state.last_seq + 1, name=name, note=note, source=source)
         await self.journal.write([record], boundary="milestone")

@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from stowage.core import (
-    CompactionDecided,
-    CompactionSkipped,
-    Event,
-    Settings,
-    ToolSpec,
-)
+from stowage.core import CompactionDecided, CompactionSkipped, Event, Settings, ToolSpec
 from stowage.policy import (
     Accounting,
     Action,
@@ -61,9 +55,7 @@ _log = structlog.get_logger("stowage.compactor")
 @dataclass(eq=False)
 class CompactorKept:
     """What one session's compactor keeps from one run to the next (a parked session's actors
-    stop and start again): the machine's state, its circuit breaker, the compaction
-    instructions (``compact_prompt_file`` is read once per session), and whether it still
-    compacts with its provider."""
+    stop and start again)."""
 
     state: MachineState
     breaker: Breaker
@@ -122,11 +114,8 @@ def verdict_of(actions: Sequence[Action], basis_seq: int) -> Verdict:
 async def run_compactor(
     ctx: SessionContext, inbox: CompactorInbox, verdicts: Slot[Verdict], *, kept: CompactorKept
 ) -> None:
-    """Step the machine on every event until ``inbox`` is closed (a summary job still being
-    made is finished first); ``ctx.before_compaction`` (a ``CompactionHooks.before``) sees
-    each full compaction before its summary is asked for; the session's tool specs are sent
-    with each summary request so that it shares the rounds' cached prefix; ``ctx.read_log``
-    reads the session's whole log (a re-grounded summary is made from its records)."""
+    """Step the machine on every event until ``inbox`` is closed (a summary job still being made
+    is finished first)."""
     session_id, publish = ctx.session_id, ctx.publish
     log = _log.bind(session=session_id, actor="compactor")
     summarizer = Summarizer(

@@ -166,12 +166,8 @@ class Sampler:
         tools: ExecutorInbox,
         doorbell: Doorbell,
     ) -> bool:
-        """Serve ``first``, then every command that comes while there is work. Returns False
-        when the session parks (no command waiting and the compactor idle: this run of the
-        session's actors ends, and its supervisor too: the next command starts another),
-        True when the input ended. ``doorbell`` is rung by a new command, the end of input and
-        the compactor going idle. Closing ``tools`` and the compactor's inbox on the way out
-        ends the other actors."""
+        """Serve ``first``, then every command that comes while there is work; False when the
+        session parks (this run of its actors ends), True when the input ended."""
         self.tools = tools
         try:
             async with tools:
@@ -195,9 +191,8 @@ class Sampler:
             self._requests.park()
 
     async def recover(self) -> None:
-        """Close a round the log left open: every logged call without an output gets the
-        synthetic "interrupted" output, so no orphan call ever reaches a model. The compactor
-        is handed the state the session starts from either way."""
+        """Close a round the log left open: each logged call without an output gets an
+        "interrupted" output, so no orphan call reaches a model."""
         if not self.state.open_calls or self.state.awaiting_approval:
             # a round that waits for approval stays open until the answer comes
             self._journal.seed()
@@ -221,9 +216,8 @@ class Sampler:
         await self._journal.write(records, boundary="recovered")
 
     def _after_crash(self, call: FunctionCall) -> FunctionCallOutput:
-        """The output of a call whose process was killed before its output was logged: what
-        its tool finds (a write or an edit applied or not, by the file against the intended
-        result), else "interrupted" with what it printed so far; never run again here."""
+        """The output of a call whose process was killed before its output was logged: what its
+        tool finds, else "interrupted"; never run again here."""
         applied = after_crash(self.ctx.tools.get(call.name), call)
         if applied is not None:
             text = APPLIED_AFTER_CRASH if applied else NOT_APPLIED_AFTER_CRASH
@@ -281,11 +275,9 @@ class Sampler:
     # -- turns and rounds ----------------------------------------------------------------
 
     async def _decide(self, call_id: str, approve: bool, reason: str | None) -> TurnResult:
-        """Log the answer for ``call_id``; when no call of the round awaits one any more, run
-        the round (denied calls get a "denied" output) and go on with the turn.
-
-        Raises ``ApprovalError`` if ``call_id`` awaits no approval (nothing is written).
-        """
+        """Log the answer for ``call_id``; when no call of the round awaits one any more, run the
+        round (denied calls get a "denied" output) and go on with the turn. Raises ``ApprovalError``
+        if ``call_id`` awaits no approval (nothing is written)."""
         if not await self._approvals.answer(call_id, approve, reason):
             return TurnResult(text="", rounds=0, stopped="pending_approval")
         round_ = self.state.open_round or self.state.round + 1
@@ -299,14 +291,12 @@ class Sampler:
     # -- compaction and protected state --------------------------------------------------
 
     async def _compact_now(self, focus: str | None, *, reground: bool) -> bool:
-        """Manual compaction, decided by the compactor on the last committed snapshot; True
-        when history was compacted."""
+        """Manual compaction, decided by the compactor on the last committed snapshot."""
         return await self._gate.compact_now(focus, reground=reground)
 
     async def _move_provider_items(self) -> None:
-        """A history that holds a provider's compaction item this session's wire cannot
-        carry (moved to another wire or provider) is summarized locally before its next turn,
-        from the log's original records, which it still has; the record says why."""
+        """A history holding a provider's compaction item this session's wire cannot carry is
+        summarized locally, from the log's original records, before its next turn."""
         wire = self.settings.wire_api
         if not stranded(self.state.history, wire):
             return

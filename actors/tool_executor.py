@@ -81,12 +81,9 @@ async def run_calls(
     output: OutputBudget | None = None,
     progress: Progress | None = None,
 ) -> tuple[FunctionCallOutput, ...]:
-    """Run one round's calls concurrently (at most ``limiter``'s tokens at once, shared by
-    every session); every call gets exactly one output, in call order: a tool's exception,
-    timeout, unknown name or bad arguments become error outputs, and calls the turn's
-    ``interrupt`` stopped get an interrupted one. Never raises for a tool's failure.
-    ``output``: each call's ``ToolContext.output``; ``progress``: what makes a piece of a
-    call's output durable as it comes (``ToolContext.progress``)."""
+    """Run one round's calls concurrently; every call gets exactly one output, in call order (a
+    tool's failure, timeout or interrupt becomes an error output): never raises for a tool's
+    failure."""
     # what a call the turn's interrupt stopped keeps: it may or may not have run
     outputs: list[FunctionCallOutput] = [
         FunctionCallOutput(call_id=c.call_id, output=INTERRUPTED_CALL, is_error=True) for c in calls
@@ -109,10 +106,8 @@ async def run_calls(
 
 
 class ExecutorInbox:
-    """The tool executor's inbox for one run of a session's actors, opened (and the executor
-    started, by ``start``) when the run first has several calls to run at once: a round of
-    one call, most rounds, runs in the sampler's own task, with no executor and no hop.
-    Closing it (leaving ``async with``) ends the executor, if it was started."""
+    """The tool executor's inbox for one run of a session's actors, opened when the run first has
+    several calls at once (a round of one call runs in the sampler's own task)."""
 
     __slots__ = ("_send", "_start")
 

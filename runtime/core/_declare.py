@@ -183,8 +183,7 @@ _WITHIN: dict[str, Callable[[Any, float], bool]] = {
 
 
 def _as_given(info: SettingInfo, value: Any) -> Any:
-    """``value`` as pydantic would give it back, when it already has the type of setting
-    ``info`` and keeps its bounds; ``_CONVERT`` when only pydantic may say."""
+    """``value`` as pydantic would give it back."""
     if value is None:
         return None if info.optional else _CONVERT
     kind = info.annotation
@@ -223,8 +222,7 @@ class Declarations:
         return {info.name: info for info in self.infos}
 
     def validated(self, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` as the fields take them. Raises ``ConfigError`` naming the first bad
-        one."""
+        """``values`` as the fields take them."""
         taken: dict[str, Any] = {}
         for name, value in values.items():
             info = self.by_name.get(name)
@@ -262,8 +260,7 @@ _T = TypeVar("_T")
 
 
 def validating(cls: type[_T]) -> type[_T]:
-    """``cls`` whose construction validates its arguments first (``Declarations.validated``):
-    the dataclass's own ``__init__`` then sets them and calls ``__post_init__``."""
+    """``cls`` whose construction validates its arguments first (``Declarations.validated``)."""
     assign = cls.__init__
     checked = _DECLARED[cls] = Declarations(cls)
 

@@ -35,32 +35,13 @@ from __future__ import annotations
 from ._store import LeaseHolder
 
 __all__ = [
-    "CompactionError",
-    "DescriptorLimitReached",
-    "CompactionLoop",
-    "ConfigError",
-    "ContextLengthExceeded",
-    "CorruptLogError",
-    "FencingError",
-    "IncompleteResponse",
-    "InvalidSessionId",
-    "ModelAuthError",
-    "ModelConnectionError",
-    "ModelError",
-    "ModelResponseError",
-    "ProtectedStateViolation",
-    "RateLimitError",
-    "ResponseTooLarge",
-    "SessionBusy",
-    "SessionClosed",
-    "SessionError",
-    "SessionExists",
-    "SessionFailed",
-    "SessionLeaseLost",
-    "SessionNotFound",
-    "StoreError",
-    "StowageError",
-]
+    "CompactionError", "DescriptorLimitReached", "CompactionLoop", "ConfigError",
+    "ContextLengthExceeded", "CorruptLogError", "FencingError", "IncompleteResponse",
+    "InvalidSessionId", "ModelAuthError", "ModelConnectionError", "ModelError",
+    "ModelResponseError", "ProtectedStateViolation", "RateLimitError", "ResponseTooLarge",
+    "SessionBusy", "SessionClosed", "SessionError", "SessionExists", "SessionFailed",
+    "SessionLeaseLost", "SessionNotFound", "StoreError", "StowageError",
+]  # fmt: skip
 
 
 class StowageError(Exception):

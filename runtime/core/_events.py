@@ -14,33 +14,13 @@ from typing import Any, TypeAlias
 from ._records import Usage
 
 __all__ = [
-    "MilestoneReached",
-    "CompactionLanded",
-    "SettingsChanged",
-    "AssistantDelta",
-    "AttemptAbandoned",
-    "CompactionDecided",
-    "CompactionFailed",
-    "CompactionSkipped",
-    "CompactionWaited",
-    "Event",
-    "EventBus",
-    "HistoryCompacted",
-    "LogRepaired",
-    "Microcompacted",
-    "ProtectedChanged",
-    "ProtectedRefused",
-    "RoundCommitted",
-    "RoundStarted",
-    "SessionFailedEvent",
-    "SessionHibernated",
-    "SessionLeaseLostEvent",
-    "SessionRehydrated",
-    "Subscriber",
-    "ToolFinished",
-    "ToolStarted",
+    "MilestoneReached", "CompactionLanded", "SettingsChanged", "AssistantDelta", "AttemptAbandoned",
+    "CompactionDecided", "CompactionFailed", "CompactionSkipped", "CompactionWaited", "Event",
+    "EventBus", "HistoryCompacted", "LogRepaired", "Microcompacted", "ProtectedChanged",
+    "ProtectedRefused", "RoundCommitted", "RoundStarted", "SessionFailedEvent", "SessionHibernated",
+    "SessionLeaseLostEvent", "SessionRehydrated", "Subscriber", "ToolFinished", "ToolStarted",
     "TurnFinished",
-]
+]  # fmt: skip
 
 
 def _log_subscriber_failed(subscriber: Subscriber) -> None:

@@ -17,16 +17,9 @@ from ._items import AssistantMessage, FunctionCall, Item
 from ._records import Usage
 
 __all__ = [
-    "CompactingGateway",
-    "ModelGateway",
-    "ModelRequest",
-    "ModelResponse",
-    "ProviderCompaction",
-    "ResponseDone",
-    "StreamEvent",
-    "TextDelta",
-    "ToolSpec",
-]
+    "CompactingGateway", "ModelGateway", "ModelRequest", "ModelResponse", "ProviderCompaction",
+    "ResponseDone", "StreamEvent", "TextDelta", "ToolSpec",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

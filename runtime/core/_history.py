@@ -84,11 +84,8 @@ def absorbed(
 def compose_history(
     retained: Sequence[HistoryEntry], summary: HistoryEntry, tail: Sequence[HistoryEntry]
 ) -> tuple[HistoryEntry, ...]:
-    """Assemble compacted history: leading system entries, the summary, the other retained
-    entries, then the tail. Replay uses this too, so it must stay the only assembly rule.
-
-    Raises nothing.
-    """
+    """Assemble compacted history: leading system entries, the summary, the other retained entries,
+    then the tail. Replay uses this too, so it must stay the only assembly rule."""
     lead = 0
     while lead < len(retained) and isinstance(retained[lead].item, SystemMessage):
         lead += 1
@@ -162,10 +159,7 @@ def _retain(
 
 
 def _reattached(compacted: Sequence[HistoryEntry], reattach: Collection[int]) -> list[int]:
-    """Indexes of ``compacted`` at ``reattach`` seqs, checked to be whole tool steps.
-
-    Raises ``CompactionError`` when a reattached call's output, or an output's call, is not
-    reattached with it."""
+    """Indexes of ``compacted`` at ``reattach`` seqs, checked to be whole tool steps."""
     wanted = set(reattach)
     indexes = [i for i, e in enumerate(compacted) if e.seq in wanted]
     calls = {

@@ -20,12 +20,9 @@ from ._redact import REDACTED, redact_url
 from ._settings import IDENTITY_FIELDS, REDACTED_FIELDS, Settings, recordable
 
 __all__ = [
-    "IDENTITY_FIELDS",
-    "SessionIdentity",
-    "continue_settings",
-    "identity_from_records",
+    "IDENTITY_FIELDS", "SessionIdentity", "continue_settings", "identity_from_records",
     "identity_of",
-]
+]  # fmt: skip
 
 _WATERMARKS = ("soft_mark", "compact_mark", "hard_mark", "target_after")
 
@@ -36,10 +33,8 @@ def identity_of(settings: Settings) -> dict[str, Any]:
 
 
 def _given_again(name: str, stored: Any, given: Sequence[str]) -> tuple[str, ...]:
-    """The MCP servers (``name``: ``mcp`` or ``mcp_url``) a session recorded, each redacted
-    one replaced by the entry of ``given`` (the configuration's) that redacts to it, or left
-    redacted when none does: whoever starts the servers refuses that one (``Runtime`` starts
-    only those it is given, so a worker continuing the session needs none of them)."""
+    """The MCP servers a session recorded, each redacted one replaced by the entry of ``given``
+    that redacts to it, or left redacted (whoever starts the servers refuses that one)."""
     found: list[str] = []
     for entry in stored or ():
         match = [g for g in given if REDACTED in entry and recordable(name, [g]) == [entry]]

@@ -11,18 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 __all__ = [
-    "AssistantMessage",
-    "CompactionSummary",
-    "FunctionCall",
-    "FunctionCallOutput",
-    "HistoryEntry",
-    "Item",
-    "ItemType",
-    "SystemMessage",
-    "UserMessage",
-    "item_from_dict",
-    "item_to_dict",
-]
+    "AssistantMessage", "CompactionSummary", "FunctionCall", "FunctionCallOutput", "HistoryEntry",
+    "Item", "ItemType", "SystemMessage", "UserMessage", "item_from_dict", "item_to_dict",
+]  # fmt: skip
 
 ItemType: TypeAlias = Literal[
     "system", "user", "assistant", "function_call", "function_call_output", "compaction_summary"

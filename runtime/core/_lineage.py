@@ -22,13 +22,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ._errors import (
-    ConfigError,
-    CorruptLogError,
-    InvalidSessionId,
-    SessionExists,
-    StoreError,
-)
+from ._errors import ConfigError, CorruptLogError, InvalidSessionId, SessionExists, StoreError
 from ._records import (
     CompactionRecord,
     ErrorRecord,
@@ -45,13 +39,8 @@ from ._settings import validate_session_id
 from ._store import LeaseHolder, LogRead, LogStore, WriterLease
 
 __all__ = [
-    "Lineage",
-    "LineageStore",
-    "effective_records",
-    "lineage_store",
-    "round_end",
-    "tail_records",
-]
+    "Lineage", "LineageStore", "effective_records", "lineage_store", "round_end", "tail_records",
+]  # fmt: skip
 
 # a chain of forks deeper than this is taken for a loop in corrupt logs, not a real lineage
 _MAX_DEPTH = 256
@@ -86,8 +75,7 @@ def tail_records(records: Sequence[Record]) -> list[Record]:
 
 
 def _ends_a_round(record: Record) -> bool:
-    """Whether ``record`` still belongs to the round committed before it: what its turn and
-    its compactions wrote after the commit, not what the next input started."""
+    """Whether ``record`` still belongs to the round committed before it."""
     match record:
         case TurnRecord(phase=phase):
             return phase != "started"

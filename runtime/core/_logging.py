@@ -23,8 +23,8 @@ _deferring = threading.Lock()
 
 
 class _CurrentStderr:
-    """Writes to whatever ``sys.stderr`` is at the time, so a live progress display that
-    redirects stderr (rich does) prints log lines above itself instead of tearing it."""
+    """Writes to whatever ``sys.stderr`` is at the time, so a live display that redirects stderr
+    (rich does) prints log lines above itself."""
 
     def write(self, text: str) -> int:
         return sys.stderr.write(text)

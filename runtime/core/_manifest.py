@@ -34,25 +34,14 @@ from typing import Any
 import orjson
 
 from ._gateway import ModelRequest, ToolSpec
-from ._items import (
-    CompactionSummary,
-    HistoryEntry,
-    Item,
-    SystemMessage,
-    item_to_dict,
-)
+from ._items import CompactionSummary, HistoryEntry, Item, SystemMessage, item_to_dict
 from ._records import ManifestSection, RequestManifest, SectionName
 from ._sizes import item_chars, tool_schema_tokens
 
 __all__ = [
-    "LineCache",
-    "ManifestSection",
-    "RequestManifest",
-    "SectionName",
-    "describe_manifest",
-    "request_bytes",
-    "request_manifest",
-]
+    "LineCache", "ManifestSection", "RequestManifest", "SectionName", "describe_manifest",
+    "request_bytes", "request_manifest",
+]  # fmt: skip
 
 # hex digits of a section's hash: a short id, not a proof (the request hash is whole)
 _SECTION_HEX = 16
@@ -138,8 +127,7 @@ class LineCache:
         return self._tool_set(tools).lines
 
     def _entries(self, items: tuple[Item, ...]) -> tuple[list[bytes], list[int], int]:
-        """The lines and characters of ``items``, and how many of the lines lead the last
-        request's as well (the same bytes, so the last request's hashes hold over them)."""
+        """The lines and characters of ``items``."""
         last = self._last
         shared = min(len(last.items), len(items))
         # the positions the last request had another object at: none when a round only
@@ -175,9 +163,7 @@ class LineCache:
         return lines, chars, common
 
     def _spans(self, history: Sequence[HistoryEntry], has_protected: bool) -> list[_Span]:
-        """The sections of the projection of ``history``: runs of one kind of entry, with
-        protected state (after the leading system message, where the projection puts it) a
-        section of its own. The last history's runs are carried on when it leads this one."""
+        """The sections of the projection of ``history``."""
         before = self._history
         if len(before) <= len(history) and all(map(is_, before, history)):
             layout = self._layout.copy()
@@ -243,8 +229,7 @@ class LineCache:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Request:
-    """The last request of a session: its items, their lines and characters, and its running
-    hashes by (section, start)."""
+    """The last request of a session."""
 
     items: tuple[Item, ...]
     lines: list[bytes]
@@ -258,8 +243,8 @@ _NO_REQUEST = _Request(items=(), lines=[], chars=[], runs={})
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Tools:
-    """A tuple of tools, their lines, what the request's hash reads of them and their
-    section's hash and characters."""
+    """A tuple of tools: their lines, what the request's hash reads of them, their section's hash
+    and characters."""
 
     specs: tuple[ToolSpec, ...]
     lines: list[bytes]
@@ -272,9 +257,7 @@ class _Tools:
 
 @dataclass(eq=False, slots=True)
 class _Run:
-    """A sha256 that has read ``lead`` (if any) and then ``lines[start:end]``, a newline
-    between each two; its hex digest and the section made of it, once asked for (a run
-    carried over unchanged keeps them)."""
+    """A sha256 that has read ``lead`` (if any), then ``lines[start:end]``."""
 
     lead: bytes | None
     start: int
@@ -290,8 +273,7 @@ class _Run:
 
 
 class _Hashes:
-    """The running hashes of one request, carried on from the last request's where its lines
-    are the same bytes (so the same hash), computed afresh elsewhere."""
+    """The running hashes of one request."""
 
     __slots__ = ("_common", "_lines", "_old", "new")
 

@@ -51,24 +51,10 @@ from ._errors import ProtectedStateViolation
 from ._items import AssistantMessage, CompactionSummary, Item, SystemMessage, UserMessage
 
 __all__ = [
-    "SUMMARIZER_OPS",
-    "TOOL_OPS",
-    "TOUCHED_KEPT",
-    "Touched",
-    "USER_ONLY_OPS",
-    "EntryKind",
-    "ProtectedEntry",
-    "ProtectedSource",
-    "ProtectedState",
-    "check_op",
-    "op_target",
-    "prepare",
-    "prepare_all",
-    "render",
-    "render_touched",
-    "user_ops",
-    "verify",
-]
+    "SUMMARIZER_OPS", "TOOL_OPS", "TOUCHED_KEPT", "Touched", "USER_ONLY_OPS", "EntryKind",
+    "ProtectedEntry", "ProtectedSource", "ProtectedState", "check_op", "op_target", "prepare",
+    "prepare_all", "render", "render_touched", "user_ops", "verify",
+]  # fmt: skip
 
 ProtectedSource: TypeAlias = Literal["user", "summarizer", "tools"]
 EntryKind: TypeAlias = Literal[
@@ -385,8 +371,7 @@ def _shown(value: Any) -> int | None:
 
 
 def _merged(trail: tuple[Touched, ...], line: Touched) -> tuple[Touched, ...]:
-    """``trail`` with ``line`` at its front, merged with the line it had for the same path (or
-    the same command): what was done to it joined, the newer status kept when it has one."""
+    """``trail`` with ``line`` at its front, merged with the line it had for the same path."""
     old = next(
         (t for t in trail if t.target == line.target and t.is_command == line.is_command), None
     )
@@ -418,15 +403,8 @@ def _trail_from_snapshot(
 def prepare(
     state: ProtectedState, op: Mapping[str, Any], source: ProtectedSource
 ) -> dict[str, Any] | None:
-    """Check ``op`` from ``source`` against ``state``; the canonical op to log and apply.
-
-    An add op gets the next id of its kind (any id the caller gave is ignored: ids are the
-    runtime's, never the model's). An addition whose text an entry of that kind already has
-    gives None (nothing to do), so repeating a proposal or a command line is harmless.
-
-    Raises ``ProtectedStateViolation`` naming the entry when the source may not make the op
-    (the summarizer touching the objective or a constraint) or the op cannot apply.
-    """
+    """Check ``op`` from ``source`` against ``state``; the canonical op to log and apply. An add
+    op gets the next id of its kind: ids are the runtime's, never the model's."""
     name = check_op(op)
     if (name in TOOL_OPS) != (source == "tools"):
         raise ProtectedStateViolation(
@@ -558,10 +536,7 @@ def verify(state: ProtectedState, items: Sequence[Item]) -> tuple[ProtectedEntry
 
 
 def check_op(op: Mapping[str, Any]) -> str:
-    """The name of ``op`` when it is well formed (a known op, its fields present strings).
-
-    Raises ``ProtectedStateViolation`` saying what is wrong otherwise.
-    """
+    """The name of ``op`` when it is well formed (a known op, its fields present strings)."""
     name = op.get("op") if isinstance(op, Mapping) else None
     if not isinstance(name, str) or name not in _OPS:
         raise ProtectedStateViolation(f"unknown protected-state op: {op!r}")
@@ -576,8 +551,7 @@ def check_op(op: Mapping[str, Any]) -> str:
 
 
 def op_target(state: ProtectedState, op: Mapping[str, Any]) -> str:
-    """The entry an op is aimed at, for messages and events: its id, the objective's id, or
-    the kind it would add to (``constraints``). Raises nothing."""
+    """The entry an op is aimed at, for messages and events."""
     name = op.get("op") if isinstance(op, Mapping) else None
     if name == "set_objective":
         return state.objective.id if state.objective is not None else "objective"

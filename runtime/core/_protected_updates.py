@@ -19,14 +19,9 @@ from ._errors import ProtectedStateViolation
 from ._protected import ProtectedState, check_op, op_target, prepare
 
 __all__ = [
-    "UPDATES_INSTRUCTIONS",
-    "UPDATES_KEY",
-    "Refusal",
-    "UpdatesReview",
-    "parse_summary_updates",
-    "review_updates",
-    "updates_block",
-]
+    "UPDATES_INSTRUCTIONS", "UPDATES_KEY", "Refusal", "UpdatesReview", "parse_summary_updates",
+    "review_updates", "updates_block",
+]  # fmt: skip
 
 UPDATES_KEY = "protected_updates"
 

@@ -15,30 +15,12 @@ from typing import Any, Literal, TypeAlias
 from ._items import HistoryEntry, Item
 
 __all__ = [
-    "ApprovalRecord",
-    "ManifestSection",
-    "MilestoneRecord",
-    "RequestManifest",
-    "SectionName",
-    "CompactionFigures",
-    "SummaryCheck",
-    "CompactionKind",
-    "CompactionRecord",
-    "ErrorRecord",
-    "ForkedFromRecord",
-    "ItemRecord",
-    "MicrocompactRecord",
-    "ProgressRecord",
-    "ProtectedRecord",
-    "Record",
-    "RewindRecord",
-    "RoundCommittedRecord",
-    "SessionRecord",
-    "SettingsChangedRecord",
-    "TurnRecord",
-    "Usage",
-    "now_ts",
-]
+    "ApprovalRecord", "ManifestSection", "MilestoneRecord", "RequestManifest", "SectionName",
+    "CompactionFigures", "SummaryCheck", "CompactionKind", "CompactionRecord", "ErrorRecord",
+    "ForkedFromRecord", "ItemRecord", "MicrocompactRecord", "ProgressRecord", "ProtectedRecord",
+    "Record", "RewindRecord", "RoundCommittedRecord", "SessionRecord", "SettingsChangedRecord",
+    "TurnRecord", "Usage", "now_ts",
+]  # fmt: skip
 
 
 # the last stamp made, by the millisecond it names: every record gets one, and a round's

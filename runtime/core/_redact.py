@@ -65,10 +65,7 @@ def _hide_before_at(text: str) -> str:
 
 
 def redact_command(command: str) -> str:
-    """A command line (an MCP server's) as it may be recorded: the value of a secret-looking
-    flag (``--api-key X``, ``--token=X``) or assignment (``API_KEY=X``) and the credentials of
-    any URL in it replaced by ``REDACTED``. Raises nothing: a line ``shlex`` cannot split is
-    recorded as ``REDACTED`` whole."""
+    """A command line (an MCP server's) as it may be recorded."""
     try:
         words = shlex.split(command)
     except ValueError:

@@ -30,17 +30,10 @@ from ._errors import ConfigError, InvalidSessionId
 from ._redact import redact_command, redact_url
 
 __all__ = [
-    "DEFAULT_COMPACT_THRESHOLD",
-    "DEFAULT_USER_BUDGET_CHARS",
-    "IDENTITY_FIELDS",
-    "REDACTED_FIELDS",
-    "Settings",
-    "SettingInfo",
-    "new_session_id",
-    "recordable",
-    "setting_infos",
+    "DEFAULT_COMPACT_THRESHOLD", "DEFAULT_USER_BUDGET_CHARS", "IDENTITY_FIELDS", "REDACTED_FIELDS",
+    "Settings", "SettingInfo", "new_session_id", "recordable", "setting_infos",
     "validate_session_id",
-]
+]  # fmt: skip
 
 DEFAULT_COMPACT_THRESHOLD = 8000
 DEFAULT_USER_BUDGET_CHARS = 20_000
@@ -142,8 +135,7 @@ class Settings:
     #: command continuing the session builds the same ones; ``Runtime`` reads none of these
     #: three (pass ``tools=`` and ``mcp=``)
     tools_from: Annotated[
-        str | None,
-        setting("MODULE:NAME of the ToolRegistry --tools-from imported", config=False),
+        str | None, setting("MODULE:NAME of the ToolRegistry --tools-from imported", config=False)
     ] = None
     mcp: Annotated[
         tuple[str, ...],
@@ -341,8 +333,7 @@ class Settings:
     ] = 600.0
     max_retries: Annotated[int, setting("retries of a failed model call", ge=0)] = 2
     max_retry_wait: Annotated[
-        float,
-        setting("the most seconds one retry waits, whatever the server asks for", gt=0),
+        float, setting("the most seconds one retry waits, whatever the server asks for", gt=0)
     ] = 60.0
     compaction_loop_repeats: Annotated[
         int,
@@ -648,8 +639,7 @@ REDACTED_FIELDS = ("base_url", "mcp", "mcp_url")
 
 
 def recordable(name: str, value: Any) -> Any:
-    """``value`` of identity field ``name`` as it is recorded: credentials redacted, a
-    sequence as a list (what a log gives back)."""
+    """``value`` of identity field ``name`` as it is recorded."""
     if name == "base_url":
         return redact_url(value)
     if name == "mcp":

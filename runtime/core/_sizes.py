@@ -24,13 +24,7 @@ from ._items import (
 )
 from ._projection import default_stub
 
-__all__ = [
-    "entry_chars",
-    "estimate_tokens",
-    "history_chars",
-    "item_chars",
-    "tool_schema_tokens",
-]
+__all__ = ["entry_chars", "estimate_tokens", "history_chars", "item_chars", "tool_schema_tokens"]
 
 
 def item_chars(item: Item) -> int:

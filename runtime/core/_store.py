@@ -46,14 +46,8 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 from ._records import Record
 
 __all__ = [
-    "Durability",
-    "IdentityReader",
-    "LeaseHolder",
-    "LogRead",
-    "LogStore",
-    "TornTail",
-    "WriterLease",
-]
+    "Durability", "IdentityReader", "LeaseHolder", "LogRead", "LogStore", "TornTail", "WriterLease",
+]  # fmt: skip
 
 #: when a store acknowledges a batch: synced (``fsync``; ``syncfs``: a group commit's files
 #: with one sync of their filesystem), or once the OS has it (``none``)

@@ -12,15 +12,9 @@ from ._errors import ConfigError, StowageError
 from ._gateway import ToolSpec
 
 __all__ = [
-    "ApprovalError",
-    "Effect",
-    "EffectKind",
-    "OutputBudget",
-    "Tool",
-    "ToolCancelled",
-    "ToolContext",
+    "ApprovalError", "Effect", "EffectKind", "OutputBudget", "Tool", "ToolCancelled", "ToolContext",
     "current_tool_context",
-]
+]  # fmt: skip
 
 
 class ApprovalError(ConfigError):

@@ -17,36 +17,24 @@ if TYPE_CHECKING:
     from ._session import Session
 
 __all__ = [
-    "DescriptorUse",
-    "GC_YOUNG_THRESHOLD",
-    "RecordedBudget",
+    "TurnResult",
+    "DescriptorUse", "descriptor_use",
+    "TokenFigure", "token_figures",
+    "GC_YOUNG_THRESHOLD", "tune_gc",
+    "RecordedBudget", "recorded_budget", "recorded_usable", "session_identity",
     "Runtime",
     "Session",
-    "TokenFigure",
-    "TurnResult",
-    "descriptor_use",
-    "recorded_budget",
-    "recorded_usable",
-    "session_identity",
-    "token_figures",
-    "tune_gc",
-]
+]  # fmt: skip
 
-#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "TurnResult": "stowage.actors",
-    "DescriptorUse": "._descriptors",
-    "descriptor_use": "._descriptors",
-    "TokenFigure": "._figures",
-    "token_figures": "._figures",
-    "GC_YOUNG_THRESHOLD": "._gc",
-    "tune_gc": "._gc",
-    "RecordedBudget": "._identity",
-    "recorded_budget": "._identity",
-    "recorded_usable": "._identity",
-    "session_identity": "._identity",
-    "Runtime": "._runtime",
-    "Session": "._session",
+    "stowage.actors": "TurnResult",
+    "._descriptors": "DescriptorUse descriptor_use",
+    "._figures": "TokenFigure token_figures",
+    "._gc": "GC_YOUNG_THRESHOLD tune_gc",
+    "._identity": "RecordedBudget recorded_budget recorded_usable session_identity",
+    "._runtime": "Runtime",
+    "._session": "Session",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -37,8 +37,7 @@ __all__ = ["SessionActors", "SessionRun", "read_records", "serve_commands", "sta
 
 @dataclass(slots=True, eq=False)
 class SessionActors:
-    """What a session's actors carry from one run to the next: its context, the sampler
-    (its journal, gate and helpers), the compactor's inbox, verdict slot and kept snapshot."""
+    """What a session's actors carry from one run to the next."""
 
     ctx: SessionContext
     sampler: Sampler
@@ -49,13 +48,9 @@ class SessionActors:
 
 @dataclass(slots=True, eq=False)
 class SessionRun:
-    """A live session's mailbox and actors, and whether a supervisor task serves them now.
-
-    ``wake`` (called after each command is sent and when the input closes) rings the doorbell
-    of the supervisor that runs, or starts one (``start``) for a parked session. A supervisor
-    that finds nothing waiting sets ``serving`` back to False and ends with no await between
-    the check and its end: a command sent after the check starts the next one.
-    """
+    """A live session's mailbox and actors, and whether a supervisor task serves them now. A
+    supervisor that finds nothing waiting sets ``serving`` back to False and ends with no await
+    between the check and its end: a command sent after the check starts the next one."""
 
     commands: MailboxReceive[SamplerCommand]
     doorbell: Doorbell
@@ -118,8 +113,7 @@ async def serve_commands(
 
 
 def _between_runs(slot: SessionSlot, to: SlotState) -> None:
-    """Parked or running, as the supervisor goes; a session being hibernated (closing) stays
-    closing while it finishes the work already sent."""
+    """Parked or running, as the supervisor goes."""
     if slot.state is not SlotState.CLOSING and slot.state is not to:
         slot.move(to)
 
@@ -130,9 +124,7 @@ async def _run_actors(
     first: SamplerCommand,
     doorbell: Doorbell,
 ) -> bool:
-    """One run of a session's actors, from ``first`` until the sampler parks (False) or the
-    input ends (True). The executor's inbox (and the executor, if the run needs it) is made
-    for the run and gone with it."""
+    """One run of a session's actors, from ``first`` until the sampler parks."""
     ctx, committed = actors.ctx, actors.committed
     committed.reopen()
     async with anyio.create_task_group() as tg:
@@ -156,16 +148,11 @@ async def _tool_executor(ctx: SessionContext, inbox: MailboxReceive[RunTools]) -
 
 
 async def read_records(store: LogStore, session_id: str) -> Sequence[Record]:
-    """The session's whole log, as a reader (``recall_artifact`` pages through it, a
-    re-grounded summary is made from it). This runtime holds the lease: nothing to repair,
-    and a reader never cuts."""
+    """The session's whole log, as a reader."""
     return (await store.read(session_id, repair=False)).records
 
 
 async def _compactor(
-    ctx: SessionContext,
-    committed: CompactorInbox,
-    plans: Slot[Verdict],
-    kept: CompactorKept,
+    ctx: SessionContext, committed: CompactorInbox, plans: Slot[Verdict], kept: CompactorKept
 ) -> None:
     await run_compactor(ctx, committed, plans, kept=kept)

@@ -27,13 +27,9 @@ from dataclasses import dataclass
 from stowage.core import DescriptorLimitReached
 
 __all__ = [
-    "DescriptorBudget",
-    "DescriptorUse",
-    "check_room",
-    "descriptor_use",
-    "reserve_for",
+    "DescriptorBudget", "DescriptorUse", "check_room", "descriptor_use", "reserve_for",
     "starts_before_recount",
-]
+]  # fmt: skip
 
 _FD_DIR = "/proc/self/fd"  # Linux; elsewhere the count is unknown and nothing is refused
 _PER_START = 8  # descriptors a session start may open for a while: its log, record, connection
@@ -70,8 +66,8 @@ def descriptor_use() -> DescriptorUse:
 
 
 def check_room(session_id: str, use: DescriptorUse) -> None:
-    """Raises ``DescriptorLimitReached`` when ``use`` leaves no more than the reserve free
-    for starting ``session_id``; nothing when either figure is unknown."""
+    """Raises ``DescriptorLimitReached`` when ``use`` leaves no more than the reserve free for
+    starting ``session_id``."""
     if use.in_use is None or use.limit is None:
         return
     reserve = reserve_for(use.limit)
@@ -82,9 +78,7 @@ def check_room(session_id: str, use: DescriptorUse) -> None:
 
 
 def starts_before_recount(use: DescriptorUse) -> float:
-    """How many session starts may follow a count of ``use`` before the room it left (above
-    the reserve) could be gone, at ``_PER_START`` descriptors each: 0 near the limit;
-    ``inf`` when a figure is unknown."""
+    """How many session starts may follow a count of ``use`` before the room it left."""
     if use.in_use is None or use.limit is None:
         return math.inf
     room = use.limit - reserve_for(use.limit) - use.in_use

@@ -86,9 +86,7 @@ async def _no_records() -> Sequence[Record]:
 
 
 def recorded_tool_tokens(records: Sequence[Record]) -> int | None:
-    """Tokens of the tool schemas the session's requests carry, as its log recorded them:
-    the newest request's manifest, else the session record (None in a log written before
-    either said). Raises nothing."""
+    """Tokens of the tool schemas the session's requests carry, as its log recorded them."""
     for record in reversed(records):
         if isinstance(record, RoundCommittedRecord) and record.manifest is not None:
             tools = [s for s in record.manifest.sections if s.name == "tools"]
@@ -123,8 +121,7 @@ def recorded_budget(records: Sequence[Record], *, has_stubs: bool = False) -> Re
 
 
 def _built_in_schemas(settings: Settings, names: set[str], *, has_stubs: bool) -> int:
-    """Schema tokens of the built-in tools ``names`` holds (the workspace tools, and
-    ``recall_artifact`` as the runtime adds it), for a log that recorded none."""
+    """Schema tokens of the built-in tools ``names`` holds."""
     # the tools package (its patch, search and sandbox libraries) only for such an old log:
     # ``stowage list`` and ``show`` read the recorded figure
     from stowage.tools import ToolRegistry, with_recall, workspace_tools
@@ -150,8 +147,7 @@ def recorded_usable(records: Sequence[Record], *, has_stubs: bool = False) -> in
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowFound:
-    """A window and where it came from: option, registry, endpoint, or none (unknown); and,
-    when the endpoint was asked, what it said the model can take (None: nothing said)."""
+    """A window and where it came from: option, registry, endpoint, or none (unknown)."""
 
     context_window: int | None
     source: str
@@ -159,8 +155,7 @@ class WindowFound:
     max_tools: int | None = None
 
     def applied(self, settings: Settings) -> Settings:
-        """``settings`` with what was found where they leave it open (the options win); the
-        session record keeps the result, so a resumed session shapes its requests the same."""
+        """``settings`` with what was found where they leave it open (the options win)."""
         changes: dict[str, Any] = {}
         if settings.context_window is None and self.context_window is not None:
             changes["context_window"] = self.context_window
@@ -172,9 +167,8 @@ class WindowFound:
 
 
 class WindowFinder:
-    """Finds windows for one runtime; asks each endpoint about each model at most once, also
-    when many sessions open at the same time (the first asks, the others wait for its
-    answer: a worker claiming a batch of sessions does not ask the endpoint once each)."""
+    """Finds windows for one runtime; asks each endpoint about each model at most once, also when
+    many sessions open at the same time (the first asks, the others wait)."""
 
     def __init__(self) -> None:
         self._asked: dict[tuple[str | None, str], Mapping[str, Any] | None] = {}
@@ -184,13 +178,11 @@ class WindowFinder:
         self._learned: dict[tuple[str | None, str], int] = {}
 
     def learn(self, settings: Settings, window: int) -> None:
-        """Remember ``window``, which the endpoint of ``settings`` stated for their model in
-        refusing a request: later sessions on them start with it."""
+        """Remember ``window``."""
         self._learned[(settings.base_url, settings.model)] = window
 
     async def find(self, settings: Settings) -> WindowFound:
-        """The window ``settings`` run with. Raises nothing; an unknown window is logged once
-        per model as a warning naming the assumption and the fix."""
+        """The window ``settings`` run with."""
         if settings.context_window is not None:
             return WindowFound(context_window=settings.context_window, source="option")
         if lookup_model(settings.model) is not None:

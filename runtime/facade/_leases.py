@@ -26,12 +26,9 @@ _RELEASE_TIMEOUT = 10.0
 
 
 class Leases:
-    """The leases one runtime holds in ``store``.
-
-    ``held()`` lists the held leases by session id (the runtime keeps each in its session's
-    record). ``on_lost(session_id, reason)`` is called (synchronously, from the renewal task)
-    for every held lease a renewal finds lost; it must not block.
-    """
+    """The leases one runtime holds in ``store``. ``on_lost(session_id, reason)`` is called
+    (synchronously, from the renewal task) for every held lease a renewal finds lost; it must not
+    block."""
 
     def __init__(
         self,
@@ -45,12 +42,7 @@ class Leases:
         self._wake = anyio.Event()
 
     async def acquire(self, session_id: str) -> WriterLease:
-        """Take the session's lease (cutting a torn tail off its log, see ``lease.repaired``)
-        for the caller to keep where ``held()`` finds it.
-
-        Raises what ``LogStore.acquire`` raises: ``SessionBusy`` naming the holder,
-        ``SessionNotFound``, ``InvalidSessionId``, ``CorruptLogError``, ``StoreError``.
-        """
+        """Take the session's lease."""
         lease = await self._store.acquire(session_id)
         if lease.renew_every is not None:
             self._wake.set()
@@ -59,7 +51,7 @@ class Leases:
 
     async def release(self, session_id: str, lease: WriterLease | None) -> None:
         """Give the session's lease back (the caller no longer lists it in ``held()``); never
-        raises (a failed release is logged, and an expiring lease lapses on its own)."""
+        raises: a failed release is logged, and an expiring lease lapses on its own."""
         if lease is None:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
@@ -71,11 +63,7 @@ class Leases:
             _log.debug("lease_released", session=session_id, token=lease.token)
 
     async def confirm_lost(self, lease: WriterLease | None) -> bool:
-        """Whether ``lease`` is really lost: a renewal is refused (``FencingError``).
-
-        A write refused with ``FencingError`` may name another session of a group commit; this
-        asks the store about this one. False when it is not held or the store cannot answer.
-        """
+        """Whether ``lease`` is really lost: a renewal is refused (``FencingError``)."""
         if lease is None:
             return False
         try:
@@ -87,13 +75,8 @@ class Leases:
         return False
 
     async def run(self) -> None:
-        """Renew every held lease that needs it, every ``renew_every`` seconds, until cancelled.
-
-        Waits without polling while no held lease needs renewing (JSONL's never do). A renewal
-        that fails (the database unreachable, say) is logged and tried again next time: the
-        lease may still be ours when it succeeds; if another writer took it over meanwhile, the
-        next renewal or append reports it lost.
-        """
+        """Renew every held lease that needs it, every ``renew_every`` seconds, until cancelled;
+        a failed renewal is logged and tried again next time (the lease may still be ours)."""
         while True:
             every = self._interval()
             if every is None:

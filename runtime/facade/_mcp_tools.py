@@ -13,8 +13,7 @@ __all__ = ["MCPServers"]
 
 
 class MCPServers:
-    """The MCP servers of ``specs`` (a command line, an http(s) URL, or an ``MCPServer``).
-    Raises ``ConfigError`` when there are some and the MCP SDK is not installed."""
+    """The MCP servers of ``specs`` (a command line, an http(s) URL, or an ``MCPServer``)."""
 
     def __init__(self, specs: Sequence[str | MCPServer]) -> None:
         self._servers = [mcp_server(spec) for spec in specs]
@@ -24,9 +23,8 @@ class MCPServers:
         self._tg: TaskGroup | None = None
 
     async def start(self, tools: ToolRegistry) -> ToolRegistry:
-        """Start every server; ``tools`` with theirs added (prefixed on a clash), or
-        ``tools`` itself when there are none. Raises ``ConfigError`` naming a server that
-        does not start (the others are stopped)."""
+        """Start every server; ``tools`` with theirs added (prefixed on a clash). Raises
+        ``ConfigError`` naming a server that does not start (the others are stopped)."""
         if not self._servers:
             return tools
         self._tg = anyio.create_task_group()

@@ -38,8 +38,7 @@ class Limiters(TypedDict):
 
 
 def limiters(limits: RuntimeLimits) -> Limiters:
-    """The limiters that keep ``limits``; summaries are let in before waiting rounds (see
-    ``CallLimiter``)."""
+    """The limiters that keep ``limits``."""
 
     def capacity(total: int | None) -> anyio.CapacityLimiter | None:
         return anyio.CapacityLimiter(total) if total is not None else None
@@ -84,8 +83,7 @@ def fencing_error(exc: BaseException) -> FencingError | None:
 
 
 def after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
-    """A bus subscriber calling ``hook`` on each ``HistoryCompacted``; a hook that raises is
-    logged and kept (the bus would drop a failing subscriber)."""
+    """A bus subscriber calling ``hook`` on each ``HistoryCompacted``."""
 
     def deliver(event: Event) -> None:
         if isinstance(event, HistoryCompacted):
@@ -98,8 +96,7 @@ def after_hook(hook: AfterCompaction) -> Callable[[Event], None]:
 
 
 def tool_fields(settings: Settings) -> tuple[object, ...]:
-    """The settings the built-in tools are made from: a session whose differ from the
-    runtime's (a resumed session kept its sandbox) gets tools of its own."""
+    """The settings the built-in tools are made from."""
     return (
         settings.tools,
         settings.workspace,

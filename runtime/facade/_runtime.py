@@ -82,13 +82,7 @@ from stowage.core import (
 from stowage.model import make_gateway
 from stowage.policy import check_tool_count
 from stowage.storage import open_store
-from stowage.tools import (
-    MCPServer,
-    ToolRegistry,
-    with_milestone,
-    with_recall,
-    workspace_tools,
-)
+from stowage.tools import MCPServer, ToolRegistry, with_milestone, with_recall, workspace_tools
 
 from ._actor_runs import SessionRun, read_records, serve_commands, start_actors
 from ._descriptors import DescriptorUse, descriptor_use
@@ -97,13 +91,7 @@ from ._leases import Leases
 from ._mcp_tools import MCPServers
 from ._parts import Limiters, UnbuiltGateway, after_hook, fencing_error, limiters, tool_fields
 from ._session import Session
-from ._session_settings import (
-    Change,
-    check_fits,
-    endpoint_for,
-    first_records,
-    settings_records,
-)
+from ._session_settings import Change, check_fits, endpoint_for, first_records, settings_records
 from ._slot_table import SlotTable
 from ._slots import SessionSlot, SlotState
 
@@ -360,8 +348,7 @@ class Runtime:
         objective: str | None = None,
         constraints: Sequence[str] = (),
     ) -> tuple[list[Record], Settings]:
-        """The records a new session's log starts with, and the settings it runs with; checked
-        before the log exists and before any model call."""
+        """The records a new session's log starts with, and the settings it runs with."""
         if self._gateway_error is not None:
             raise self._gateway_error
         settings = self.settings.with_(**self.overrides) if self.overrides else self.settings
@@ -381,8 +368,7 @@ class Runtime:
     async def _create(
         self, slot: SessionSlot, records: list[Record], settings: Settings
     ) -> Session:
-        """Write the new log of the id ``slot`` claimed, take its lease and start it. Raises
-        ``ConfigError`` (nothing written) when the model takes fewer tools than it has."""
+        """Write the new log of the id ``slot`` claimed, take its lease and start it."""
         self._check_tools(settings)
         await self.store.create(slot.id, records)
         # the create took the lease; acquiring hands it to this runtime to hold and renew
@@ -504,8 +490,7 @@ class Runtime:
                         await self._hibernate(slot)
 
     async def _unclaim(self, slot: SessionSlot) -> None:
-        """An open or create that started nothing: its lease, if taken, is given back; a new
-        id is forgotten, a hibernated one stays hibernated."""
+        """An open or create that started nothing: its lease, if taken, is given back."""
         if slot.state is not SlotState.CREATING:
             return
         await self._give_back(slot)
@@ -577,8 +562,7 @@ class Runtime:
     async def _continued_settings(
         self, session_id: str, tail: Sequence[Record], state: SessionState
     ) -> Settings:
-        """What a continued session runs with: its identity, ``overrides`` applied; a change
-        is written as a ``settings_changed`` record (this runtime holds the lease)."""
+        """What a continued session runs with: its identity, ``overrides`` applied."""
         whole = bool(tail) and tail[-1].seq == len(tail)
         # settings changes before the newest compaction are not in the tail: read them all
         identity = (
@@ -609,13 +593,12 @@ class Runtime:
         return settings
 
     def _check_tools(self, settings: Settings) -> None:
-        """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than
-        the session would send (its own and ``mark_milestone``)."""
+        """Raises ``ConfigError`` when ``settings``' model takes fewer tools a request than the
+        session would send."""
         check_tool_count(settings, len(with_milestone(self._tools_for(settings), settings)))
 
     def _tools_for(self, settings: Settings) -> ToolRegistry:
-        """The runtime's tools, or the tool set ``settings`` name when the runtime built its
-        own and the session's differs."""
+        """The runtime's tools, or the tool set ``settings`` name when the runtime built its own."""
         if self._tools_given or tool_fields(settings) == tool_fields(self.settings):
             return self.tools
         if settings.tools == "workspace":
@@ -682,8 +665,7 @@ class Runtime:
     async def _stopped_by(
         self, slot: SessionSlot, failure: Exception | None
     ) -> BaseException | None:
-        """What the session stopped on: ``SessionLeaseLost`` when its lease is gone (found by
-        the renewal, or by an append fenced for this session), else ``failure``."""
+        """What the session stopped on."""
         lost, slot.lost = slot.lost, None
         if lost is not None:
             return lost
@@ -725,9 +707,8 @@ class Runtime:
         )
 
     async def _supervise(self, slot: SessionSlot, run: SessionRun) -> None:
-        """Serve the session's commands until it parks (the task ends; the next command
-        starts another, see ``SessionRun``) or stops (its lease given back, its askers
-        answered)."""
+        """Serve the session's commands until it parks (the task ends; the next command starts
+        another, see ``SessionRun``) or stops (its lease given back, its askers answered)."""
         session, stop = slot.session, slot.stop
         assert session is not None and stop is not None
         raised: Exception | None = None
@@ -755,8 +736,7 @@ class Runtime:
     async def _stop_session(
         self, slot: SessionSlot, session: Session, run: SessionRun, raised: Exception | None
     ) -> None:
-        """The session's actors ended (input closed, failure, lease lost, stopped at once):
-        give its lease back, say why it stopped, and let its askers go."""
+        """The session's actors ended (input closed, failure, lease lost, stopped at once)."""
         failure: BaseException | None = None
         try:
             if slot.state is not SlotState.CLOSING:  # not already hibernating

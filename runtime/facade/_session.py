@@ -113,9 +113,7 @@ class Session:
         on_input: Callable[[], None] | None = None,
         fork: Forker | None = None,
     ) -> None:
-        """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``);
-        ``on_input`` is called after each command is sent and when the input closes (it rings
-        the sampler's doorbell); ``fork`` starts a fork of this session (``fork``)."""
+        """``subscribe`` adds a subscriber to the bus its actors publish on (for ``stream``)."""
         self.id = session_id
         self._fork = fork
         self._subscribe = subscribe
@@ -207,11 +205,7 @@ class Session:
         try:
             await self._ask(
                 UserTurn(
-                    text=text,
-                    pinned=pin,
-                    reply=reply,
-                    message_id=message_id,
-                    interrupt=interrupt,
+                    text=text, pinned=pin, reply=reply, message_id=message_id, interrupt=interrupt
                 )
             )
             self._waiting[reply] = None
@@ -442,8 +436,8 @@ class Session:
 
 
 def _root_cause(failure: BaseException) -> BaseException:
-    """What stopped a session: the first error inside an exception group that is not a
-    cancellation (the task group cancels the other actors when one fails), else ``failure``."""
+    """What stopped a session: the first error in an exception group that is not a cancellation
+    (the task group cancels the other actors when one fails)."""
     if isinstance(failure, BaseExceptionGroup):
         for inner in failure.exceptions:
             found = _root_cause(inner)

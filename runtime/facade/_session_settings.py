@@ -34,14 +34,7 @@ Change = tuple[dict[str, list[Any]], str]
 def endpoint_for(
     session_id: str, settings: Settings, ours: Settings
 ) -> tuple[Settings, dict[str, list[Any]]]:
-    """The session's settings on the endpoint of a runtime running ``ours``, and what that
-    changes.
-
-    A runtime talks to one endpoint (a worker's is its operator's choice), so a session
-    recorded at another URL or wire API of a real endpoint moves to this one, recorded and
-    shown. A real session is never moved to the offline scripted model, nor the other way
-    round: that is refused with ``ConfigError``.
-    """
+    """The session's settings on the endpoint of a runtime running ``ours``."""
     if settings.model == "scripted" == ours.model:
         return settings, {}
     if (settings.model == "scripted") != (ours.model == "scripted"):
@@ -75,10 +68,7 @@ def first_records(
     protected: ProtectedState,
     protected_ops: tuple[dict[str, Any], ...],
 ) -> list[Record]:
-    """The records a new session's log starts with: its session record (the settings it
-    runs with, the window's source, its tools), its system message, its protected state.
-    Raises ``ConfigError`` when what every request carries does not fit the window, before
-    the log exists and before any model call."""
+    """The records a new session's log starts with."""
     system = settings.system
     system_entries = [HistoryEntry(seq=2, item=SystemMessage(text=system))] if system else []
     check_fits(settings, tools.specs(), system_entries, protected)
@@ -118,7 +108,6 @@ def check_fits(
     history: Sequence[HistoryEntry],
     protected: ProtectedState,
 ) -> None:
-    """Raises ``ConfigError`` (with the figures) when what every request of the session
-    carries (system prompt, protected state, tool schemas) leaves no room in its window."""
+    """Raises ``ConfigError`` (with the figures) when a request's fixed parts leave no room."""
     system_tokens, protected_tokens = fixed_request_tokens(history, protected)
     check_window(settings, specs, system_tokens=system_tokens, protected_tokens=protected_tokens)

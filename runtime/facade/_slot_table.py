@@ -27,13 +27,8 @@ class SlotTable(dict[str, SessionSlot]):
         self._descriptors = DescriptorBudget()  # checked before a session starts
 
     async def claim(self, session_id: str) -> SessionSlot | None:
-        """The id's record, moved to ``CREATING`` for the caller to open (a new record, or a
-        hibernated one to wake); None when the session is live here.
-
-        Waits while another open of the id or its close is under way. Raises
-        ``DescriptorLimitReached`` (nothing claimed) when a session to start would leave the
-        process's descriptors too near its limit (see ``DescriptorBudget``).
-        """
+        """The id's record, moved to ``CREATING`` for the caller to open; None when live here.
+        Waits while another open of the id or its close is under way."""
         while True:
             slot = self.get(session_id)
             if slot is None:
@@ -64,8 +59,7 @@ class SlotTable(dict[str, SessionSlot]):
         return {i: s.session for i, s in self.items() if s.live and s.session is not None}
 
     def hibernated(self) -> frozenset[str]:
-        """Ids of the sessions hibernated and not woken since (one being woken is hibernated
-        until its log has been read)."""
+        """Ids of the sessions hibernated and not woken since."""
         return frozenset(
             i
             for i, s in self.items()

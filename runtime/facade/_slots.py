@@ -87,8 +87,7 @@ _AT_REST: Final = frozenset({_S.HIBERNATED, _S.CLOSED, _S.FAILED})
 
 
 class IllegalTransition(RuntimeError):
-    """A session's slot was asked to move where ``TRANSITIONS`` does not allow: a bug in the
-    runtime, not a user's error (hence not a ``StowageError``)."""
+    """A session's slot was asked to move where ``TRANSITIONS`` does not allow."""
 
     def __init__(self, session_id: str, from_state: SlotState, to_state: SlotState) -> None:
         allowed = ", ".join(sorted(s.value for s in TRANSITIONS[from_state])) or "none"
@@ -103,11 +102,8 @@ class IllegalTransition(RuntimeError):
 
 @dataclass(slots=True, eq=False)
 class SessionSlot:
-    """Everything a runtime knows about one session id; only ``move`` changes ``state``.
-
-    A slot at rest (hibernated, closed, failed) holds nothing but its id and state: ``move``
-    drops the rest. Leaving ``CREATING`` wakes whoever waits in ``wait_opened``.
-    """
+    """Everything a runtime knows about one session id; only ``move`` changes ``state``. Leaving
+    ``CREATING`` wakes whoever waits in ``wait_opened``."""
 
     id: str
     state: SlotState = SlotState.CREATING
@@ -143,7 +139,7 @@ class SessionSlot:
 
     def move(self, to: SlotState) -> None:
         """Move to state ``to``; raises ``IllegalTransition`` (nothing changed) when
-        ``TRANSITIONS`` does not allow it from the current state."""
+        ``TRANSITIONS`` does not allow it."""
         left = self.state
         if to not in TRANSITIONS[left]:
             raise IllegalTransition(self.id, left, to)

@@ -19,17 +19,9 @@ from stowage.core import (
 )
 
 __all__ = [
-    "MODEL_REGISTRY",
-    "Budget",
-    "ModelLimits",
-    "effective_threshold",
-    "known_budget",
-    "window_budget",
-    "lookup_model",
-    "resolve_budget",
-    "summary_input_budget",
-    "tool_schema_tokens",
-]
+    "MODEL_REGISTRY", "Budget", "ModelLimits", "effective_threshold", "known_budget",
+    "window_budget", "lookup_model", "resolve_budget", "summary_input_budget", "tool_schema_tokens",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

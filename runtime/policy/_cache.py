@@ -18,24 +18,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from stowage.core import (
-    ModelRequest,
-    Record,
-    RoundCommittedRecord,
-    Settings,
-    Usage,
-    item_chars,
-)
+from stowage.core import ModelRequest, Record, RoundCommittedRecord, Settings, Usage, item_chars
 
 __all__ = [
-    "CACHE_BLOCK_TOKENS",
-    "CacheFigures",
-    "CacheHit",
-    "PrefixCache",
-    "cache_figures",
-    "cache_key_for",
-    "session_cache_figures",
-]
+    "CACHE_BLOCK_TOKENS", "CacheFigures", "CacheHit", "PrefixCache", "cache_figures",
+    "cache_key_for", "session_cache_figures",
+]  # fmt: skip
 
 #: tokens per cache block, as OpenAI counts them
 CACHE_BLOCK_TOKENS = 128

@@ -20,12 +20,9 @@ from typing import Any
 from stowage.core import ConfigError, Settings
 
 __all__ = [
-    "CAPABILITIES",
-    "Capabilities",
-    "capabilities_for",
-    "capabilities_from_model_info",
+    "CAPABILITIES", "Capabilities", "capabilities_for", "capabilities_from_model_info",
     "check_tool_count",
-]
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -127,9 +127,7 @@ def check_log(
 
 
 def _pairing(state: SessionState) -> list[str]:
-    """What a request built from ``state``'s history would carry unpaired: an output whose
-    call is not before it, a call with no output (other than the open round's, which resume
-    closes or an approval answers)."""
+    """What a request built from ``state``'s history would carry unpaired."""
     problems: list[str] = []
     calls: set[str] = set()
     answered: set[str] = set()

@@ -30,14 +30,9 @@ from stowage.core import (
 )
 
 __all__ = [
-    "FOCUS_MAX_CHARS",
-    "SUMMARY_INSTRUCTIONS",
-    "CompactionDecision",
-    "build_summary_request",
-    "clip_to_fit",
-    "decide_compaction",
-    "summary_view",
-]
+    "FOCUS_MAX_CHARS", "SUMMARY_INSTRUCTIONS", "CompactionDecision", "build_summary_request",
+    "clip_to_fit", "decide_compaction", "summary_view",
+]  # fmt: skip
 
 #: the most of a focus text (``--focus``, a hook's text, a milestone's name and note) a
 #: summary request carries: what a person asks the summary to dwell on is a paragraph, not a
@@ -218,8 +213,7 @@ def _ref_lines(projection: Sequence[Item], refs: Mapping[str, int]) -> list[str]
 
 
 def _clipped(item: Item, keep: int) -> Item:
-    """``item`` with its text cut to about ``keep`` characters: its head and tail around a
-    line that says how much was cut (the log keeps it whole)."""
+    """``item`` with its text cut to about ``keep`` characters."""
     text = item.output if isinstance(item, FunctionCallOutput) else getattr(item, "text", "")
     if len(text) <= keep:
         return item

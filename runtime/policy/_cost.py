@@ -57,14 +57,9 @@ from stowage.core import (
 from ._prices import Charge, PriceBook
 
 __all__ = [
-    "CompactionCost",
-    "CostReport",
-    "RequestCost",
-    "ResumeHit",
-    "billed_usage",
-    "money",
+    "CompactionCost", "CostReport", "RequestCost", "ResumeHit", "billed_usage", "money",
     "session_cost",
-]
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,8 +344,7 @@ def _savings(
     previous: Usage | None,
     book: PriceBook,
 ) -> tuple[int, Decimal | None]:
-    """Uncached tokens and money the rounds ``after`` a compaction saved (module docstring);
-    ``previous``: the usage of the round before it."""
+    """Uncached tokens and money the rounds ``after`` a compaction saved (module docstring)."""
     uncached_saved = 0
     usd_saved: Decimal | None = Decimal(0)
     for k, (r, actual, model) in enumerate(after):

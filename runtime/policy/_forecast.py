@@ -82,13 +82,7 @@ class Forecast:
         return max(0.0, (self.floors[-1] - self.floors[0]) / (len(self.floors) - 1))
 
     def lands_late(
-        self,
-        tokens: int,
-        *,
-        usable: int,
-        marks: Watermarks,
-        micro_min_free: float,
-        armed: bool,
+        self, tokens: int, *, usable: int, marks: Watermarks, micro_min_free: float, armed: bool
     ) -> str | None:
         """Why a plan must be asked for now: if asked a round later, rounds growing as any
         stretch of the recent ones did (with the stubs microcompaction would make on the way)

@@ -149,14 +149,9 @@ def _boundary(state: MachineState, snap: Snapshot, now: float) -> Step:
 
 
 def _new_boundary(work: Work, snap: Snapshot) -> bool:
-    """What a boundary settles before anything is decided: the plan the sampler applied or
-    dropped, the turn that changed (a stop, a refusal's figures belong to one turn), a
-    window or fit a refusal stated. True when a refusal taught the window."""
+    """What a boundary settles before anything is decided."""
     state = work.state  # the step's input: nothing is set yet
-    changes: dict[str, object] = {
-        "latest": snap,
-        "rounds": state.rounds.extended(snap.history),
-    }
+    changes: dict[str, object] = {"latest": snap, "rounds": state.rounds.extended(snap.history)}
     if state.stubbing:
         outputs = {e.seq for e in snap.history if isinstance(e.item, FunctionCallOutput)}
         changes["stubbing"] = (state.stubbing & outputs) - snap.stubbed
@@ -198,8 +193,7 @@ def _new_boundary(work: Work, snap: Snapshot) -> bool:
 
 
 def _view(state: MachineState, ruler: Ruler, snap: Snapshot) -> View:
-    """``snap`` as the next request carries it: with the stubs given to the sampler and not
-    yet written (it writes them before that request), at a refusal's ratio."""
+    """``snap`` as the next request carries it."""
     view = ruler.view(snap, ratio=state.ratio, rounds=state.rounds)
     counted = snap.refusal.tokens if snap.cause == "refused" and snap.refusal else None
     if counted is not None and counted > view.guard:
@@ -216,8 +210,7 @@ def _over(view: View, limit: int | None) -> bool:
 
 
 def _trigger(state: MachineState, ruler: Ruler, view: View, snap: Snapshot) -> PolicyDecision:
-    """The watermark the figure crossed. On the seed's threshold the figure is the reported
-    usage (none reported: none crossed), against the threshold as the compaction mark."""
+    """The watermark the figure crossed."""
     acc = state.accounting
     if acc.threshold is None:
         return ruler.decision(view)
@@ -235,8 +228,7 @@ def _stop(work: Work, message: str, kind: Literal["loop", "overflow"] = "overflo
 
 
 def _stop_loop(work: Work, snap: Snapshot) -> None:
-    """Stop the turn: the ledger found a real compaction loop (the message names the
-    figures)."""
+    """Stop the turn: the ledger found a real compaction loop (the message names the figures)."""
     acc = work.state.accounting
     budget = acc.budget
     message = loop_message(
@@ -266,8 +258,7 @@ def _start(
     reground: bool = False,
     tokens: int | None = None,
 ) -> Job:
-    """Start a summary job (the shell makes it; ``SummaryReady`` or ``SummaryFailed`` ends
-    it). Every ``reground_every``-th automatic one is made from the original records."""
+    """Start a summary job (the shell makes it; ``SummaryReady`` or ``SummaryFailed`` ends it)."""
     state = work.state
     snap = view.snapshot
     every = state.accounting.settings.reground_every
@@ -300,10 +291,7 @@ def _start(
 
 
 def _phase_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float) -> View:
-    """A full compaction at the end of a phase, in every mode: a milestone above the soft
-    mark (the preferred place, taken there rather than a few rounds later, and the summary
-    is told the phase that ended), or ``compact_every_turns`` turns finished since the last
-    one. The next request waits for it."""
+    """A full compaction at the end of a phase, in every mode."""
     snap = view.snapshot
     every = work.state.accounting.settings.compact_every_turns
     by_turns = every > 0 and not snap.turn_open and snap.turns_since_compaction >= every
@@ -337,9 +325,7 @@ def _phase_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, 
 
 
 def _threshold(work: Work, ruler: Ruler, view: View, now: float) -> None:
-    """The seed's rule: after a committed round whose reported usage reached the threshold
-    (with four entries or more), a summary of everything, which the next round waits for;
-    not again until usage grew by ``MIN_GROWTH`` of the threshold since the last one."""
+    """The seed's rule: a summary of everything once reported usage reached the threshold."""
     snap = view.snapshot
     acc = work.state.accounting
     threshold = acc.threshold
@@ -388,16 +374,9 @@ def _threshold(work: Work, ruler: Ruler, view: View, now: float) -> None:
 
 
 def _watermarks(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    decision: PolicyDecision,
-    landed: bool,
-    now: float,
+    work: Work, ruler: Ruler, view: View, decision: PolicyDecision, landed: bool, now: float
 ) -> View:
-    """The watermark triggers: past a compaction that left too much, stubs (then a digest);
-    past the soft mark a batch of stubs; at the compaction mark, or earlier when the forecast
-    says a plan asked a round later would land too late, a summary in the background."""
+    """The watermark triggers: stubs past the soft mark, a summary at the compaction mark."""
     snap = view.snapshot
     if decision.action == "none":
         work.set(armed=True)
@@ -425,9 +404,7 @@ def _watermarks(
 
 
 def _micro_due(state: MachineState, ruler: Ruler, decision: PolicyDecision) -> bool:
-    """Whether to stub now: with ``micro_min_free`` 0, every round past the soft mark; else
-    once per crossing of the soft mark, at the compaction mark or above, or before it once
-    the next round may reach it at the largest recent growth."""
+    """Whether to stub now: every round past the soft mark, or once a crossing."""
     acc = state.accounting
     if not acc.settings.micro_min_free:
         return True
@@ -442,9 +419,7 @@ def _micro_due(state: MachineState, ruler: Ruler, decision: PolicyDecision) -> b
 
 
 def _maybe_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, now: float) -> None:
-    """A summary job at the compaction mark, or earlier (past the soft mark) when at the
-    recent growth it would not be back before the hard mark; none while a skipped one's hold
-    lasts below the hard mark, or when it cannot free enough."""
+    """A summary job at the compaction mark, or earlier."""
     state = work.state
     acc = state.accounting
     if decision.tokens is None:
@@ -503,10 +478,7 @@ def _maybe_plan(work: Work, ruler: Ruler, view: View, decision: PolicyDecision, 
 def _after_compaction(
     work: Work, ruler: Ruler, view: View, decision: PolicyDecision
 ) -> tuple[View, PolicyDecision]:
-    """A compaction just landed and left more than the target: stub what it kept but the
-    rounds spared; at or above the soft mark, every round but the open turn's; and when that
-    still leaves the soft mark crossed, the no-model fallback (or why not). Between the
-    target and the soft mark the lossy digest is not worth it."""
+    """A compaction just landed and left more than the target."""
     marks = work.state.accounting.marks
     if (decision.fraction or 0.0) <= marks.target:
         return view, decision
@@ -534,8 +506,7 @@ def _after_compaction(
 
 
 def _after_keeps(ruler: Ruler, view: View, keep_rounds: int) -> Sequence[int]:
-    """The rounds spared by the stubs after a compaction: first the usual, then (at or
-    above the soft mark) only the open turn's, if fewer."""
+    """The rounds spared by the stubs after a compaction."""
     snap = view.snapshot
     turn = ruler.turn_rounds(view) if snap.turn_open else 0
     keeps = [ruler.keep_rounds(view)]
@@ -545,19 +516,9 @@ def _after_keeps(ruler: Ruler, view: View, keep_rounds: int) -> Sequence[int]:
 
 
 def _relieve(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    limit: int | None,
-    now: float,
-    *,
-    refused: bool,
+    work: Work, ruler: Ruler, view: View, limit: int | None, now: float, *, refused: bool
 ) -> None:
-    """The next request would reach the limit (or the provider refused it): wait for the
-    summary in flight or the plan advised; else one more step each time, until it fits or
-    the turn stops: a summary that keeps what of the turn fits; every older output stubbed
-    and everything digested without a model (the turn's newest reads kept when they fit
-    beside it); everything digested, nothing kept; then the stop with the figures."""
+    """The next request would not fit (or was refused): wait, or step on until it fits."""
     state = work.state
     if state.phase is not Phase.IDLE:
         return  # a summary is being made, or a plan is with the sampler: wait for either
@@ -603,8 +564,7 @@ def _relieve(
 def _summary_relieves(
     work: Work, ruler: Ruler, view: View, target: int, refused: bool, now: float
 ) -> bool:
-    """Ask for a summary that keeps what of the turn fits (after a refusal, half of what
-    the provider takes), when it would free anything; True when asked."""
+    """Ask for a summary that keeps what of the turn fits."""
     state = work.state
     fit = state.fit
     covers = ruler.cut(view, None if fit is None else int(fit * state.accounting.marks.target))
@@ -628,17 +588,9 @@ def _summary_relieves(
 
 
 def _digest(
-    work: Work,
-    ruler: Ruler,
-    view: View,
-    limit: int | None,
-    target: int,
-    *,
-    keep_reads: bool,
+    work: Work, ruler: Ruler, view: View, limit: int | None, target: int, *, keep_reads: bool
 ) -> bool:
-    """Give a no-model digest of everything the turn may cover, when it frees anything; the
-    turn's newest reads re-attached only when asked and when they fit well under ``target``
-    beside it. True when given."""
+    """Give a no-model digest of everything the turn may cover, when it frees anything."""
     if not ruler.everything_frees(view, limit):
         return False
     plan = ruler.fallback_plan(
@@ -674,8 +626,7 @@ def _advise(work: Work, ruler: Ruler, view: View, plan: Plan) -> bool:
 
 
 def _manual(state: MachineState, event: Manual) -> Step:
-    """A manual compaction, on the newest boundary: answered at once when there is nothing
-    to compact or a compaction is under way; else its summary, which the asker waits for."""
+    """A manual compaction, on the newest boundary."""
     work = Work(state, [Answer(event.ask_id)])
     snap = state.latest
     if snap is None or state.phase is not Phase.IDLE:
@@ -715,8 +666,8 @@ class _Landing(NamedTuple):
 
 
 def _landing(state: MachineState, job_id: int, now: float) -> _Landing | None:
-    """Job ``job_id`` ended (its asker answered, the machine idle again); None when it is not
-    the job in flight (a job of a stopped turn, or one already ended)."""
+    """Job ``job_id`` ended (its asker answered, the machine idle again); None when it is not the
+    job in flight."""
     job = state.job
     if job is None or job.id != job_id or state.phase is not Phase.SUMMARIZING:
         return None
@@ -729,9 +680,8 @@ def _landing(state: MachineState, job_id: int, now: float) -> _Landing | None:
 
 
 def _ready(state: MachineState, event: SummaryReady) -> Step:
-    """A summary came back: checked against the newest boundary, re-attaching what the turn
-    read; below the hard mark an automatic one that frees too little is not applied, and
-    none that grows history ever is."""
+    """A summary came back: checked against the newest boundary, re-attaching what the turn read;
+    none that grows history is ever applied."""
     landing = _landing(state, event.job_id, event.now)
     if landing is None:
         return state, ()
@@ -767,8 +717,7 @@ def _ready(state: MachineState, event: SummaryReady) -> Step:
 
 
 def _failed(state: MachineState, event: SummaryFailed) -> Step:
-    """A summary failed: when the next request waits for it (or it was urgent), the digest
-    stands in at once; else nothing (a later boundary may ask again)."""
+    """A summary failed: the digest stands in when the next request waits for it."""
     landing = _landing(state, event.job_id, event.now)
     if landing is None:
         return state, ()

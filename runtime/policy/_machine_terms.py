@@ -18,27 +18,10 @@ from ._snapshot import Plan, Snapshot, Stubs
 from ._watermarks import PolicyDecision
 
 __all__ = [
-    "Action",
-    "Answer",
-    "Apply",
-    "Boundary",
-    "Decided",
-    "Event",
-    "Hold",
-    "Job",
-    "JobKind",
-    "MachineState",
-    "Manual",
-    "Phase",
-    "Skipped",
-    "Step",
-    "Stop",
-    "Stub",
-    "Summarize",
-    "SummaryFailed",
-    "SummaryReady",
-    "Work",
-]
+    "Action", "Answer", "Apply", "Boundary", "Decided", "Event", "Hold", "Job", "JobKind",
+    "MachineState", "Manual", "Phase", "Skipped", "Step", "Stop", "Stub", "Summarize",
+    "SummaryFailed", "SummaryReady", "Work",
+]  # fmt: skip
 
 
 class Phase(enum.Enum):

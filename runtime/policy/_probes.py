@@ -24,16 +24,9 @@ from dataclasses import dataclass
 from stowage.core import HistoryEntry, UserMessage
 
 __all__ = [
-    "KEPT_HEADING",
-    "MAX_PROBES",
-    "WORDS_KEPT",
-    "draw_probes",
-    "fit_probes",
-    "keeps",
-    "kept_section",
-    "missed_probes",
-    "probe_focus",
-]
+    "KEPT_HEADING", "MAX_PROBES", "WORDS_KEPT", "draw_probes", "fit_probes", "keeps",
+    "kept_section", "missed_probes", "probe_focus",
+]  # fmt: skip
 
 #: probes a compaction checks (and carries to the next), newest first
 MAX_PROBES = 24

@@ -36,16 +36,9 @@ from stowage.core import (
 )
 
 __all__ = [
-    "DEFAULT_CHARS_PER_TOKEN",
-    "TokenStatus",
-    "answer_chars",
-    "calibrated_ratio",
-    "implausible_usage",
-    "oversized_answer",
-    "ratio_from_stated",
-    "request_chars",
-    "token_status",
-]
+    "DEFAULT_CHARS_PER_TOKEN", "TokenStatus", "answer_chars", "calibrated_ratio",
+    "implausible_usage", "oversized_answer", "ratio_from_stated", "request_chars", "token_status",
+]  # fmt: skip
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 # the loosest ratio the floor of a token figure uses, whatever the calibration says

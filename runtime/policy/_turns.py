@@ -29,12 +29,7 @@ from stowage.core import (
 
 from ._watermarks import round_groups
 
-__all__ = [
-    "irreducible_tokens",
-    "loop_message",
-    "reattach_seqs",
-    "safe_cover",
-]
+__all__ = ["irreducible_tokens", "loop_message", "reattach_seqs", "safe_cover"]
 
 
 def safe_cover(history: Sequence[HistoryEntry], last_seq: int, open_calls: Collection[str]) -> int:

@@ -28,21 +28,10 @@ from ._round_index import RoundIndex
 from ._tokens import TokenStatus
 
 __all__ = [
-    "MIN_STUB_CHARS",
-    "Action",
-    "PolicyDecision",
-    "Watermarks",
-    "compaction_cut",
-    "decide",
-    "microcompact_batch",
-    "microcompact_candidates",
-    "round_groups",
-    "drop_oldest_rounds",
-    "rounds_to_hard_mark",
-    "tokens_after_compaction",
-    "turn_round_cuts",
-    "turn_rounds",
-]
+    "MIN_STUB_CHARS", "Action", "PolicyDecision", "Watermarks", "compaction_cut", "decide",
+    "microcompact_batch", "microcompact_candidates", "round_groups", "drop_oldest_rounds",
+    "rounds_to_hard_mark", "tokens_after_compaction", "turn_round_cuts", "turn_rounds",
+]  # fmt: skip
 
 Action: TypeAlias = Literal["none", "microcompact", "compact", "block"]
 

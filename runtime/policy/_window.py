@@ -38,18 +38,11 @@ def fixed_request_tokens(
     state: what every request carries whatever is compacted. Raises nothing."""
     system = sum(len(entry.item.text) for entry in history if isinstance(entry.item, SystemMessage))
     protected_chars = len(render(protected)) if protected else 0
-    return (
-        math.ceil(system / _CHARS_PER_TOKEN),
-        math.ceil(protected_chars / _CHARS_PER_TOKEN),
-    )
+    return (math.ceil(system / _CHARS_PER_TOKEN), math.ceil(protected_chars / _CHARS_PER_TOKEN))
 
 
 def check_window(
-    settings: Settings,
-    specs: Sequence[ToolSpec],
-    *,
-    system_tokens: int,
-    protected_tokens: int,
+    settings: Settings, specs: Sequence[ToolSpec], *, system_tokens: int, protected_tokens: int
 ) -> Budget | None:
     """The session's budget (None in threshold mode), once its window is known to leave at
     least ``MIN_HISTORY_TOKENS`` for history after the system prompt, protected state, tool
