@@ -125,29 +125,100 @@ __all__ = [
     "__version__",
 ]  # fmt: skip
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "stowage.core": """
-        AssistantDelta AssistantMessage AttemptAbandoned CompactionAbout CompactionDecided
-        CompactionError CompactionFailed CompactionHooks CompactionLanded CompactionLoop
-        CompactionSkipped CompactionSummary CompactionVetoed CompactionWaited ConfigError
-        ContextLengthExceeded CorruptLogError DescriptorLimitReached Event EventBus FencingError
-        FunctionCall FunctionCallOutput HistoryCompacted HistoryEntry IncompleteResponse
-        InvalidSessionId Item LogRepaired Microcompacted MilestoneReached ModelAuthError
-        ModelConnectionError ModelError ModelGateway ModelRequest ModelResponse
-        ModelResponseError ModelRetrying OutputBudget ProtectedChanged ProtectedEntry
-        ProtectedRefused ProtectedState ProtectedStateViolation RateLimitError Record
-        ResponseDone ResponseTooLarge RoundCommitted RoundStarted RuntimeLimits SessionBusy
-        SessionClosed SessionError SessionExists SessionFailed SessionFailedEvent
-        SessionHibernated SessionLeaseLost SessionLeaseLostEvent SessionNotFound
-        SessionRehydrated SessionState Settings StoreError StowageError SystemMessage TextDelta
-        Tool ToolCancelled ToolContext ToolFinished ToolSpec ToolStarted TurnFinished Usage
-        UserMessage configure_logging new_session_id replay validate_session_id
-    """,
-    "stowage.facade": "Runtime Session TurnResult tune_gc",
-    "stowage.tools": "FunctionTool ToolError ToolRegistry tool",
-    "stowage.worker": "Client",
-    "._version": "__version__",
+    "AssistantDelta": "stowage.core",
+    "AttemptAbandoned": "stowage.core",
+    "AssistantMessage": "stowage.core",
+    "CompactionAbout": "stowage.core",
+    "CompactionDecided": "stowage.core",
+    "CompactionError": "stowage.core",
+    "CompactionFailed": "stowage.core",
+    "CompactionHooks": "stowage.core",
+    "CompactionLanded": "stowage.core",
+    "CompactionLoop": "stowage.core",
+    "CompactionSkipped": "stowage.core",
+    "CompactionSummary": "stowage.core",
+    "CompactionVetoed": "stowage.core",
+    "CompactionWaited": "stowage.core",
+    "ConfigError": "stowage.core",
+    "ContextLengthExceeded": "stowage.core",
+    "CorruptLogError": "stowage.core",
+    "Event": "stowage.core",
+    "EventBus": "stowage.core",
+    "FencingError": "stowage.core",
+    "FunctionCall": "stowage.core",
+    "FunctionCallOutput": "stowage.core",
+    "HistoryCompacted": "stowage.core",
+    "HistoryEntry": "stowage.core",
+    "IncompleteResponse": "stowage.core",
+    "InvalidSessionId": "stowage.core",
+    "Item": "stowage.core",
+    "LogRepaired": "stowage.core",
+    "Microcompacted": "stowage.core",
+    "MilestoneReached": "stowage.core",
+    "ModelAuthError": "stowage.core",
+    "ModelConnectionError": "stowage.core",
+    "ModelError": "stowage.core",
+    "ModelGateway": "stowage.core",
+    "ModelRequest": "stowage.core",
+    "ModelResponse": "stowage.core",
+    "ModelResponseError": "stowage.core",
+    "ModelRetrying": "stowage.core",
+    "ProtectedChanged": "stowage.core",
+    "ProtectedEntry": "stowage.core",
+    "ProtectedRefused": "stowage.core",
+    "ProtectedState": "stowage.core",
+    "ProtectedStateViolation": "stowage.core",
+    "RateLimitError": "stowage.core",
+    "Record": "stowage.core",
+    "ResponseDone": "stowage.core",
+    "ResponseTooLarge": "stowage.core",
+    "RoundCommitted": "stowage.core",
+    "RoundStarted": "stowage.core",
+    "SessionBusy": "stowage.core",
+    "SessionClosed": "stowage.core",
+    "SessionError": "stowage.core",
+    "SessionExists": "stowage.core",
+    "SessionFailed": "stowage.core",
+    "SessionFailedEvent": "stowage.core",
+    "SessionHibernated": "stowage.core",
+    "SessionLeaseLost": "stowage.core",
+    "DescriptorLimitReached": "stowage.core",
+    "SessionLeaseLostEvent": "stowage.core",
+    "SessionNotFound": "stowage.core",
+    "SessionRehydrated": "stowage.core",
+    "SessionState": "stowage.core",
+    "Settings": "stowage.core",
+    "RuntimeLimits": "stowage.core",
+    "StoreError": "stowage.core",
+    "StowageError": "stowage.core",
+    "SystemMessage": "stowage.core",
+    "TextDelta": "stowage.core",
+    "Tool": "stowage.core",
+    "ToolCancelled": "stowage.core",
+    "ToolContext": "stowage.core",
+    "OutputBudget": "stowage.core",
+    "ToolFinished": "stowage.core",
+    "ToolSpec": "stowage.core",
+    "ToolStarted": "stowage.core",
+    "TurnFinished": "stowage.core",
+    "Usage": "stowage.core",
+    "UserMessage": "stowage.core",
+    "configure_logging": "stowage.core",
+    "new_session_id": "stowage.core",
+    "replay": "stowage.core",
+    "validate_session_id": "stowage.core",
+    "Runtime": "stowage.facade",
+    "Session": "stowage.facade",
+    "TurnResult": "stowage.facade",
+    "tune_gc": "stowage.facade",
+    "FunctionTool": "stowage.tools",
+    "ToolError": "stowage.tools",
+    "ToolRegistry": "stowage.tools",
+    "tool": "stowage.tools",
+    "Client": "stowage.worker",
+    "__version__": "._version",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

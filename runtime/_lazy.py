@@ -2,10 +2,9 @@
 it is first looked up, so ``import stowage`` (and the ``stowage`` command) loads only what is used.
 
 Each package keeps the eager imports under ``if TYPE_CHECKING:`` for the type checkers, and a
-table of the same names, by module, for the interpreter::
+table of the same names for the interpreter::
 
-    _EXPORTS = {"._runtime": "Runtime", "._session": "Session TurnResult"}
-    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), {"Runtime": "._runtime"})
 """
 
 from __future__ import annotations
@@ -17,11 +16,9 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, namespace: MutableMapping[str, Any], names_by_module: Mapping[str, str]
+    package: str, namespace: MutableMapping[str, Any], table: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` of ``package``, which exports the names each
-    module of ``names_by_module`` is given (one string, the names apart by spaces)."""
-    table = {name: module for module, names in names_by_module.items() for name in names.split()}
+    """The module ``__getattr__`` and ``__dir__`` of ``package``."""
 
     def __getattr__(name: str) -> Any:
         try:

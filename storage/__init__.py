@@ -39,15 +39,18 @@ __all__ = [
     "open_store",
 ]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "stowage.core": "LogRead LogStore TornTail",
-    "._codec": "decode_record encode_record",
-    "._jsonl": "JsonlStore",
-    "._open": "open_store",
-    "._postgres": "PostgresStore",
-    "._sqlite": "SqliteStore",
-    "._syncfs": "load_syncfs",
+    "LogRead": "stowage.core",
+    "LogStore": "stowage.core",
+    "TornTail": "stowage.core",
+    "decode_record": "._codec",
+    "encode_record": "._codec",
+    "JsonlStore": "._jsonl",
+    "open_store": "._open",
+    "PostgresStore": "._postgres",
+    "SqliteStore": "._sqlite",
+    "load_syncfs": "._syncfs",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

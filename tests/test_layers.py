@@ -148,8 +148,7 @@ def test_lazy_exports_match_what_the_type_checkers_see(module: str, path: Path) 
     exported: list[str] = []
     for node in tree.body:
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_EXPORTS":
-            grouped = ast.literal_eval(node.value)  # {module: "its names, apart by spaces"}
-            table = {name: m for m, names in grouped.items() for name in names.split()}
+            table = ast.literal_eval(node.value)
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
             exported = ast.literal_eval(node.value)
     resolved = {

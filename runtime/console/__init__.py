@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from ._serve import serve_console
     from ._source import StoreReader
     from ._timeline import TimelineEntry
-    from ._views import ChartPoint, ProtectedRow, SessionRow, SessionView, session_row, session_view
+    from ._views import (
+        ChartPoint,
+        ProtectedRow,
+        SessionRow,
+        SessionView,
+        session_row,
+        session_view,
+    )
 
 __all__ = [
     "ChartPoint",
@@ -32,14 +39,19 @@ __all__ = [
     "session_view",
 ]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "._app": "create_app",
-    "._cards": "CompactionCard",
-    "._serve": "serve_console",
-    "._source": "StoreReader",
-    "._timeline": "TimelineEntry",
-    "._views": "ChartPoint ProtectedRow SessionRow SessionView session_row session_view",
+    "create_app": "._app",
+    "serve_console": "._serve",
+    "StoreReader": "._source",
+    "ChartPoint": "._views",
+    "CompactionCard": "._cards",
+    "ProtectedRow": "._views",
+    "SessionRow": "._views",
+    "SessionView": "._views",
+    "TimelineEntry": "._timeline",
+    "session_row": "._views",
+    "session_view": "._views",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -26,15 +26,21 @@ __all__ = [
     "Session",
 ]  # fmt: skip
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "stowage.actors": "TurnResult",
-    "._descriptors": "DescriptorUse descriptor_use",
-    "._figures": "TokenFigure token_figures",
-    "._gc": "GC_YOUNG_THRESHOLD tune_gc",
-    "._identity": "RecordedBudget recorded_budget recorded_usable session_identity",
-    "._runtime": "Runtime",
-    "._session": "Session",
+    "TurnResult": "stowage.actors",
+    "DescriptorUse": "._descriptors",
+    "descriptor_use": "._descriptors",
+    "TokenFigure": "._figures",
+    "token_figures": "._figures",
+    "GC_YOUNG_THRESHOLD": "._gc",
+    "tune_gc": "._gc",
+    "RecordedBudget": "._identity",
+    "recorded_budget": "._identity",
+    "recorded_usable": "._identity",
+    "session_identity": "._identity",
+    "Runtime": "._runtime",
+    "Session": "._session",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -12,7 +12,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FAULT_NAMES", "parse_fault_rates", "add_load_arguments", "main_load"]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
-_EXPORTS = {"._engine": "add_load_arguments main_load", "._faults": "FAULT_NAMES parse_fault_rates"}
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {
+    "add_load_arguments": "._engine",
+    "main_load": "._engine",
+    "FAULT_NAMES": "._faults",
+    "parse_fault_rates": "._faults",
+}
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TraceSubscriber"]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
-_EXPORTS = {"._spans": "TraceSubscriber"}
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
+_EXPORTS = {"TraceSubscriber": "._spans"}
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

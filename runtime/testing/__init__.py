@@ -35,13 +35,20 @@ __all__ = [
     "scripted_usage",
 ]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "stowage.model": "Brain ScriptedBrain ScriptedModel is_summary_request scripted_usage",
-    "._fake_messages": "BreakpointCache",
-    "._fake_server": "FakeOpenAIServer",
-    "._fault_spec": "Fault FaultWhen",
-    "._wire_check": "call_ids orphan_calls orphan_outputs",
+    "Brain": "stowage.model",
+    "ScriptedBrain": "stowage.model",
+    "ScriptedModel": "stowage.model",
+    "is_summary_request": "stowage.model",
+    "scripted_usage": "stowage.model",
+    "BreakpointCache": "._fake_messages",
+    "FakeOpenAIServer": "._fake_server",
+    "Fault": "._fault_spec",
+    "FaultWhen": "._fault_spec",
+    "call_ids": "._wire_check",
+    "orphan_calls": "._wire_check",
+    "orphan_outputs": "._wire_check",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -69,24 +69,39 @@ __all__ = [
     "workspace_tools",
 ]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "._acting": "applied_after_crash",
-    "._command": "command_line",
-    "._decorator": "DecoratedTool tool",
-    "._guard": "DEFAULT_SECRET_PATTERNS",
-    "._mcp": "MCPServer MCPTool MCPToolSource add_mcp_tools mcp_server",
-    "._milestone": """
-        MILESTONE_NAME_CHARS MILESTONE_NOTE_CHARS MILESTONE_TOOL MilestoneArgs with_milestone
-    """,
-    "._policy": "CallVerdict ToolPolicy",
-    "._recall": "with_recall",
-    "._registry": """
-        FunctionTool ToolError ToolRegistry after_crash call_effects call_preview execute_call
-        trail_ops
-    """,
-    "._search_history": "SEARCH_TOOL FindRecords FoundRecords search_history_tool",
-    "._workspace": "workspace_tools",
+    "after_crash": "._registry",
+    "command_line": "._command",
+    "applied_after_crash": "._acting",
+    "call_effects": "._registry",
+    "call_preview": "._registry",
+    "trail_ops": "._registry",
+    "ToolPolicy": "._policy",
+    "CallVerdict": "._policy",
+    "DecoratedTool": "._decorator",
+    "tool": "._decorator",
+    "DEFAULT_SECRET_PATTERNS": "._guard",
+    "MCPServer": "._mcp",
+    "MCPTool": "._mcp",
+    "MCPToolSource": "._mcp",
+    "add_mcp_tools": "._mcp",
+    "mcp_server": "._mcp",
+    "with_recall": "._recall",
+    "MILESTONE_NAME_CHARS": "._milestone",
+    "MILESTONE_NOTE_CHARS": "._milestone",
+    "MILESTONE_TOOL": "._milestone",
+    "MilestoneArgs": "._milestone",
+    "with_milestone": "._milestone",
+    "FunctionTool": "._registry",
+    "ToolError": "._registry",
+    "ToolRegistry": "._registry",
+    "execute_call": "._registry",
+    "workspace_tools": "._workspace",
+    "SEARCH_TOOL": "._search_history",
+    "FindRecords": "._search_history",
+    "FoundRecords": "._search_history",
+    "search_history_tool": "._search_history",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -30,13 +30,16 @@ __all__ = [
     "new_message_id",
 ]
 
-#: the names each module defines, imported when first looked up (see ``stowage._lazy``)
+#: where each name is defined, imported when first looked up (see ``stowage._lazy``)
 _EXPORTS = {
-    "._client": "Client Sent",
-    "._errors": "MessageFailed",
-    "._messages": "InboxMessage new_message_id",
-    "._options": "WORKER_LIMITS WorkerOptions",
-    "._worker": "Worker",
+    "Client": "._client",
+    "Sent": "._client",
+    "MessageFailed": "._errors",
+    "InboxMessage": "._messages",
+    "new_message_id": "._messages",
+    "WorkerOptions": "._options",
+    "WORKER_LIMITS": "._options",
+    "Worker": "._worker",
 }
 if not TYPE_CHECKING:  # the checkers see the imports: a name not exported is an error
     __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
