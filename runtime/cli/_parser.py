@@ -14,13 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._parsing import CommandParser, OneLineParser
+from ._parsing import Arg, CommandParser, OneLineParser, level_help, log_arguments
 from ._store_args import DEFAULT_STORE, STORE_ENV
 
 __all__ = ["build_parser", "parser_and_commands"]
-
-#: one argument: its flags (or name) and ``add_argument``'s keyword arguments
-Arg = tuple[tuple[str, ...], dict[str, Any]]
 
 
 def _arg(*flags: str, **kwargs: Any) -> Arg:
@@ -43,7 +40,7 @@ def _from_one(noun: str, low: str) -> Callable[[str], int]:
 
 
 _round = _from_one("a round number", "rounds count from 1")
-_LEVELS = "debug, info, warning, error"
+_LOG = log_arguments("warning")
 _COMMON = (
     _arg(
         "--store",
@@ -53,12 +50,7 @@ _COMMON = (
         "(its tables' schema as ?schema=NAME, default public) "
         f"(default ${STORE_ENV}, else ./{DEFAULT_STORE})",
     ),
-    _arg("--log-format", choices=["console", "json"], default="console"),
-    _arg("--log-level", default="warning", help="debug, info, warning (default), error"),
-)
-_LOG = (
-    _arg("--log-format", choices=["console", "json"], default="console"),
-    _arg("--log-level", default="warning", help=_LEVELS),
+    *_LOG,
 )
 _MESSAGE_FILE = _arg(
     "--file", default=None, metavar="PATH", help="read the message from this file (UTF-8)"
@@ -580,9 +572,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
         choices=["console", "json"],
         help="console or json",
     )
-    group.add_argument(
-        "--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default), error"
-    )
+    group.add_argument("--log-level", default=argparse.SUPPRESS, help=level_help("warning"))
 
 
 def build_parser() -> argparse.ArgumentParser:

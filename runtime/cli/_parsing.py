@@ -11,6 +11,9 @@ People type the options every session command shares (``--store``, ``--log-forma
 ``--log-level``) before the command as often as after it (``stowage --store S list``):
 ``hoist_globals`` moves them after the command word, where the command's own parser reads them.
 A command word that names no command is one line with the nearest one (``unknown_command``).
+``--log-format`` and ``--log-level`` are declared here once (``log_arguments``): the table of
+``_parser`` lists them, and the worker commands, which ``_worker`` also runs on their own, add
+them from here.
 """
 
 from __future__ import annotations
@@ -21,15 +24,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 __all__ = [
+    "Arg",
     "CommandParser",
     "OneLineParser",
     "command_word",
     "fill_later",
     "hoist_globals",
+    "level_help",
+    "log_arguments",
+    "log_options",
     "unknown_command",
 ]
 
 Fill = Callable[[argparse.ArgumentParser], None]
+#: one argument: its flags (or name) and ``add_argument``'s keyword arguments
+Arg = tuple[tuple[str, ...], dict[str, Any]]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -90,6 +99,33 @@ def fill_later(parser: argparse.ArgumentParser, fill: Fill) -> None:
 
 #: the options every session command shares; each takes a value
 _GLOBAL_OPTIONS = ("--store", "--log-format", "--log-level")
+#: the levels ``configure_logging`` takes
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def level_help(default: str) -> str:
+    """The help of ``--log-level``: the levels, ``default`` marked."""
+    return ", ".join(f"{level} (default)" if level == default else level for level in _LEVELS)
+
+
+def log_arguments(default: str) -> tuple[Arg, ...]:
+    """``--log-format`` and ``--log-level`` (at ``default`` unless told), as every command
+    that logs takes them: the parser's table lists them, the worker commands add them
+    (``log_options``), and their help says the same."""
+    return (
+        (("--log-format",), {"choices": ["console", "json"], "default": "console"}),
+        (("--log-level",), {"default": default, "help": level_help(default)}),
+    )
+
+
+def log_options(default: str) -> Fill:
+    """What adds ``log_arguments(default)`` to a parser."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        for flags, kwargs in log_arguments(default):
+            parser.add_argument(*flags, **kwargs)
+
+    return add
 
 
 def hoist_globals(words: Sequence[str]) -> list[str]:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._parsing import fill_later
+from ._parsing import fill_later, log_options
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -78,7 +78,7 @@ def _positive(kind: type[int] | type[float]) -> Any:
 
 
 def store_options(parser: argparse.ArgumentParser) -> None:
-    """``--store`` (a PostgreSQL URL, or $STOWAGE_STORE), ``--schema``, ``--log-format``."""
+    """``--store`` (a PostgreSQL URL, or $STOWAGE_STORE) and ``--schema``."""
     from_env = os.environ.get("STOWAGE_STORE")
     parser.add_argument(
         "--store",
@@ -92,7 +92,6 @@ def store_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="schema of the store's tables (default: the URL's ?schema=NAME, else public)",
     )
-    parser.add_argument("--log-format", choices=["console", "json"], default="console")
 
 
 def add_worker_commands(subparsers: Any) -> None:
@@ -131,7 +130,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
     from ._run_options import add_model_options
 
     store_options(worker)
-    worker.add_argument("--log-level", default="info", help="debug, info (default), warning")
+    log_options("info")(worker)
     # the worker's pacing and the runtime's limits: flags made from their declarations
     add_limit_options(worker, WorkerOptions())
     add_limit_options(worker, WORKER_LIMITS)
@@ -159,7 +158,7 @@ def _send_options(send: argparse.ArgumentParser) -> None:
     send.add_argument("session")
     send.add_argument("message")
     store_options(send)
-    send.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    log_options("warning")(send)
     send.add_argument(
         "--create", action="store_true", help="a session with no log gets one (worker settings)"
     )
@@ -354,7 +353,7 @@ if __name__ == "__main__":  # pragma: no cover
 def _workers_options(workers: argparse.ArgumentParser) -> None:
 
     store_options(workers)
-    workers.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    log_options("warning")(workers)
     workers.add_argument("--json", action="store_true", help="one JSON object per worker")
 
 
