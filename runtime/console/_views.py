@@ -7,7 +7,7 @@ show`` and the log agree by construction. Text stays text: templates escape it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from stowage.core import (
@@ -254,24 +254,41 @@ def _protected_chars(folded: SessionState) -> int:
         return 0
 
 
-def _fold(session_id: str, records: Sequence[Record]) -> tuple[SessionState, list[str]]:
-    """The state after every record that applies; a record that cannot is reported, not fatal
-    (the console shows a damaged log rather than failing the page)."""
-    folded = SessionState(session_id=session_id)
-    problems: list[str] = []
-    for record in records:
-        try:
-            folded.apply(record)
-        except CorruptLogError as exc:
-            problems.append(f"#{record.seq}: {exc}")
-    return folded, problems
+@dataclass(eq=False)
+class _Fold:
+    """A log folded a record at a time: a record that cannot apply is reported, not fatal (the
+    console shows a damaged log rather than failing the page)."""
+
+    state: SessionState
+    #: what each record that did not apply raised, in log order
+    problems: list[str] = field(default_factory=list)
+    #: the seqs of those records
+    unfolded: set[int] = field(default_factory=set)
+
+    def applied(self, records: Iterable[Record]) -> Iterator[Record]:
+        """Each record of ``records`` that applies, once ``state`` holds it."""
+        for record in records:
+            try:
+                self.state.apply(record)
+            except CorruptLogError as exc:
+                self.problems.append(f"#{record.seq}: {exc}")
+                self.unfolded.add(record.seq)
+                continue
+            yield record
+
+
+def _fold(session_id: str, records: Sequence[Record]) -> _Fold:
+    """The state after every record of ``records`` that applies."""
+    fold = _Fold(SessionState(session_id=session_id))
+    for _ in fold.applied(records):
+        pass
+    return fold
 
 
 def session_row(session_id: str, records: Sequence[Record], *, holder: str = "") -> SessionRow:
     """The sessions-page line of one log. Raises nothing."""
     records = effective_records(records)  # a rewind's discarded branch is not the session's
-    folded, _ = _fold(session_id, records)
-    return _row(session_id, records, folded, holder)
+    return _row(session_id, records, _fold(session_id, records).state, holder)
 
 
 def _row(
@@ -348,9 +365,8 @@ def session_view(
     for record in records:
         if isinstance(record, MicrocompactRecord):
             stubbed.update(record.stubbed)
-    folded = SessionState(session_id=session_id)
-    problems: list[str] = []
-    unfolded: set[int] = set()
+    fold = _Fold(SessionState(session_id=session_id))
+    folded, problems = fold.state, fold.problems
     chart: list[ChartPoint] = []
     cards: list[CompactionCard] = []
     counts = {True: 0, False: 0}  # microcompactions and compactions so far
@@ -358,13 +374,7 @@ def session_view(
     stops: list[tuple[int, str]] = []
     cached_total: int | None = None
     in_use_at = token_figures(session_id, records)
-    for record in records:
-        try:
-            folded.apply(record)
-        except CorruptLogError as exc:
-            problems.append(f"#{record.seq}: {exc}")
-            unfolded.add(record.seq)
-            continue
+    for record in fold.applied(records):
         match record:
             case RoundCommittedRecord(round=round_):
                 after = in_use_at.get(record.seq)
@@ -417,7 +427,7 @@ def session_view(
         blocks=round_blocks(records),
         records=tuple(records),
         stubbed=frozenset(stubbed),
-        unfolded=frozenset(unfolded),
+        unfolded=frozenset(fold.unfolded),
         cost=cost,
     )
     return paged(whole, query)
