@@ -40,8 +40,8 @@ from stowage.core import (
     replay,
     validate_session_id,
 )
-from stowage.facade import RecordedBudget, recorded_budget
-from stowage.policy import TokenStatus, Watermarks, calibrated_ratio, decide, token_status
+from stowage.facade import SessionFigures, recorded_budget, session_figures
+from stowage.policy import Watermarks, calibrated_ratio, decide
 
 from ._agents import split_agents
 from ._store_args import reader_store, store_spec
@@ -98,20 +98,14 @@ def _state_word(state: SessionState, records: Sequence[Record], holder: LeaseHol
     return "idle"
 
 
-def _status_now(
-    state: SessionState, records: Sequence[Record]
-) -> tuple[RecordedBudget, int, TokenStatus]:
-    """How full the next request of ``state`` (folded from ``records``) is: the recorded budget, the
-    tool schema tokens (outside usable) and the token status."""
-    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
-    tool_tokens = recorded.budget.tool_tokens if recorded.budget is not None else 0
-    protected = render(state.protected)
-    status = token_status(state, tool_tokens=tool_tokens, extra_chars=len(protected))
-    return recorded, tool_tokens, status
+def _figures_now(state: SessionState, records: Sequence[Record]) -> SessionFigures:
+    """How full the next request of ``state`` (folded from ``records``) is. Raises
+    ``CorruptLogError`` when ``records`` does not start with a session record."""
+    return session_figures(state, recorded_budget(records, has_stubs=bool(state.stubbed)))
 
 
-def _percent(tokens: int | None, usable: int | None) -> float | None:
-    return round(100 * tokens / usable, 1) if tokens is not None and usable else None
+def _rounded(percent: float | None) -> float | None:
+    return None if percent is None else round(percent, 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,18 +128,17 @@ def turn_figures(session_id: str, records: Sequence[Record]) -> TurnFigures:
     """The figures of a session from its full log (the same fold and functions as
     ``context``). Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    recorded, _, status = _status_now(state, records)
-    tokens, usable, estimated = status.tokens, recorded.usable, status.estimated
+    figures = _figures_now(state, records)
     usage = next(
         (r.usage for r in reversed(records) if isinstance(r, RoundCommittedRecord) and r.usage),
         None,
     )
     cached = usage.cached_tokens / usage.input_tokens if usage and usage.input_tokens else None
     return TurnFigures(
-        tokens=tokens,
-        usable=usable,
-        percent_of_usable=_percent(tokens, usable),
-        estimated=estimated,
+        tokens=figures.tokens,
+        usable=figures.usable,
+        percent_of_usable=_rounded(figures.percent_of_usable),
+        estimated=figures.status.estimated,
         compactions=state.compactions,
         cached_share=None if usage is None else (cached or 0.0),
     )
@@ -169,22 +162,20 @@ def summarize(
     """The ``list`` row of a session from its full log and its lease ``holder`` (None when
     free), with ``usd``, what it cost, when asked. Raises ``CorruptLogError``."""
     state = replay(session_id, records)
-    recorded, tool_tokens, status = _status_now(state, records)
-    tokens, usable = status.tokens, recorded.usable
-    percent = _percent(tokens, usable)
+    figures = _figures_now(state, records)
     return SessionSummary(
         id=session_id,
         model=identity_from_records(records).model,
         created=records[0].ts,
         last_activity=records[-1].ts,
         turns=state.turn,
-        tokens=tokens,
-        usable=usable,
-        percent_of_usable=percent,
+        tokens=figures.tokens,
+        usable=figures.usable,
+        percent_of_usable=_rounded(figures.percent_of_usable),
         compactions=state.compactions,
         state=_state_word(state, records, holder),
         holder=None if holder is None else f"pid {holder.pid} on {holder.host}",
-        tool_schemas=tool_tokens,
+        tool_schemas=figures.tool_schemas,
         usd=usd,
     )
 
@@ -347,7 +338,9 @@ _ORDER = (
 def context_report(session_id: str, records: Sequence[Record]) -> dict[str, Any]:
     """What fills the next request of a session, by part, and what the policy would do."""
     state = replay(session_id, records)
-    recorded, tool_tokens, status = _status_now(state, records)
+    recorded = recorded_budget(records, has_stubs=bool(state.stubbed))
+    status = session_figures(state, recorded).status
+    tool_tokens = status.tool_tokens
     settings, budget = recorded.settings, recorded.budget
     ratio = calibrated_ratio(state, tool_tokens)
     chars = dict.fromkeys(_ORDER, 0)

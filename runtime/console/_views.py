@@ -24,10 +24,9 @@ from stowage.core import (
     SessionRecord,
     SessionState,
     effective_records,
-    render,
 )
-from stowage.facade import recorded_budget, token_figures
-from stowage.policy import CompactionCost, CostReport, PriceBook, session_cost, token_status
+from stowage.facade import SessionFigures, recorded_budget, session_figures, token_figures
+from stowage.policy import CompactionCost, CostReport, PriceBook, session_cost
 
 from ._cards import CompactionCard, CompactionTone, compaction_card, compaction_tone
 from ._pages import PAGE_CARDS, PAGE_ROUNDS, Block, PageQuery, Slice, round_blocks, select
@@ -230,28 +229,14 @@ def _pending(session_id: str, folded: SessionState) -> tuple[PendingCall, ...]:
     )
 
 
-def _budget(records: Sequence[Record], *, has_stubs: bool) -> tuple[int | None, int]:
-    """The usable budget (None when the log cannot say) and the tool schema tokens outside
-    it (0 when unknown)."""
+def _figures(records: Sequence[Record], folded: SessionState) -> SessionFigures:
+    """How full the next request is; without a usable budget or tool schemas when the log
+    cannot say them (one another version wrote, or with no session record first)."""
     try:
-        recorded = recorded_budget(records, has_stubs=has_stubs)
-    except Exception:  # a log another version wrote, or no session record first
-        return None, 0
-    return recorded.usable, recorded.budget.tool_tokens if recorded.budget is not None else 0
-
-
-def _tokens(folded: SessionState, tool_tokens: int) -> int | None:
-    """Tokens of history in the next request: the provider's reported count less the tool
-    schemas it included (they are outside usable), never below what the characters imply."""
-    protected = _protected_chars(folded)
-    return token_status(folded, tool_tokens=tool_tokens, extra_chars=protected).tokens
-
-
-def _protected_chars(folded: SessionState) -> int:
-    try:
-        return len(render(folded.protected))
-    except CorruptLogError:  # protected ops that do not apply: the page lists the error
-        return 0
+        recorded = recorded_budget(records, has_stubs=bool(folded.stubbed))
+    except Exception:
+        recorded = None
+    return session_figures(folded, recorded)
 
 
 @dataclass(eq=False)
@@ -294,8 +279,7 @@ def session_row(session_id: str, records: Sequence[Record], *, holder: str = "")
 def _row(
     session_id: str, records: Sequence[Record], folded: SessionState, holder: str
 ) -> SessionRow:
-    usable, tool_tokens = _budget(records, has_stubs=bool(folded.stubbed))
-    tokens = _tokens(folded, tool_tokens)
+    figures = _figures(records, folded)
     last = records[-1] if records else None
     return SessionRow(
         session_id=session_id,
@@ -304,14 +288,14 @@ def _row(
         model=folded.meta.model if folded.meta else "?",
         turns=folded.turn,
         rounds=folded.round,
-        tokens=tokens,
-        usable=usable,
-        percent=(100.0 * tokens / usable) if tokens is not None and usable else None,
+        tokens=figures.tokens,
+        usable=figures.usable,
+        percent=figures.percent_of_usable,
         compactions=folded.compactions,
         microcompactions=folded.microcompactions,
         last_activity=records[-1].ts if records else "",
         last_seq=records[-1].seq if records else 0,
-        tool_schemas=tool_tokens,
+        tool_schemas=figures.tool_schemas,
         pending=_pending(session_id, folded),
         failure=last.message if isinstance(last, ErrorRecord) else "",
     )

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from stowage.actors import TurnResult
 
     from ._descriptors import DescriptorUse, descriptor_use
-    from ._figures import TokenFigure, token_figures
+    from ._figures import SessionFigures, TokenFigure, session_figures, token_figures
     from ._gc import GC_YOUNG_THRESHOLD, tune_gc
     from ._identity import RecordedBudget, recorded_budget, recorded_usable, session_identity
     from ._runtime import Runtime
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TurnResult",
     "DescriptorUse", "descriptor_use",
-    "TokenFigure", "token_figures",
+    "SessionFigures", "TokenFigure", "session_figures", "token_figures",
     "GC_YOUNG_THRESHOLD", "tune_gc",
     "RecordedBudget", "recorded_budget", "recorded_usable", "session_identity",
     "Runtime",
@@ -31,7 +31,9 @@ _EXPORTS = {
     "TurnResult": "stowage.actors",
     "DescriptorUse": "._descriptors",
     "descriptor_use": "._descriptors",
+    "SessionFigures": "._figures",
     "TokenFigure": "._figures",
+    "session_figures": "._figures",
     "token_figures": "._figures",
     "GC_YOUNG_THRESHOLD": "._gc",
     "tune_gc": "._gc",

@@ -96,3 +96,4 @@ def test_every_view_reads_the_figures_the_log_records(tmp_path: Path, cli: Cli) 
     # tokens in use: the same in list, context and the console's row
     assert context["tokens"] == row["tokens"] == view.row.tokens
     assert context["usable"] == row["usable"] == view.row.usable
+    assert view.row.percent is not None and row["percent_of_usable"] == round(view.row.percent, 1)
