@@ -65,7 +65,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionSummary:
-    """One row of ``stowage list``."""
+    """One row of ``stowage list``. Its figures are ``facade.session_figures``'s, as those of
+    the console's sessions page (``console.SessionRow``)."""
 
     id: str
     model: str

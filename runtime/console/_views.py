@@ -74,7 +74,8 @@ class ProtectedRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRow:
-    """One line of the sessions page."""
+    """One line of the sessions page. Its figures (tokens, usable, percent, tool schemas) are
+    ``stowage.facade.session_figures``'s, as those of ``stowage list``."""
 
     session_id: str
     state: str
