@@ -346,10 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _workers_options(workers: argparse.ArgumentParser) -> None:
 
     store_options(workers)
@@ -402,3 +398,7 @@ async def workers_main(args: argparse.Namespace) -> int:
     else:
         print(format_workers(rows, now=datetime.now(UTC)))
     return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
