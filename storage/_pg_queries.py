@@ -14,7 +14,7 @@ archive's highest seq. Appends never wait on it: they write seqs past the newest
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -68,15 +68,11 @@ class PgQueries:
         return SessionNotFound(f"no log for session {session_id!r}")
 
     async def last_seq(self, session_id: str) -> int | None:
-        found = await self.db.read(
-            lambda pool: pool.fetchval(
-                f"SELECT last_seq FROM {self.tables.sessions} "
-                "WHERE session_id = $1 AND tail_from > 0",
-                session_id,
-            ),
-            lambda: None,
+        rows = await self._select(
+            f"SELECT last_seq FROM {self.tables.sessions} WHERE session_id = $1 AND tail_from > 0",
+            session_id,
         )
-        return None if found is None else int(found)
+        return int(rows[0]["last_seq"]) if rows else None
 
     async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
         # one statement, so one snapshot: the session row and its records agree, and a record
@@ -97,7 +93,7 @@ class PgQueries:
         if not rows:
             return None
         start = int(rows[0]["tail_from"]) if tail else 1
-        return start, [(row["seq"], row["body"]) for row in rows if row["seq"] is not None]
+        return start, _pairs(row for row in rows if row["seq"] is not None)
 
     async def matching(
         self, session_id: str, first: int, last: int, patterns: Sequence[str]
@@ -110,37 +106,28 @@ class PgQueries:
             last,
             list(patterns),
         )
-        return [(row["seq"], row["body"]) for row in rows]
+        return _pairs(rows)
 
     async def identity(self, session_id: str) -> Rows:
-        rows = await self.db.read(
-            lambda pool: pool.fetch(
-                f"SELECT seq, body FROM {self.tables.records} WHERE session_id = $1 AND (seq = 1 "
-                f"OR left(body, {HEAD_CHARS}) LIKE ANY($2::text[])) ORDER BY seq",
-                session_id,
-                _KEEP_PATTERNS,
-            ),
-            list,
+        rows = await self._select(
+            f"SELECT seq, body FROM {self.tables.records} WHERE session_id = $1 AND (seq = 1 "
+            f"OR left(body, {HEAD_CHARS}) LIKE ANY($2::text[])) ORDER BY seq",
+            session_id,
+            _KEEP_PATTERNS,
         )
-        return [(row["seq"], row["body"]) for row in rows]
+        return _pairs(rows)
 
     async def session_ids(self, *, compacted: bool) -> list[str]:
         sql = f"SELECT session_id FROM {self.tables.sessions} WHERE tail_from > "
         if compacted:
             rows = await self.db.write(lambda pool: pool.fetch(sql + "1 ORDER BY session_id"))
         else:
-            rows = await self.db.read(lambda pool: pool.fetch(sql + "0"), list)
+            rows = await self._select(sql + "0")
         return [row["session_id"] for row in rows]
 
     async def has_log(self, session_id: str) -> bool:
-        found = await self.db.read(
-            lambda pool: pool.fetchval(
-                f"SELECT 1 FROM {self.tables.sessions} WHERE session_id = $1 AND tail_from > 0",
-                session_id,
-            ),
-            lambda: None,
-        )
-        return found is not None
+        sql = f"SELECT 1 FROM {self.tables.sessions} WHERE session_id = $1 AND tail_from > 0"
+        return bool(await self._select(sql, session_id))
 
     async def now(self) -> datetime:
         """The server's clock: the time an archive's retention is counted back from."""
@@ -169,7 +156,7 @@ class PgQueries:
                 head_like("compaction"),
             )
         )
-        return tail_from, archived, [(row["seq"], row["body"]) for row in rows]
+        return tail_from, archived, _pairs(rows)
 
     async def move(self, session_id: str, first: int, last: int) -> int:
         tables = self.tables
@@ -203,3 +190,13 @@ class PgQueries:
         hot = f"(SELECT seq, body FROM {self.tables.records} WHERE {where})"
         rows: list[Any] = await self.db.read(lambda pool: pool.fetch(query(hot), *arguments), list)
         return rows
+
+    async def _select(self, sql: str, *arguments: Any) -> list[Any]:
+        """The rows of one read; none before the tables exist."""
+        rows: list[Any] = await self.db.read(lambda pool: pool.fetch(sql, *arguments), list)
+        return rows
+
+
+def _pairs(rows: Iterable[Any]) -> Rows:
+    """``(seq, body)`` of asyncpg rows."""
+    return [(row["seq"], row["body"]) for row in rows]

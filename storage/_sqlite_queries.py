@@ -17,8 +17,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from stowage.core import SessionNotFound
 
@@ -97,13 +96,9 @@ class SqliteQueries:
         return SessionNotFound(f"no log for session {session_id!r} in {self.path}")
 
     async def last_seq(self, session_id: str) -> int | None:
-        def run(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(
-                "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            return None if row is None else int(row[0])
-
-        return await self.run(run, missing=lambda: None)
+        sql = "SELECT last_seq FROM sessions WHERE session_id = ?"
+        rows = await self._select(sql, (session_id,))
+        return int(rows[0][0]) if rows else None
 
     async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
         def run(conn: sqlite3.Connection) -> tuple[int, Rows] | None:
@@ -141,27 +136,22 @@ class SqliteQueries:
         return await self.run(run, missing=list)
 
     async def identity(self, session_id: str) -> Rows:
-        def run(conn: sqlite3.Connection) -> Rows:
-            return conn.execute(
-                "SELECT seq, body FROM records WHERE session_id = ? "
-                f"AND (seq = 1 OR {_KEPT}) ORDER BY seq",
-                (session_id, *_KEPT_ARGS),
-            ).fetchall()
-
-        return await self.run(run, missing=list)
+        return await self._select(
+            f"SELECT seq, body FROM records WHERE session_id = ? AND (seq = 1 OR {_KEPT}) "
+            "ORDER BY seq",
+            (session_id, *_KEPT_ARGS),
+        )
 
     async def session_ids(self, *, compacted: bool) -> list[str]:
         sql = "SELECT session_id FROM sessions"
         if compacted:
             sql += " WHERE tail_from > 1 ORDER BY session_id"
-
-        def run(conn: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in conn.execute(sql)]
-
-        return await self.run(run, missing=list)
+        return [row[0] for row in await self._select(sql, ())]
 
     async def has_log(self, session_id: str) -> bool:
-        return await self.run(partial(session_exists, session_id=session_id), missing=lambda: False)
+        return bool(
+            await self._select("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
+        )
 
     async def now(self) -> datetime:
         """This machine's clock: the time an archive's retention is counted back from."""
@@ -201,6 +191,14 @@ class SqliteQueries:
             return int(moved)
 
         return await self.run(run, write=True)
+
+    async def _select(self, sql: str, arguments: tuple[object, ...]) -> list[Any]:
+        """The rows of one read; none before the file or its tables exist."""
+
+        def run(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, arguments).fetchall()
+
+        return await self.run(run, missing=list)
 
 
 def session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
