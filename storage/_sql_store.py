@@ -36,52 +36,41 @@ class LogQueries(Protocol):
 
     def where(self, session_id: str) -> str:
         """The log's name in a ``CorruptLogError``."""
-        ...
 
     def no_log(self, session_id: str) -> SessionNotFound:
         """The error for a session that has no log."""
-        ...
 
     async def last_seq(self, session_id: str) -> int | None:
         """The session's newest seq; None when it has no log."""
-        ...
 
     async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
         """The ``tail_from`` a read decodes from (1 unless ``tail``) and the rows it decodes:
         seq 1 and every seq from there (from hot and archived rows alike, in one snapshot);
         None when the session has no log."""
-        ...
 
     async def matching(
         self, session_id: str, first: int, last: int, patterns: Sequence[str]
     ) -> Rows:
         """Hot and archived rows ``first..last`` whose line matches every ``LIKE`` pattern."""
-        ...
 
     async def identity(self, session_id: str) -> Rows:
         """The hot rows whose head names a kind resume folds the identity from, seq 1 first."""
-        ...
 
     async def session_ids(self, *, compacted: bool) -> list[str]:
         """The sessions with a log (only those with a compaction when ``compacted``, sorted)."""
-        ...
 
     async def has_log(self, session_id: str) -> bool:
         """Whether the session has a log."""
-        ...
 
     async def now(self) -> datetime:
         """The time an archive's retention is counted back from."""
-        ...
 
     async def archive_state(self, session_id: str) -> ArchiveState | None:
         """What an archive pass starts a session from (see ``ArchiveState``); None if no log."""
-        ...
 
     async def move(self, session_id: str, first: int, last: int) -> int:
         """Move rows ``first..last`` but the kinds kept hot to the archive, in one
         transaction; how many moved."""
-        ...
 
 
 class SqlStoreBase:
