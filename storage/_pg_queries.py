@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stowage.core import SessionNotFound, StoreError
+from stowage.core import LogRead, SessionNotFound, StoreError
 
 from ._archive import HEAD_CHARS, IDENTITY_KINDS, head_like
 from ._pg_pool import PgPool
+from ._sql import decode_rows
 from ._sql_store import ArchiveState, Rows
 
 __all__ = ["ArchiveTables", "PgQueries"]
@@ -74,7 +75,7 @@ class PgQueries:
         )
         return int(rows[0]["last_seq"]) if rows else None
 
-    async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
+    async def read_log(self, session_id: str, *, tail: bool) -> LogRead | None:
         # one statement, so one snapshot: the session row and its records agree, and a record
         # being archived is in exactly one of the two tables. Resume's read (``tail``) finds
         # nothing in the archive but after a rewind to before an archived compaction (its
@@ -93,7 +94,8 @@ class PgQueries:
         if not rows:
             return None
         start = int(rows[0]["tail_from"]) if tail else 1
-        return start, _pairs(row for row in rows if row["seq"] is not None)
+        pairs = _pairs(row for row in rows if row["seq"] is not None)
+        return LogRead(records=decode_rows(pairs, where=self.where(session_id), tail_from=start))
 
     async def matching(
         self, session_id: str, first: int, last: int, patterns: Sequence[str]

@@ -18,7 +18,7 @@ from stowage.core import ItemRecord, LogRead, Record, SessionNotFound, validate_
 
 from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport, decode_candidates, identity_records
 from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import append_one, decode_rows
+from ._sql import append_one
 
 __all__ = ["ArchiveState", "LogQueries", "Rows", "SqlStoreBase"]
 
@@ -43,10 +43,10 @@ class LogQueries(Protocol):
     async def last_seq(self, session_id: str) -> int | None:
         """The session's newest seq; None when it has no log."""
 
-    async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
-        """The ``tail_from`` a read decodes from (1 unless ``tail``) and the rows it decodes:
-        seq 1 and every seq from there (from hot and archived rows alike, in one snapshot);
-        None when the session has no log."""
+    async def read_log(self, session_id: str, *, tail: bool) -> LogRead | None:
+        """Every record (only the session record and those from ``tail_from`` when ``tail``),
+        hot and archived alike, read in one snapshot and decoded with ``decode_rows`` (SQLite
+        in its worker thread); None when the session has no log."""
 
     async def matching(
         self, session_id: str, first: int, last: int, patterns: Sequence[str]
@@ -86,12 +86,10 @@ class SqlStoreBase:
 
     async def _read(self, session_id: str, *, tail: bool) -> LogRead:
         queries = self._queries
-        found = await queries.log_rows(validate_session_id(session_id), tail=tail)
+        found = await queries.read_log(validate_session_id(session_id), tail=tail)
         if found is None:
             raise queries.no_log(session_id)
-        tail_from, rows = found
-        where = queries.where(session_id)
-        return LogRead(records=decode_rows(rows, where=where, tail_from=tail_from))
+        return found
 
     async def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from stowage.core import SessionNotFound
+from stowage.core import LogRead, SessionNotFound
 
 from ._archive import HEAD_CHARS, IDENTITY_KINDS, head_like
+from ._sql import decode_rows
 from ._sql_store import ArchiveState, Rows
 
 __all__ = [
@@ -100,8 +101,10 @@ class SqliteQueries:
         rows = await self._select(sql, (session_id,))
         return int(rows[0][0]) if rows else None
 
-    async def log_rows(self, session_id: str, *, tail: bool) -> tuple[int, Rows] | None:
-        def run(conn: sqlite3.Connection) -> tuple[int, Rows] | None:
+    async def read_log(self, session_id: str, *, tail: bool) -> LogRead | None:
+        where = self.where(session_id)
+
+        def run(conn: sqlite3.Connection) -> LogRead | None:
             row = conn.execute(
                 "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
@@ -116,7 +119,7 @@ class SqliteQueries:
                 (session_id, tail_from),
                 archived=self.archived(conn),
             )
-            return tail_from, rows
+            return LogRead(records=decode_rows(rows, where=where, tail_from=tail_from))
 
         return await self.run(run, missing=lambda: None)
 
