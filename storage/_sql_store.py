@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from stowage.core import ItemRecord, LogRead, Record, SessionNotFound, validate_session_id
@@ -171,10 +172,7 @@ class SqlStoreBase:
                 continue
             tail_from, archived, rows = state
             candidates = decode_candidates(rows, where=queries.where(each))
-
-            async def move(first: int, last: int, each: str = each) -> int:
-                return await queries.move(each, first, last)
-
+            move = partial(queries.move, each)
             reports.append(
                 await archiving.move(
                     each, candidates, tail_from=tail_from, archived=archived, move=move
