@@ -105,12 +105,10 @@ class SqliteQueries:
         where = self.where(session_id)
 
         def run(conn: sqlite3.Connection) -> LogRead | None:
-            row = conn.execute(
-                "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
+            tail_from = _tail_from(conn, session_id)
+            if tail_from is None:
                 return None
-            tail_from = row[0] if tail else 1
+            tail_from = tail_from if tail else 1
             # resume's read (``tail``) finds nothing in the archive but after a rewind to
             # before an archived compaction (one probe of the archive's key)
             rows = logged_rows(
@@ -162,10 +160,8 @@ class SqliteQueries:
 
     async def archive_state(self, session_id: str) -> ArchiveState | None:
         def run(conn: sqlite3.Connection) -> ArchiveState | None:
-            row = conn.execute(
-                "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
+            tail_from = _tail_from(conn, session_id)
+            if tail_from is None:
                 return None
             archived = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM records_archive WHERE session_id = ?",
@@ -176,7 +172,7 @@ class SqliteQueries:
                 f"AND substr(body, 1, {HEAD_CHARS}) LIKE ? ORDER BY seq",
                 (session_id, archived, head_like("compaction")),
             ).fetchall()
-            return int(row[0]), int(archived), candidates
+            return tail_from, int(archived), candidates
 
         return await self.run(run, write=True, missing=lambda: None)
 
@@ -208,3 +204,10 @@ def session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
     """Whether the session has a row."""
     row = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
     return row.fetchone() is not None
+
+
+def _tail_from(conn: sqlite3.Connection, session_id: str) -> int | None:
+    """The session's ``tail_from``; None when it has no log."""
+    row = conn.execute("SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,))
+    found = row.fetchone()
+    return None if found is None else int(found[0])
