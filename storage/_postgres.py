@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any, Literal
 
 import orjson
@@ -39,9 +38,7 @@ from stowage.core import (
     ConfigError,
     CorruptLogError,
     FencingError,
-    ItemRecord,
     LeaseHolder,
-    LogRead,
     Record,
     SessionExists,
     SessionNotFound,
@@ -49,20 +46,19 @@ from stowage.core import (
     validate_session_id,
 )
 
-from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport
 from ._codec import decode_record
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
 from ._pg_append import fast_append_sql, plan_fast
-from ._pg_archive import ArchiveTables, archive_session, decode_identity, read_identity_rows
 from ._pg_inbox import InboxTables, decode_entries, messages_logged, queued_status
 from ._pg_leases import LEASE_COLUMNS, LeaseStatements, lease_row
 from ._pg_partitions import MIGRATE_BATCH, migrate_to_partitions, partition_count
 from ._pg_pool import PgPool, core_ddl
 from ._pg_pool import resolve_schema as resolve_schema
+from ._pg_queries import ArchiveTables, PgQueries
 from ._pg_workers import WorkerTable
-from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import SqlStoreBase, check_continues, decode_rows, plan_batch, plan_sessions
+from ._sql import check_continues, plan_batch, plan_sessions
 from ._sql_leases import HeldLeases
+from ._sql_store import SqlStoreBase
 
 __all__ = ["PostgresStore"]
 
@@ -70,7 +66,8 @@ __all__ = ["PostgresStore"]
 class PostgresStore(SqlStoreBase):
     """Session logs in ``<schema>.stowage_records`` and ``<schema>.stowage_sessions``; records
     that old compactions cover may move to ``stowage_records_archive`` (``archive``), which
-    every read but resume's reads with them (see ``_archive``).
+    every read but resume's reads with them (see ``_archive``; the flows are ``_sql_store``'s
+    over ``_pg_queries``).
 
     The pool opens on first use; the tables are created by the first write if missing. Every
     commit is durable per the server's ``synchronous_commit``. Raises ``ConfigError`` for a bad
@@ -121,6 +118,7 @@ class PostgresStore(SqlStoreBase):
             extend=self._extend_one,
             free=self._free_all,
         )
+        self._queries: PgQueries = PgQueries(db=self._db, tables=self._tables)
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"  # the dsn may hold a password
@@ -150,7 +148,7 @@ class PostgresStore(SqlStoreBase):
         async with self._db.connection(transaction=True) as conn:
             row = await self._lease_sql.lock(conn, session_id)
             if row is None:
-                raise SessionNotFound(f"no log for session {session_id!r}")
+                raise self._queries.no_log(session_id)
             reused = self._leases.reusable(session_id, lease_row(row))
             if reused is not None:  # a lease a write took: the caller's now
                 await self._lease_sql.extend(conn, [reused])
@@ -267,7 +265,7 @@ class PostgresStore(SqlStoreBase):
                 row = by_id.get(session_id)
                 try:
                     if row is None or row["tail_from"] == 0:  # 0: messages, no log yet
-                        raise SessionNotFound(f"no log for session {session_id!r}")
+                        raise self._queries.no_log(session_id)
                     take = self._leases.check_write(session_id, lease_row(row))
                     last_seq, tail_from = int(row["last_seq"]), int(row["tail_from"])
                     for batch in planned[session_id]:
@@ -306,18 +304,6 @@ class PostgresStore(SqlStoreBase):
             self._leases.grant(each)
         return outcomes
 
-    async def exists(self, session_id: str) -> bool:
-        """Whether the session has a log; raises ``InvalidSessionId``."""
-        validate_session_id(session_id)
-        found = await self._db.read(
-            lambda pool: pool.fetchval(
-                f"SELECT 1 FROM {self._sessions} WHERE session_id = $1 AND tail_from > 0",
-                session_id,
-            ),
-            lambda: None,
-        )
-        return found is not None
-
     async def lease_holder(self, session_id: str) -> LeaseHolder | None:
         """Who holds the session's lease (see ``LogStore.lease_holder``): a live, unexpired
         grant; a dead pid frees nothing here (another machine's pid cannot be checked). Raises
@@ -330,14 +316,6 @@ class PostgresStore(SqlStoreBase):
             lambda: None,
         )
         return None if row is None else self._leases.holder_of(lease_row(row))
-
-    async def list_sessions(self) -> list[str]:
-        """Every session id, sorted (by code point, not by the database's collation)."""
-        rows = await self._db.read(
-            lambda pool: pool.fetch(f"SELECT session_id FROM {self._sessions} WHERE tail_from > 0"),
-            list,
-        )
-        return sorted(row["session_id"] for row in rows)
 
     async def last_seqs(self) -> dict[str, int]:
         """Each session's newest seq, in one query: what a watcher polls to see appends
@@ -374,7 +352,7 @@ class PostgresStore(SqlStoreBase):
             )
         )
         if found is None:
-            raise SessionNotFound(f"no log for session {session_id!r}")
+            raise self._queries.no_log(session_id)
 
     async def take_inbox(self, session_id: str) -> list[dict[str, Any]]:
         """Empty the inbox of a session this store holds the lease of; raises ``FencingError``
@@ -384,7 +362,7 @@ class PostgresStore(SqlStoreBase):
         async with self._db.connection(transaction=True) as conn:
             row = await self._lease_sql.lock(conn, session_id, also="inbox, ")
             if row is None:
-                raise SessionNotFound(f"no log for session {session_id!r}")
+                raise self._queries.no_log(session_id)
             self._leases.check(lease, lease_row(row))
             await conn.execute(
                 f"UPDATE {self._sessions} SET inbox = '[]'::jsonb WHERE session_id = $1", session_id
@@ -417,7 +395,7 @@ class PostgresStore(SqlStoreBase):
         async with self._db.connection(transaction=True) as conn:
             outcome = await self._inbox.push(conn, session_id, message, create=create)
         if outcome == "missing":
-            raise SessionNotFound(f"no log for session {session_id!r}")
+            raise self._queries.no_log(session_id)
         return outcome == "queued"
 
     async def peek_inbox(self, session_id: str) -> list[tuple[dict[str, Any], str | None]]:
@@ -531,14 +509,14 @@ class PostgresStore(SqlStoreBase):
         """The records with ``first <= seq <= last``, in order. Raises ``CorruptLogError`` for a
         bad row or a gap, ``StoreError``."""
         validate_session_id(session_id)
-        rows = await self._fetch_logged(
+        rows = await self._queries.logged(
             lambda records: f"SELECT seq, body FROM {records} AS r ORDER BY seq",
             "session_id = $1 AND seq BETWEEN $2 AND $3",
             session_id,
             first,
             last,
         )
-        where = f"{self._records}#{session_id}"
+        where = self._queries.where(session_id)
         out: list[Record] = []
         for expected, row in enumerate(rows, start=first):
             if row["seq"] != expected:
@@ -550,85 +528,6 @@ class PostgresStore(SqlStoreBase):
             except ValueError as exc:
                 raise CorruptLogError(str(exc), path=where, line=expected) from None
         return tuple(out)
-
-    async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
-        """The item records whose row may hold every one of ``words`` (``ILIKE``), oldest
-        first, one window of seqs (the primary key's range) a query, until ``deadline``
-        (``time.monotonic()``); see ``_search``. Raises ``InvalidSessionId``,
-        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
-        validate_session_id(session_id)
-        where = f"{self._records}#{session_id}"
-        patterns = like_patterns(words)
-        last_seq = await self._db.read(
-            lambda pool: pool.fetchval(
-                f"SELECT last_seq FROM {self._sessions} WHERE session_id = $1 AND tail_from > 0",
-                session_id,
-            ),
-            lambda: None,
-        )
-        if last_seq is None:
-            raise SessionNotFound(f"no log for session {session_id!r}")
-
-        async def fetch(first: int, last: int) -> list[ItemRecord]:
-            rows = await self._fetch_logged(
-                lambda records: f"SELECT seq, body FROM {records} AS r ORDER BY seq",
-                "session_id = $1 AND seq BETWEEN $2 AND $3 AND body ILIKE ALL($4::text[])",
-                session_id,
-                first,
-                last,
-                patterns,
-            )
-            return decode_found(((r["seq"], r["body"]) for r in rows), where=where)
-
-        return await scan_windows(fetch, int(last_seq), deadline=deadline)
-
-    async def read_identity(self, session_id: str) -> LogRead:
-        """The session record, then every ``settings_changed``, ``rewind`` and
-        ``forked_from`` record: what resume folds a session's identity from, read from the
-        hot table alone (those records are never archived). Raises ``InvalidSessionId``,
-        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
-        validate_session_id(session_id)
-
-        async def run(pool: Any) -> list[Any]:
-            async with pool.acquire() as conn:
-                return await read_identity_rows(conn, self._tables, session_id)
-
-        rows = await self._db.read(run, list)
-        if not rows or rows[0]["seq"] != 1:
-            raise SessionNotFound(f"no log for session {session_id!r}")
-        return LogRead(records=decode_identity(rows, where=f"{self._records}#{session_id}"))
-
-    async def archive(
-        self,
-        *,
-        older_than: timedelta,
-        session_id: str | None = None,
-        batch: int = ARCHIVE_BATCH,
-        on_batch: Callable[[str, int], None] | None = None,
-    ) -> list[ArchiveReport]:
-        """Move the records of ``session_id`` (every compacted session when None) that a
-        compaction recorded more than ``older_than`` ago covers into
-        ``stowage_records_archive``, ``batch`` seqs a transaction (see ``_pg_archive``); safe
-        to stop at any point and to run again. Returns one report per session looked at.
-        Raises ``InvalidSessionId``, ``CorruptLogError``, ``StoreError``."""
-        if session_id is not None:
-            validate_session_id(session_id)
-        pool = await self._db.get(write=True)
-        with self._db.mapped():
-            archiving = ArchivePass(
-                cutoff=await pool.fetchval("SELECT now()") - older_than,
-                batch=batch,
-                on_batch=on_batch,
-            )
-            if session_id is None:
-                rows = await pool.fetch(
-                    f"SELECT session_id FROM {self._sessions} WHERE tail_from > 1 "
-                    "ORDER BY session_id"
-                )
-                ids = [row["session_id"] for row in rows]
-            else:
-                ids = [session_id]
-            return [await archive_session(pool, self._tables, each, archiving) for each in ids]
 
     async def missing(self) -> str | None:
         """What of the store does not exist yet: its database, its schema, or the tables in
@@ -723,45 +622,3 @@ class PostgresStore(SqlStoreBase):
                 [r[1] for r in rows],
                 [r[2] for r in rows],
             )
-
-    async def _read(self, session_id: str, *, tail: bool) -> LogRead:
-        validate_session_id(session_id)
-
-        # one statement, so one snapshot: the session row and its records agree, and a record
-        # being archived is in exactly one of the two tables. Resume's read (``tail``) finds
-        # nothing in the archive but after a rewind to before an archived compaction (its
-        # probe of the archive's key is one index lookup); the whole log reads both.
-        rows = await self._fetch_logged(
-            lambda records: (
-                f"SELECT s.tail_from, r.seq, r.body FROM {self._sessions} AS s "
-                f"LEFT JOIN LATERAL {records} AS r ON true "
-                "WHERE s.session_id = $1 AND s.tail_from > 0 ORDER BY r.seq"
-            ),
-            "session_id = s.session_id AND (seq = 1 OR seq >= s.tail_from)"
-            if tail
-            else "session_id = s.session_id",
-            session_id,
-        )
-        if not rows:
-            raise SessionNotFound(f"no log for session {session_id!r}")
-        start = int(rows[0]["tail_from"]) if tail else 1
-        where = f"{self._records}#{session_id}"
-        pairs = ((row["seq"], row["body"]) for row in rows if row["seq"] is not None)
-        return LogRead(records=decode_rows(pairs, where=where, tail_from=start))
-
-    async def _fetch_logged(
-        self, query: Callable[[str], str], where: str, *arguments: Any
-    ) -> list[Any]:
-        """Rows of ``query`` over hot and archived rows (hot alone when no archive table exists)."""
-        try:
-            pool = await self._db.get(write=False)
-            return list(await pool.fetch(query(self._tables.both(where)), *arguments))
-        except self._db.pg.UndefinedTableError:
-            pass
-        except self._db.pg.InvalidSchemaNameError:
-            return []
-        except self._db.errors as exc:
-            raise StoreError(f"postgres store: {exc}") from exc
-        hot = f"(SELECT seq, body FROM {self._records} WHERE {where})"
-        rows: list[Any] = await self._db.read(lambda pool: pool.fetch(query(hot), *arguments), list)
-        return rows

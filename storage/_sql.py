@@ -1,6 +1,6 @@
-"""What the SQL stores share: batch checks before a transaction, row decoding after a query; what
-every store's group commit shares (``append_one``, ``check_follows``); and the ``LogStore`` methods
-both SQL stores write alike (``SqlStoreBase``)."""
+"""What the SQL stores share: batch checks before a transaction, row decoding after a query; and
+what every store's group commit shares (``append_one``, ``check_follows``). The ``LogStore``
+methods both SQL stores write alike are ``_sql_store``'s."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from stowage.core import (
     CompactionRecord,
     CorruptLogError,
     InvalidSessionId,
-    LogRead,
     Record,
     StoreError,
     validate_session_id,
@@ -23,7 +22,6 @@ from ._codec import decode_record, encode_record
 
 __all__ = [
     "PlannedBatch",
-    "SqlStoreBase",
     "append_one",
     "check_consecutive",
     "check_continues",
@@ -159,29 +157,3 @@ def decode_rows(
         out.append(record)
         expected = max(tail_from, 2) if seq == 1 else seq + 1
     return tuple(out)
-
-
-class SqlStoreBase:
-    """The ``LogStore`` methods both SQL stores write alike."""
-
-    async def append_batches(
-        self, batches: Sequence[tuple[str, Sequence[Record]]]
-    ) -> dict[str, Exception | None]:
-        """Append every batch; see ``LogStore.append_batches``."""
-        raise NotImplementedError
-
-    async def _read(self, session_id: str, *, tail: bool) -> LogRead:
-        raise NotImplementedError
-
-    async def append(self, session_id: str, records: Sequence[Record]) -> None:
-        """Append one batch; raises ``SessionNotFound``, ``StoreError`` on a seq gap,
-        ``SessionBusy`` or ``FencingError`` unless this store holds the current lease."""
-        await append_one(self.append_batches, session_id, records)
-
-    async def read(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """Every record; raises ``SessionNotFound``, ``CorruptLogError``."""
-        return await self._read(session_id, tail=False)
-
-    async def read_tail(self, session_id: str, *, repair: bool = True) -> LogRead:
-        """The session record and every record from the newest compaction's covers_through + 1."""
-        return await self._read(session_id, tail=True)

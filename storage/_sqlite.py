@@ -26,8 +26,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
-from functools import partial
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -36,36 +35,18 @@ import anyio.to_thread
 from stowage.core import (
     ConfigError,
     Durability,
-    ItemRecord,
     LeaseHolder,
-    LogRead,
     Record,
     SessionExists,
-    SessionNotFound,
     StoreError,
     validate_session_id,
 )
 
-from ._archive import ARCHIVE_BATCH, ArchivePass, ArchiveReport, decode_candidates, identity_records
 from ._lease import Lease, LeaseRow, Taken, lease_times, new_owner, now_holder
-from ._search import Found, decode_found, like_patterns, scan_windows
-from ._sql import (
-    PlannedBatch,
-    SqlStoreBase,
-    check_continues,
-    decode_rows,
-    plan_batch,
-    plan_sessions,
-)
+from ._sql import PlannedBatch, check_continues, plan_batch, plan_sessions
 from ._sql_leases import HeldLeases
-from ._sqlite_archive import (
-    ARCHIVE_DDL,
-    archive_state,
-    has_archive,
-    identity_rows,
-    logged_rows,
-    move_batch,
-)
+from ._sql_store import SqlStoreBase
+from ._sqlite_queries import ARCHIVE_DDL, SqliteQueries, has_archive, session_exists
 
 __all__ = ["SqliteStore"]
 
@@ -132,6 +113,7 @@ class SqliteStore(SqlStoreBase):
             extend=self._extend_one,
             free=self._free_all,
         )
+        self._queries = SqliteQueries(path=self._path, run=self._run, archived=self._archived)
 
     def __repr__(self) -> str:
         return f"SqliteStore({self._path!r})"
@@ -149,12 +131,12 @@ class SqliteStore(SqlStoreBase):
             if reused is not None:  # a lease a write took: the caller's now
                 self._extend(conn, session_id, reused.token)
                 return reused
-            if not _session_exists(conn, session_id):
-                raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+            if not session_exists(conn, session_id):
+                raise self._queries.no_log(session_id)
             return self._take(conn, session_id, row)
 
         def missing() -> Lease | Taken:
-            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+            raise self._queries.no_log(session_id)
 
         return self._leases.hand_out(await self._run(run, write=True, missing=missing))
 
@@ -230,9 +212,7 @@ class SqliteStore(SqlStoreBase):
             return refused, taken
 
         def missing() -> tuple[dict[str, Exception], list[Taken]]:
-            no_log: dict[str, Exception] = {
-                sid: SessionNotFound(f"no log for session {sid!r} in {self._path}") for sid in ids
-            }
+            no_log: dict[str, Exception] = {sid: self._queries.no_log(sid) for sid in ids}
             return no_log, []
 
         refused, taken = await self._run(run, write=True, missing=missing)
@@ -240,116 +220,6 @@ class SqliteStore(SqlStoreBase):
             self._leases.grant(each)
         outcomes.update(refused)
         return outcomes
-
-    async def search_log(self, session_id: str, words: Sequence[str], *, deadline: float) -> Found:
-        """The item records whose row may hold every one of ``words`` (``LIKE``, which
-        folds ASCII letters only), oldest first, one window of seqs a query, until
-        ``deadline`` (``time.monotonic()``); see ``_search``. Raises ``InvalidSessionId``,
-        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
-        validate_session_id(session_id)
-        where = f"{self._path}#{session_id}"
-        patterns = like_patterns(words)
-        matching = "".join(" AND body LIKE ? ESCAPE '\\'" for _ in patterns)
-
-        def missing() -> int:
-            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-
-        def last_seq(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
-                "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            return int(row[0]) if row is not None else missing()
-
-        async def fetch(first: int, last: int) -> list[ItemRecord]:
-            def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
-                return logged_rows(
-                    conn,
-                    f"session_id = ? AND seq BETWEEN ? AND ?{matching}",
-                    (session_id, first, last, *patterns),
-                    archived=self._archived(conn),
-                )
-
-            return decode_found(await self._run(run, missing=list), where=where)
-
-        newest = await self._run(last_seq, missing=missing)
-        return await scan_windows(fetch, newest, deadline=deadline)
-
-    async def read_identity(self, session_id: str) -> LogRead:
-        """The session record, then every ``settings_changed``, ``rewind`` and
-        ``forked_from`` record: what resume folds a session's identity from, read from the
-        hot table alone (those records are never archived). Raises ``InvalidSessionId``,
-        ``SessionNotFound``, ``CorruptLogError``, ``StoreError``."""
-        validate_session_id(session_id)
-        where = f"{self._path}#{session_id}"
-
-        def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
-            return identity_rows(conn, session_id)
-
-        rows: list[tuple[int, str]] = await self._run(run, missing=lambda: [])
-        if not rows or rows[0][0] != 1:
-            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-        return LogRead(records=identity_records(decode_candidates(rows, where=where)))
-
-    async def archive(
-        self,
-        *,
-        older_than: timedelta,
-        session_id: str | None = None,
-        batch: int = ARCHIVE_BATCH,
-        on_batch: Callable[[str, int], None] | None = None,
-    ) -> list[ArchiveReport]:
-        """Move the records of ``session_id`` (every compacted session when None) that a
-        compaction recorded more than ``older_than`` ago covers into ``records_archive``,
-        ``batch`` seqs a transaction (see ``_sqlite_archive``); safe to stop at any point and
-        to run again. Returns one report per session looked at. Raises ``InvalidSessionId``,
-        ``CorruptLogError``, ``StoreError``."""
-        if session_id is not None:
-            validate_session_id(session_id)
-        archiving = ArchivePass(
-            cutoff=datetime.now(UTC) - older_than, batch=batch, on_batch=on_batch
-        )
-
-        def compacted(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT session_id FROM sessions WHERE tail_from > 1 ORDER BY session_id"
-            )
-            return [row[0] for row in rows]
-
-        ids: list[str] = (
-            [session_id]
-            if session_id is not None
-            else await self._run(compacted, missing=lambda: [])
-        )
-        reports = []
-        for each in ids:
-            state = await self._run(
-                partial(archive_state, session_id=each), write=True, missing=lambda: None
-            )
-            if state is None:
-                reports.append(ArchiveReport(session_id=each, moved=0, archived_through=0))
-                continue
-            tail_from, archived, rows = state
-            candidates = decode_candidates(rows, where=f"{self._path}#{each}")
-
-            async def move(first: int, last: int, each: str = each) -> int:
-                step = partial(move_batch, session_id=each, first=first, last=last)
-                return await self._run(step, write=True)
-
-            reports.append(
-                await archiving.move(
-                    each, candidates, tail_from=tail_from, archived=archived, move=move
-                )
-            )
-        return reports
-
-    async def exists(self, session_id: str) -> bool:
-        """Whether the session has a log; raises ``InvalidSessionId``."""
-        validate_session_id(session_id)
-
-        def run(conn: sqlite3.Connection) -> bool:
-            return _session_exists(conn, session_id)
-
-        return await self._run(run, missing=lambda: False)
 
     async def lease_holder(self, session_id: str) -> LeaseHolder | None:
         """Who holds the session's lease (see ``LogStore.lease_holder``); raises
@@ -360,14 +230,6 @@ class SqliteStore(SqlStoreBase):
             return self._leases.holder_of(self._lease_row(conn, session_id))
 
         return await self._run(run, missing=lambda: None)
-
-    async def list_sessions(self) -> list[str]:
-        """Every session id, sorted."""
-
-        def run(conn: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in conn.execute("SELECT session_id FROM sessions")]
-
-        return sorted(await self._run(run, missing=list))
 
     async def aclose(self) -> None:
         """Release every lease, then close the connection once operations in flight are done;
@@ -469,7 +331,7 @@ class SqliteStore(SqlStoreBase):
             "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
         if row is None:
-            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
+            raise self._queries.no_log(session_id)
         lease_row = self._lease_row(conn, session_id)
         taken = None
         if self._leases.check_write(session_id, lease_row):
@@ -488,32 +350,6 @@ class SqliteStore(SqlStoreBase):
                 (batch.last_seq, batch.tail_from, session_id),
             )
         return taken
-
-    async def _read(self, session_id: str, *, tail: bool) -> LogRead:
-        validate_session_id(session_id)
-        where = f"{self._path}#{session_id}"
-
-        def run(conn: sqlite3.Connection) -> LogRead:
-            row = conn.execute(
-                "SELECT tail_from FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
-                raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-            tail_from = row[0] if tail else 1
-            # resume's read (``tail``) finds nothing in the archive but after a rewind to
-            # before an archived compaction (one probe of the archive's key)
-            rows = logged_rows(
-                conn,
-                "session_id = ? AND (seq = 1 OR seq >= ?)",
-                (session_id, tail_from),
-                archived=self._archived(conn),
-            )
-            return LogRead(records=decode_rows(rows, where=where, tail_from=tail_from))
-
-        def missing() -> LogRead:
-            raise SessionNotFound(f"no log for session {session_id!r} in {self._path}")
-
-        return await self._run(run, missing=missing)
 
     def _archived(self, conn: sqlite3.Connection) -> bool:
         """Whether reads must look in the archive table too (older files have none)."""
@@ -604,11 +440,6 @@ def _free_bytes(path: str) -> int | None:
         return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
     except OSError:
         return None
-
-
-def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
-    return row.fetchone() is not None
 
 
 def _refusal(session_id: str, path: str, exc: StoreError | sqlite3.IntegrityError) -> StoreError:
