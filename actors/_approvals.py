@@ -58,9 +58,13 @@ class Approvals(SessionPart):
 
     def refused(self, calls: Sequence[FunctionCall]) -> dict[str, FunctionCallOutput]:
         """The "refused" output of each call the policy refuses (they never run)."""
+        return self._refused([(call, self.verdict(call)) for call in calls])
+
+    def _refused(
+        self, judged: Sequence[tuple[FunctionCall, CallVerdict]]
+    ) -> dict[str, FunctionCallOutput]:
         outputs = {}
-        for call in calls:
-            verdict = self.verdict(call)
+        for call, verdict in judged:
             if verdict.action == "refuse":
                 self._log.info("tool_call_refused", call_id=call.call_id, reason=verdict.reason)
                 outputs[call.call_id] = FunctionCallOutput(
@@ -74,11 +78,13 @@ class Approvals(SessionPart):
         """The outputs of the round's refused calls; and, when one of its calls needs a
         person's approval, the turn stopped before any tool of the round runs: the requests
         are durable, the round stays open. Raises ``AwaitingApproval`` then."""
-        refused = self.refused(calls)
-        needing = [c for c in calls if c.call_id not in refused and self.verdict(c).action == "ask"]
+        # each call judged once: a verdict decodes the call's arguments
+        judged = [(call, self.verdict(call)) for call in calls]
+        refused = self._refused(judged)
+        needing = [(c, v) for c, v in judged if c.call_id not in refused and v.action == "ask"]
         if not needing:
             return refused
-        details = await anyio.to_thread.run_sync(self._details, needing)
+        details = await anyio.to_thread.run_sync(self._details, [c for c, _ in needing])
         seq = self.journal.state.last_seq
         await self.journal.write(
             [
@@ -86,14 +92,14 @@ class Approvals(SessionPart):
                     seq=seq + 1 + i,
                     call_id=c.call_id,
                     decision="requested",
-                    reason=self.verdict(c).reason,
+                    reason=v.reason,
                     detail=details[i],
                 )
-                for i, c in enumerate(needing)
+                for i, (c, v) in enumerate(needing)
             ],
             boundary="approval",
         )
-        self._log.info("approval_requested", round=round_, calls=[c.call_id for c in needing])
+        self._log.info("approval_requested", round=round_, calls=[c.call_id for c, _ in needing])
         raise AwaitingApproval
 
     def _details(self, calls: Sequence[FunctionCall]) -> list[str | None]:

@@ -14,6 +14,7 @@ OpenAI gateway already stops reading at the cap, and this check holds for every 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from stowage.core import (
@@ -109,9 +110,10 @@ def merge_outputs(
     return tuple(refused.get(call.call_id) or next(run) for call in calls)
 
 
-def unique_call_ids(response: ModelResponse, taken: set[str], *, salt: str) -> ModelResponse:
-    """``response`` with every call id unique in the session (some servers number calls from 0 on
-    every response), so outputs can never be matched to the wrong call."""
+def unique_call_ids(response: ModelResponse, taken: Iterable[str], *, salt: str) -> ModelResponse:
+    """``response`` with every call id unique in the session (``taken``: the ids its history
+    holds; some servers number calls from 0 on every response), so outputs can never be
+    matched to the wrong call."""
     seen = set(taken)
     items: list[AssistantMessage | FunctionCall] = []
     changed = False

@@ -75,16 +75,16 @@ class RoundWriter(SessionPart):
         await self.journal.write([ProgressRecord(seq=seq, call_id=call_id, text=text)])
 
     async def commit(
-        self, round_: int, records: Sequence[Record], response: ModelResponse, *, calls: int
+        self, records: Sequence[Record], commit: RoundCommittedRecord, *, calls: int
     ) -> None:
-        """Write the committed batch; persistence hands the compactor its snapshot once it is
-        durable, and the compactor's verdict is applied before the next request."""
+        """Write the committed batch (``commit`` is its ``round_committed`` record); persistence
+        hands the compactor its snapshot once it is durable, and the compactor's verdict is
+        applied before the next request."""
         await self.journal.write(records, boundary="round")
-        commit = next(r for r in records if isinstance(r, RoundCommittedRecord))
         self.ctx.publish(
             RoundCommitted(
                 session_id=self.ctx.session_id,
-                round=round_,
+                round=commit.round,
                 usage=commit.usage,
                 calls=calls,
                 truncated=commit.truncated,
@@ -112,20 +112,17 @@ class RoundWriter(SessionPart):
             if touched:
                 seq = first + len(committed)
                 committed.append(ProtectedRecord(seq=seq, ops=tuple(touched), source="tools"))
-        committed.append(
-            commit_record(
-                round_,
-                response,
-                first,
-                offset=len(committed),
-                usage=usage,
-                manifest=manifest,
-                resumed=resumed,
-            )
+        commit = commit_record(
+            round_,
+            response,
+            first,
+            offset=len(committed),
+            usage=usage,
+            manifest=manifest,
+            resumed=resumed,
         )
-        await self.commit(
-            round_, committed, response or ModelResponse(items=()), calls=len(outputs)
-        )
+        committed.append(commit)
+        await self.commit(committed, commit, calls=len(outputs))
 
     async def run_tools(
         self,

@@ -9,7 +9,7 @@ is closed as ``stopped`` with the figures in an ``error`` record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,8 +164,8 @@ class TurnRunner:
         # the history is the one the request was sent from until this round writes
         input_chars = self.requests.input_chars()
         seq = self.state.last_seq
-        taken = self._taken_call_ids() if response.calls else set()  # only calls need them
-        response = unique_call_ids(response, taken, salt=f"s{seq + 1}")
+        if response.calls:  # only calls need the ids taken
+            response = unique_call_ids(response, self._taken_call_ids(), salt=f"s{seq + 1}")
         usage = await self.checks.usage(response, request, input_chars=input_chars)
         seq = self.state.last_seq
         sampled: list[Record] = [
@@ -185,7 +185,7 @@ class TurnRunner:
                 resumed=resumed,
             )
             finished = TurnRecord(seq=commit.seq + 1, turn=turn, phase="finished")
-            await self.writer.commit(round_, [*sampled, commit, finished], response, calls=0)
+            await self.writer.commit([*sampled, commit, finished], commit, calls=0)
             self.log.info("turn_finished", round=round_, turn=turn, truncated=response.truncated)
             self.ctx.publish(
                 TurnFinished(session_id=self.ctx.session_id, turn=turn, text=response.text)
@@ -240,5 +240,5 @@ class TurnRunner:
         # the compactor's verdict on the milestone: above the soft mark, a compaction here
         await self.gate.settle()
 
-    def _taken_call_ids(self) -> set[str]:
-        return {e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall)}
+    def _taken_call_ids(self) -> Iterator[str]:
+        return (e.item.call_id for e in self.state.history if isinstance(e.item, FunctionCall))
